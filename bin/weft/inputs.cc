@@ -1,0 +1,61 @@
+#include "inputs.h"
+
+#include "weft/cost/analytic.h"
+#include "weft/spec/presets.h"
+
+namespace weft::cli {
+
+void add_input_flags(CLI::App* cmd, InputFlags& f) {
+  cmd->add_option("--model", f.model, "Model: preset name, weft model JSON, or Hugging Face config.json");
+  cmd->add_option("--cluster", f.cluster, "Cluster: preset name or cluster JSON");
+  cmd->add_option("--gpus", f.overrides.gpus, "Total GPUs (nodes = GPUs / GPUs per node)");
+  cmd->add_option("--gpus-per-node", f.overrides.gpus_per_node, "GPUs per node (overrides the cluster)");
+  cmd->add_option("--intra-node-gbps", f.overrides.intra_gbps, "Intra-node bandwidth, GB/s per GPU per direction");
+  cmd->add_option("--inter-node-gbps", f.overrides.inter_gbps, "Inter-node bandwidth, GB/s per GPU per direction");
+  cmd->add_option("--memory-gb", f.overrides.memory_gb, "Memory per GPU in GB (2^30 bytes)");
+  cmd->add_option("--cost-model", f.cost_model, "Cost model: weft (default) or galvatron")
+      ->check(CLI::IsMember({"weft", "galvatron"}));
+  cmd->add_option("--galvatron-profiles", f.galvatron_profiles, "Directory of Galvatron profile files");
+  cmd->add_option("--galvatron-model", f.galvatron_model, "Galvatron model YAML (supplies the model)");
+  cmd->add_option("--hardware-profile", f.hardware_profile, "Measured hardware profile (weft profile hardware)");
+  cmd->add_option("--model-profile", f.model_profile, "Measured per-layer profile (weft profile model)");
+}
+
+Result<std::unique_ptr<CostModel>> make_cost_model(const InputFlags& f, const ModelSpec& m, const ClusterSpec& c) {
+  if (f.cost_model == "weft" && f.galvatron_profiles.empty()) {
+    return std::unique_ptr<CostModel>(std::make_unique<AnalyticCostModel>());
+  }
+  // --- Galvatron profiles (cost model "galvatron", or weft's model calibrated from them) ---
+  return Error{ErrorKind::kBadInput, "--cost-model " + f.cost_model + " with --galvatron-profiles is not available in this build"};
+}
+
+Result<Inputs> load_inputs(const InputFlags& f, const ModelSpec* fallback_model, const ClusterSpec* fallback_cluster) {
+  Inputs in;
+  if (!f.model.empty()) {
+    auto m = load_model(f.model);
+    if (!m.ok()) return m.error();
+    in.model = std::move(m).value();
+  } else if (fallback_model) {
+    in.model = *fallback_model;
+  } else {
+    return Error{ErrorKind::kBadInput, "--model: required (a preset name from `weft models`, or a file)"};
+  }
+  if (!f.cluster.empty()) {
+    auto c = load_cluster(f.cluster);
+    if (!c.ok()) return c.error();
+    in.cluster = std::move(c).value();
+  } else if (fallback_cluster) {
+    in.cluster = *fallback_cluster;
+  } else {
+    return Error{ErrorKind::kBadInput, "--cluster: required (a preset name from `weft clusters`, or a file)"};
+  }
+  auto c = apply_overrides(in.cluster, f.overrides);
+  if (!c.ok()) return c.error();
+  in.cluster = std::move(c).value();
+  auto cm = make_cost_model(f, in.model, in.cluster);
+  if (!cm.ok()) return cm.error();
+  in.cost = std::move(cm).value();
+  return in;
+}
+
+}  // namespace weft::cli

@@ -1,0 +1,44 @@
+// Flags shared by `weft plan` and `weft estimate`: which model, which cluster (and overrides), and
+// which cost model backs the estimate.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include <CLI/CLI.hpp>
+
+#include "weft/cost/cost_model.h"
+#include "weft/spec/cluster.h"
+#include "weft/spec/model.h"
+
+namespace weft::cli {
+
+struct InputFlags {
+  std::string model;             // preset name, weft model JSON or HF config.json
+  std::string cluster;           // preset name or cluster JSON
+  ClusterOverrides overrides;    // --gpus, --gpus-per-node, --intra-node-gbps, --inter-node-gbps, --memory-gb
+  std::string cost_model = "weft";  // weft | galvatron
+  std::string galvatron_profiles;   // --galvatron-profiles DIR
+  std::string galvatron_model;      // --galvatron-model YAML (also supplies the model)
+  std::string hardware_profile;     // --hardware-profile hw.json
+  std::string model_profile;        // --model-profile layers.json
+};
+
+// Adds the flags above to cmd. `need_model` false for commands where a plan supplies them.
+void add_input_flags(CLI::App* cmd, InputFlags& f);
+
+struct Inputs {
+  ModelSpec model;
+  ClusterSpec cluster;
+  std::unique_ptr<CostModel> cost;
+};
+
+// Loads model and cluster (presets, files, Galvatron profiles) and builds the cost model.
+// `model_given` / `cluster_given` false means take them from `fallback` (a plan's own specs).
+Result<Inputs> load_inputs(const InputFlags& f, const ModelSpec* fallback_model = nullptr,
+                           const ClusterSpec* fallback_cluster = nullptr);
+
+// Builds only the cost model for an already loaded model and cluster.
+Result<std::unique_ptr<CostModel>> make_cost_model(const InputFlags& f, const ModelSpec& m, const ClusterSpec& c);
+
+}  // namespace weft::cli

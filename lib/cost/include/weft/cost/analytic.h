@@ -1,0 +1,42 @@
+// weft's own analytic cost model (docs/cost-model.md has every formula and constant with its source).
+#pragma once
+
+#include <memory>
+
+#include "weft/cost/cost_model.h"
+
+namespace weft {
+
+// Measured figures that replace analytic ones where present (issue: profiler). Empty by default.
+struct CalibrationTables;  // defined in weft/cost/calibration.h
+
+struct AnalyticOptions {
+  // Fraction of compute slowed by overlapped communication (1.0 = none). Default from Galvatron's
+  // measured A100 overlap coefficient (1.1256; reference/galvatron/overlap_coefficient.json).
+  double overlap_slowdown = 1.1256;
+  bool flash_attention = true;      // activations without the s^2 score matrix
+  bool overlap_grad_sync = true;    // DP / ZeRO gradient traffic overlaps backward
+  double runtime_overhead_gib = 0;  // 0 = the documented default (CUDA context + allocator)
+};
+
+class AnalyticCostModel : public CostModel {
+ public:
+  explicit AnalyticCostModel(AnalyticOptions opt = {});
+  ~AnalyticCostModel() override;
+  std::string name() const override { return "weft"; }
+  std::string source() const override;
+
+  LayerCost layer(const LayerContext& ctx, const LayerStrategy& s) const override;
+  LayerCost stage_extra(const StageContext& ctx, const LayerStrategy& emb) const override;
+  Seconds transition(const LayerContext& ctx, const LayerStrategy& a, const LayerStrategy& b) const override;
+  Seconds p2p(const StageContext& ctx, const LayerStrategy& s) const override;
+  StepCost step(const TrainSettings& train, const std::vector<StageSums>& stages) const override;
+  Bytes memory_budget(const ClusterSpec& c) const override;
+
+  const AnalyticOptions& options() const { return opt_; }
+
+ private:
+  AnalyticOptions opt_;
+};
+
+}  // namespace weft

@@ -1,0 +1,43 @@
+// Costs a whole plan with any CostModel: sums layer costs per stage, adds stage extras,
+// transitions and p2p, and asks the model to combine them into a step.
+#pragma once
+
+#include <vector>
+
+#include "weft/cost/cost_model.h"
+
+namespace weft {
+
+struct StageEstimate {
+  Seconds time;                // busy time per step
+  MemoryBreakdown memory;      // peak per device
+  bool fits = true;
+};
+
+struct Estimate {
+  Seconds step_time;
+  double tokens_per_s = 0;
+  double model_tflops_per_gpu = 0;  // model FLOPs (no recompute) per GPU per second / 1e12
+  double mfu = 0;
+  Bytes peak_memory;
+  Bytes memory_budget;
+  std::vector<StageEstimate> stages;  // per stage (pp*vp); memory is per device of its group
+  TimeBreakdown breakdown;     // per step
+  bool fits = true;
+};
+
+// Per-stage sums of plan p under cm (layers + transitions inside the stage + stage extras + p2p at
+// both boundaries), the input of CostModel::step(); also used by the schedule simulator.
+std::vector<StageSums> stage_sums(const Plan& p, const CostModel& cm);
+// The context of stage s of plan p.
+StageContext stage_context(const Plan& p, int s);
+
+// Costs plan p (which must pass validate()). Does not modify the plan.
+Estimate estimate(const Plan& p, const CostModel& cm);
+// Writes the estimate's figures into p.predicted and each stage's predicted fields.
+void annotate(Plan& p, const Estimate& e, const CostModel& cm);
+// JSON for `weft estimate --format json` (docs/cli.md): step_time_s, tokens_per_s,
+// model_tflops_per_gpu, mfu, peak_memory_gib, memory_budget_gib, fits, stages[], breakdown.
+Json to_json(const Estimate& e);
+
+}  // namespace weft

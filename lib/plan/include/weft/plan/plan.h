@@ -1,0 +1,93 @@
+// Plan: the versioned contract between the planner and the runtime (docs/plan-format.md).
+// A plain value type; to_json / plan_from_json are exact inverses (round-trip tested).
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "weft/core/error.h"
+#include "weft/core/json.h"
+#include "weft/plan/strategy.h"
+#include "weft/spec/cluster.h"
+#include "weft/spec/model.h"
+
+namespace weft {
+
+inline constexpr int kPlanFormatVersion = 1;
+
+// Global training settings.
+struct TrainSettings {
+  int seq = 0;                 // sequence length (tokens per sample)
+  int global_batch = 0;        // samples per optimizer step
+  int micro_batches = 1;       // m: micro-batches per step through the pipeline
+  int pp = 1;                  // pipeline degree (device groups)
+  int vp = 1;                  // virtual stages per device group (interleaved schedule)
+  Schedule schedule = Schedule::k1F1B;
+  DType dtype = DType::kBf16;  // compute dtype; fp32 master weights and Adam states
+  // Samples per micro-batch across the whole stage: global_batch / micro_batches. A layer with
+  // data-parallel degree d processes pipeline_micro_batch() / d samples per device.
+  int pipeline_micro_batch() const { return micro_batches > 0 ? global_batch / micro_batches : 0; }
+  bool operator==(const TrainSettings&) const = default;
+};
+
+// Predicted figures written by the planner; the runtime ignores them.
+struct StagePrediction {
+  double time_s = 0;           // busy time of this stage in one step (forward+backward of m micro-batches)
+  double memory_gib = 0;       // peak memory per device
+  double weights_gib = 0, grads_gib = 0, optimizer_gib = 0, activations_gib = 0, other_gib = 0;
+  bool operator==(const StagePrediction&) const = default;
+};
+
+struct Prediction {
+  double step_time_s = 0;
+  double tokens_per_s = 0;
+  double mfu = 0;              // model FLOPs utilisation, 0..1
+  double peak_memory_gib = 0;
+  std::string cost_model;      // "weft" or "galvatron"
+  std::string source;          // "analytic", "measured", or "mixed" (which figures were used)
+  bool operator==(const Prediction&) const = default;
+};
+
+// A pipeline stage: a contiguous run of layers on one device group. With vp > 1 there are pp*vp
+// stages and stage s runs on device group s % pp (interleaved / virtual stages).
+struct Stage {
+  int first_layer = 0;         // global layer index
+  std::vector<LayerStrategy> layers;  // one per layer, in order
+  StagePrediction predicted;
+  int num_layers() const { return static_cast<int>(layers.size()); }
+  bool operator==(const Stage&) const = default;
+};
+
+struct Plan {
+  int format_version = kPlanFormatVersion;
+  ModelSpec model;
+  ClusterSpec cluster;
+  TrainSettings train;
+  // Embedding, LM head and loss: tp (vocab parallel), dp, zero; on the first and last stage.
+  LayerStrategy embedding;
+  std::vector<Stage> stages;
+  Prediction predicted;
+  bool operator==(const Plan&) const = default;
+
+  int world_size() const { return cluster.total_gpus(); }
+  int devices_per_stage() const { return train.pp > 0 ? world_size() / train.pp : 0; }
+  // The strategy of global layer i.
+  const LayerStrategy& layer_strategy(int i) const;
+  // True if every layer has the same strategy (Megatron-style, exportable to Megatron/DeepSpeed).
+  bool uniform() const;
+};
+
+Json to_json(const Plan& p);
+Result<Plan> plan_from_json(const Json& j, const std::string& path = "plan");
+Result<Plan> read_plan_file(const std::string& path);
+Status write_plan_file(const std::string& path, const Plan& p);
+
+// Validates a plan against its own model and cluster without searching: layer coverage, degrees
+// that multiply to the stage size and divide heads / kv-heads / hidden / ffn / experts / batch,
+// pipeline and schedule constraints. Every message names the field and the numbers.
+Status validate(const Plan& p);
+
+// The device group (0..pp-1) of stage s.
+inline int stage_group(const Plan& p, int s) { return s % p.train.pp; }
+
+}  // namespace weft

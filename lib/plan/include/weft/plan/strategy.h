@@ -1,0 +1,50 @@
+// The per-layer parallel strategy and the global pipeline settings: the vocabulary shared by the
+// cost model, the search and the runtime.
+#pragma once
+
+#include <string>
+
+#include "weft/core/error.h"
+#include "weft/core/json.h"
+
+namespace weft {
+
+enum class Recompute { kNone, kSelective, kFull };
+enum class Schedule { kGpipe, k1F1B, kInterleaved };
+
+const char* to_string(Recompute r);
+const char* to_string(Schedule s);
+Result<Recompute> recompute_from_string(const std::string& s);
+Result<Schedule> schedule_from_string(const std::string& s);
+
+// How one layer is spread over the devices of its pipeline stage.
+//   devices of the stage = tp * ulysses * cp * dp
+// tp: Megatron tensor parallel degree; sp: Megatron sequence parallel on the tp group (needs tp>1);
+// ulysses: DeepSpeed-Ulysses sequence parallel degree (all-to-all on heads);
+// cp: context (ring attention) parallel degree; dp: data parallel degree;
+// zero: 0 = DDP, 1 = optimizer states sharded, 2 = + gradients, 3 = + parameters, sharded over
+//   dp * ulysses * cp (every rank that holds a full copy of this layer's tp shard);
+// ep: expert parallel degree for MoE layers, formed inside the dp*cp ranks (1 for dense layers).
+// Rank order inside a stage (fastest first): tp, ulysses, cp, dp (weft/plan/rank_map.h).
+struct LayerStrategy {
+  int tp = 1;
+  bool sp = false;
+  int ulysses = 1;
+  int cp = 1;
+  int dp = 1;
+  int zero = 0;
+  Recompute recompute = Recompute::kNone;
+  int ep = 1;
+
+  int devices() const { return tp * ulysses * cp * dp; }
+  // Ranks that hold a replica of this layer's tp shard and so share ZeRO shards.
+  int shard_group() const { return dp * ulysses * cp; }
+  bool operator==(const LayerStrategy&) const = default;
+};
+
+// A compact human label, e.g. "tp4+sp dp2 z1 rc=sel".
+std::string label(const LayerStrategy& s);
+Json to_json(const LayerStrategy& s);
+LayerStrategy strategy_from_json(const JsonObj& o);  // throws InputError
+
+}  // namespace weft

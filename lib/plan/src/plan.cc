@@ -1,0 +1,161 @@
+#include "weft/plan/plan.h"
+
+namespace weft {
+
+const LayerStrategy& Plan::layer_strategy(int i) const {
+  for (const auto& st : stages) {
+    if (i >= st.first_layer && i < st.first_layer + st.num_layers()) return st.layers[i - st.first_layer];
+  }
+  assert(false && "layer not covered by any stage");
+  return embedding;
+}
+
+bool Plan::uniform() const {
+  const LayerStrategy* first = nullptr;
+  for (const auto& st : stages)
+    for (const auto& l : st.layers) {
+      if (!first) first = &l;
+      if (!(l == *first)) return false;
+    }
+  return true;
+}
+
+namespace {
+
+Json to_json(const StagePrediction& p) {
+  return Json{{"time_s", p.time_s},           {"memory_gib", p.memory_gib},       {"weights_gib", p.weights_gib},
+              {"grads_gib", p.grads_gib},     {"optimizer_gib", p.optimizer_gib}, {"activations_gib", p.activations_gib},
+              {"other_gib", p.other_gib}};
+}
+
+StagePrediction stage_prediction_from_json(const JsonObj& o) {
+  StagePrediction p;
+  p.time_s = o.number_or("time_s", 0);
+  p.memory_gib = o.number_or("memory_gib", 0);
+  p.weights_gib = o.number_or("weights_gib", 0);
+  p.grads_gib = o.number_or("grads_gib", 0);
+  p.optimizer_gib = o.number_or("optimizer_gib", 0);
+  p.activations_gib = o.number_or("activations_gib", 0);
+  p.other_gib = o.number_or("other_gib", 0);
+  return p;
+}
+
+}  // namespace
+
+Json to_json(const Plan& p) {
+  Json j;
+  j["format_version"] = p.format_version;
+  Json model = to_json(p.model);
+  Json cluster = to_json(p.cluster);
+  j["model_hash"] = json_hash(model);
+  j["cluster_hash"] = json_hash(cluster);
+  j["train"] = {{"seq", p.train.seq},
+                {"global_batch", p.train.global_batch},
+                {"micro_batches", p.train.micro_batches},
+                {"pp", p.train.pp},
+                {"vp", p.train.vp},
+                {"schedule", to_string(p.train.schedule)},
+                {"dtype", to_string(p.train.dtype)}};
+  j["embedding"] = to_json(p.embedding);
+  Json stages = Json::array();
+  const int S = p.devices_per_stage();
+  for (size_t s = 0; s < p.stages.size(); ++s) {
+    const auto& st = p.stages[s];
+    const int group = p.train.pp > 0 ? static_cast<int>(s) % p.train.pp : 0;
+    Json layers = Json::array();
+    for (const auto& l : st.layers) layers.push_back(to_json(l));
+    stages.push_back(Json{{"index", s},
+                          {"device_group", group},
+                          {"first_rank", group * S},
+                          {"num_ranks", S},
+                          {"first_layer", st.first_layer},
+                          {"num_layers", st.num_layers()},
+                          {"layers", std::move(layers)},
+                          {"predicted", to_json(st.predicted)}});
+  }
+  j["stages"] = std::move(stages);
+  j["predicted"] = {{"step_time_s", p.predicted.step_time_s},
+                    {"tokens_per_s", p.predicted.tokens_per_s},
+                    {"mfu", p.predicted.mfu},
+                    {"peak_memory_gib", p.predicted.peak_memory_gib},
+                    {"cost_model", p.predicted.cost_model},
+                    {"source", p.predicted.source}};
+  j["model"] = std::move(model);
+  j["cluster"] = std::move(cluster);
+  return j;
+}
+
+Result<Plan> plan_from_json(const Json& j, const std::string& path) {
+  return catch_errors([&]() -> Result<Plan> {
+    JsonObj o(j, path);
+    o.reject_unknown({"format_version", "model", "model_hash", "cluster", "cluster_hash", "train", "embedding", "stages",
+                      "predicted"});
+    Plan p;
+    p.format_version = static_cast<int>(o.integer("format_version"));
+    if (p.format_version != kPlanFormatVersion)
+      o.fail("format_version", "unsupported version " + std::to_string(p.format_version) + " (this weft reads " +
+                                   std::to_string(kPlanFormatVersion) + ")");
+    auto model = model_from_json(o.obj("model").json(), o.field("model"));
+    if (!model.ok()) return model.error();
+    p.model = std::move(model).value();
+    auto cluster = cluster_from_json(o.obj("cluster").json(), o.field("cluster"));
+    if (!cluster.ok()) return cluster.error();
+    p.cluster = std::move(cluster).value();
+
+    JsonObj t = o.obj("train");
+    t.reject_unknown({"seq", "global_batch", "micro_batches", "pp", "vp", "schedule", "dtype"});
+    p.train.seq = static_cast<int>(t.integer("seq"));
+    p.train.global_batch = static_cast<int>(t.integer("global_batch"));
+    p.train.micro_batches = static_cast<int>(t.integer("micro_batches"));
+    p.train.pp = static_cast<int>(t.integer("pp"));
+    p.train.vp = static_cast<int>(t.integer_or("vp", 1));
+    {
+      auto s = schedule_from_string(t.str_or("schedule", "1f1b"));
+      if (!s.ok()) t.fail("schedule", s.error().message);
+      p.train.schedule = s.value();
+      auto d = dtype_from_string(t.str_or("dtype", "bf16"));
+      if (!d.ok()) t.fail("dtype", d.error().message);
+      p.train.dtype = d.value();
+    }
+    p.embedding = strategy_from_json(o.obj("embedding"));
+    for (const auto& so : o.array_of_obj("stages")) {
+      so.reject_unknown({"index", "device_group", "first_rank", "num_ranks", "first_layer", "num_layers", "layers",
+                         "predicted"});
+      Stage st;
+      st.first_layer = static_cast<int>(so.integer("first_layer"));
+      for (const auto& lo : so.array_of_obj("layers")) st.layers.push_back(strategy_from_json(lo));
+      if (so.has("num_layers") && so.integer("num_layers") != st.num_layers())
+        so.fail("num_layers", std::to_string(so.integer("num_layers")) + " but " + std::to_string(st.num_layers()) +
+                                  " layer strategies are listed");
+      if (so.has("predicted")) st.predicted = stage_prediction_from_json(so.obj("predicted"));
+      p.stages.push_back(std::move(st));
+    }
+    if (o.has("predicted")) {
+      JsonObj pr = o.obj("predicted");
+      p.predicted.step_time_s = pr.number_or("step_time_s", 0);
+      p.predicted.tokens_per_s = pr.number_or("tokens_per_s", 0);
+      p.predicted.mfu = pr.number_or("mfu", 0);
+      p.predicted.peak_memory_gib = pr.number_or("peak_memory_gib", 0);
+      p.predicted.cost_model = pr.str_or("cost_model", "");
+      p.predicted.source = pr.str_or("source", "");
+    }
+    Status st = validate(p);
+    if (!st.ok()) return st.error().with_context(path);
+    return p;
+  });
+}
+
+Result<Plan> read_plan_file(const std::string& path) {
+  return catch_errors([&]() -> Result<Plan> { return plan_from_json(read_json_file(path), path); });
+}
+
+Status write_plan_file(const std::string& path, const Plan& p) {
+  auto r = catch_errors([&]() -> Result<int> {
+    write_json_file(path, to_json(p));
+    return 0;
+  });
+  if (!r.ok()) return r.error();
+  return {};
+}
+
+}  // namespace weft

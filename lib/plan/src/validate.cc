@@ -1,0 +1,122 @@
+// Plan validation: everything checked here is checked before any search result is written and
+// before the runtime builds a process group. Messages name the field and the numbers.
+#include <string>
+
+#include "weft/plan/plan.h"
+
+namespace weft {
+
+namespace {
+
+std::string S(long long x) { return std::to_string(x); }
+
+// Checks one layer's (or the embedding's) strategy against its shape and the stage size.
+void check_strategy(const std::string& where, const LayerStrategy& s, const LayerShape* shape, const Plan& p,
+                    int stage_size) {
+  const int pmb = p.train.pipeline_micro_batch();
+  require(s.tp >= 1 && s.ulysses >= 1 && s.cp >= 1 && s.dp >= 1 && s.ep >= 1,
+          where + ": degrees must be >= 1 (tp=" + S(s.tp) + " ulysses=" + S(s.ulysses) + " cp=" + S(s.cp) +
+              " dp=" + S(s.dp) + " ep=" + S(s.ep) + ")");
+  require(s.devices() == stage_size, where + ": tp*ulysses*cp*dp = " + S(s.tp) + "*" + S(s.ulysses) + "*" + S(s.cp) +
+                                         "*" + S(s.dp) + " = " + S(s.devices()) + " but each pipeline stage has " +
+                                         S(stage_size) + " devices (" + S(p.world_size()) + " GPUs / pp=" +
+                                         S(p.train.pp) + ")");
+  require(s.zero >= 0 && s.zero <= 3, where + ".zero: must be 0..3, got " + S(s.zero));
+  require(!s.sp || s.tp > 1, where + ".sp: Megatron sequence parallelism needs tp > 1 (tp=1)");
+  require(pmb % s.dp == 0, where + ".dp: " + S(s.dp) + " does not divide the " + S(pmb) +
+                               " samples of a micro-batch (global batch " + S(p.train.global_batch) + " / " +
+                               S(p.train.micro_batches) + " micro-batches)");
+  const long long seq = p.train.seq;
+  require(seq % (static_cast<long long>(s.ulysses) * s.cp) == 0,
+          where + ": ulysses*cp = " + S(s.ulysses * s.cp) + " does not divide sequence length " + S(seq));
+  if (s.sp) require(seq % s.tp == 0, where + ".tp: " + S(s.tp) + " does not divide sequence length " + S(seq) +
+                                          " (needed by sequence parallelism)");
+  if (!shape) return;
+  const long long heads = shape->heads;
+  require(heads % s.tp == 0, where + ".tp: " + S(s.tp) + " does not divide " + S(heads) + " attention heads");
+  require(heads % (static_cast<long long>(s.tp) * s.ulysses) == 0,
+          where + ": tp*ulysses = " + S(s.tp * s.ulysses) + " does not divide " + S(heads) + " attention heads");
+  const int kv = shape->kv_heads;
+  const int tu = s.tp * s.ulysses;
+  require(kv % tu == 0 || tu % kv == 0, where + ": tp*ulysses = " + S(tu) + " and " + S(kv) +
+                                            " key/value heads: one must divide the other (kv heads are split or "
+                                            "replicated)");
+  if (shape->moe.enabled()) {
+    require(shape->moe.expert_ffn % s.tp == 0,
+            where + ".tp: " + S(s.tp) + " does not divide expert FFN size " + S(shape->moe.expert_ffn));
+    require(shape->moe.experts % s.ep == 0,
+            where + ".ep: " + S(s.ep) + " does not divide " + S(shape->moe.experts) + " experts");
+    require((s.dp * s.cp) % s.ep == 0,
+            where + ".ep: " + S(s.ep) + " does not divide dp*cp = " + S(s.dp * s.cp) + " (experts are spread over "
+                                                                                       "data/context-parallel ranks)");
+  } else {
+    require(s.ep == 1, where + ".ep: " + S(s.ep) + " on a dense layer (expert parallelism needs MoE)");
+    require(shape->ffn % s.tp == 0, where + ".tp: " + S(s.tp) + " does not divide FFN size " + S(shape->ffn));
+  }
+}
+
+void validate_or_throw(const Plan& p) {
+  require(p.format_version == kPlanFormatVersion, "format_version: unsupported version " + S(p.format_version));
+  {
+    Status m = validate(p.model);
+    if (!m.ok()) throw InputError("model." + m.error().message);
+    Status c = validate(p.cluster);
+    if (!c.ok()) throw InputError("cluster." + c.error().message);
+  }
+  const auto& t = p.train;
+  require(t.seq > 0, "train.seq: must be positive, got " + S(t.seq));
+  require(p.model.position != PositionKind::kLearned || p.model.max_seq == 0 || t.seq <= p.model.max_seq,
+          "train.seq: " + S(t.seq) + " exceeds the model's learned position table of " + S(p.model.max_seq));
+  require(t.global_batch > 0, "train.global_batch: must be positive, got " + S(t.global_batch));
+  require(t.micro_batches > 0, "train.micro_batches: must be positive, got " + S(t.micro_batches));
+  require(t.global_batch % t.micro_batches == 0, "train.micro_batches: " + S(t.micro_batches) +
+                                                     " does not divide global batch " + S(t.global_batch));
+  require(t.pp >= 1, "train.pp: must be >= 1, got " + S(t.pp));
+  const int world = p.world_size();
+  require(world % t.pp == 0, "train.pp: " + S(t.pp) + " does not divide " + S(world) + " GPUs");
+  require(t.vp >= 1, "train.vp: must be >= 1, got " + S(t.vp));
+  if (t.schedule == Schedule::kInterleaved) {
+    require(t.vp > 1, "train.vp: the interleaved schedule needs vp > 1 virtual stages per device group, got " + S(t.vp));
+    require(t.pp > 1, "train.pp: the interleaved schedule needs pp > 1, got " + S(t.pp));
+    require(t.micro_batches % t.pp == 0, "train.micro_batches: the interleaved schedule needs a multiple of pp=" +
+                                             S(t.pp) + ", got " + S(t.micro_batches));
+  } else {
+    require(t.vp == 1, "train.vp: " + S(t.vp) + " virtual stages need schedule \"interleaved\" (schedule is " +
+                           to_string(t.schedule) + ")");
+  }
+  const int L = p.model.num_layers();
+  const int nstages = t.pp * t.vp;
+  require(static_cast<int>(p.stages.size()) == nstages, "stages: " + S(p.stages.size()) + " stages listed but pp*vp = " +
+                                                            S(t.pp) + "*" + S(t.vp) + " = " + S(nstages));
+  require(L >= nstages, "train.pp: " + S(nstages) + " pipeline stages for only " + S(L) + " layers");
+  const int stage_size = world / t.pp;
+  int next = 0;
+  for (int s = 0; s < nstages; ++s) {
+    const auto& st = p.stages[s];
+    const std::string where = "stages[" + S(s) + "]";
+    require(st.num_layers() > 0, where + ".layers: a stage needs at least one layer");
+    require(st.first_layer == next, where + ".first_layer: " + S(st.first_layer) + " but the previous stage ends at " +
+                                        S(next) + " (stages must cover the layers in order)");
+    for (int i = 0; i < st.num_layers(); ++i) {
+      const int layer = st.first_layer + i;
+      require(layer < L, where + ": layer " + S(layer) + " beyond the model's " + S(L) + " layers");
+      check_strategy(where + ".layers[" + S(i) + "]", st.layers[i], &p.model.layer(layer), p, stage_size);
+    }
+    next += st.num_layers();
+  }
+  require(next == L, "stages: cover " + S(next) + " layers but the model has " + S(L));
+  check_strategy("embedding", p.embedding, nullptr, p, stage_size);
+}
+
+}  // namespace
+
+Status validate(const Plan& p) {
+  try {
+    validate_or_throw(p);
+  } catch (const InputError& e) {
+    return Error{e.kind, e.what()};
+  }
+  return {};
+}
+
+}  // namespace weft

@@ -1,0 +1,83 @@
+// ModelSpec: the shape of a transformer, as a list of layer groups. A plain value type with a JSON
+// pair (docs/model-spec.md). Parameter and FLOP counts live in weft/spec/counts.h.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "weft/core/error.h"
+#include "weft/core/json.h"
+
+namespace weft {
+
+// decoder: causal self-attention + FFN (GPT, Llama). encoder: bidirectional self-attention + FFN
+// (BERT, T5 encoder). cross_decoder: causal self-attention + cross-attention + FFN (T5 decoder).
+enum class LayerKind { kDecoder, kEncoder, kCrossDecoder };
+// gelu: two matrices h->f->h with an elementwise activation (GELU or ReLU). swiglu: gated, three
+// matrices (gate, up, down).
+enum class FfnKind { kGelu, kSwiglu };
+enum class NormKind { kLayerNorm, kRmsNorm };
+enum class PositionKind { kLearned, kRope, kRelative };
+
+struct MoeSpec {
+  int experts = 0;             // routed experts; 0 means a dense FFN
+  int top_k = 0;               // experts each token is routed to
+  std::int64_t expert_ffn = 0; // FFN size of one expert
+  int shared_experts = 0;      // always-on experts of size expert_ffn (DeepSeek/Qwen-MoE style)
+  bool enabled() const { return experts > 0; }
+  bool operator==(const MoeSpec&) const = default;
+};
+
+struct LayerShape {
+  LayerKind kind = LayerKind::kDecoder;
+  std::int64_t hidden = 0;
+  int heads = 0;
+  int kv_heads = 0;            // == heads for MHA, < heads for GQA, 1 for MQA
+  int head_dim = 0;            // usually hidden / heads
+  std::int64_t ffn = 0;        // dense FFN size (ignored when moe.enabled())
+  FfnKind ffn_kind = FfnKind::kGelu;
+  bool bias = false;           // biases on linear layers (GPT-2, BERT)
+  MoeSpec moe;
+  bool operator==(const LayerShape&) const = default;
+};
+
+struct LayerGroup {
+  std::string name;            // e.g. "decoder", "encoder"
+  int count = 0;
+  LayerShape shape;
+  bool operator==(const LayerGroup&) const = default;
+};
+
+struct ModelSpec {
+  std::string name;
+  std::int64_t vocab = 0;
+  std::int64_t hidden = 0;     // embedding width (== every group's hidden in the presets)
+  bool tied_embeddings = false;
+  NormKind norm = NormKind::kLayerNorm;
+  PositionKind position = PositionKind::kLearned;
+  int max_seq = 0;             // learned position table size; 0 = unknown / not learned
+  std::vector<LayerGroup> groups;
+
+  int num_layers() const;
+  // The shape of global layer index i (0-based, groups in order).
+  const LayerShape& layer(int i) const;
+  // The group index of global layer i.
+  int group_of(int i) const;
+  bool operator==(const ModelSpec&) const = default;
+};
+
+const char* to_string(LayerKind k);
+const char* to_string(FfnKind k);
+const char* to_string(NormKind k);
+const char* to_string(PositionKind k);
+
+// Checks shapes: positive sizes, heads divisible by kv_heads, top_k <= experts, ... Messages name
+// the field and the numbers.
+Status validate(const ModelSpec& m);
+
+Json to_json(const ModelSpec& m);
+// Parses weft's own model format (docs/model-spec.md); `path` names the source in errors.
+Result<ModelSpec> model_from_json(const Json& j, const std::string& path = "model");
+
+}  // namespace weft

@@ -1,0 +1,191 @@
+#include "weft/spec/model.h"
+
+#include <string>
+
+namespace weft {
+
+int ModelSpec::num_layers() const {
+  int n = 0;
+  for (const auto& g : groups) n += g.count;
+  return n;
+}
+
+int ModelSpec::group_of(int i) const {
+  assert(i >= 0);
+  for (size_t g = 0; g < groups.size(); ++g) {
+    if (i < groups[g].count) return static_cast<int>(g);
+    i -= groups[g].count;
+  }
+  assert(false && "layer index out of range");
+  return -1;
+}
+
+const LayerShape& ModelSpec::layer(int i) const { return groups[group_of(i)].shape; }
+
+const char* to_string(LayerKind k) {
+  switch (k) {
+    case LayerKind::kDecoder: return "decoder";
+    case LayerKind::kEncoder: return "encoder";
+    case LayerKind::kCrossDecoder: return "cross_decoder";
+  }
+  return "?";
+}
+const char* to_string(FfnKind k) { return k == FfnKind::kGelu ? "gelu" : "swiglu"; }
+const char* to_string(NormKind k) { return k == NormKind::kLayerNorm ? "layernorm" : "rmsnorm"; }
+const char* to_string(PositionKind k) {
+  switch (k) {
+    case PositionKind::kLearned: return "learned";
+    case PositionKind::kRope: return "rope";
+    case PositionKind::kRelative: return "relative";
+  }
+  return "?";
+}
+
+namespace {
+
+template <class E>
+E parse_enum(const JsonObj& o, std::string_view key, std::initializer_list<std::pair<const char*, E>> opts, E dflt,
+             bool required) {
+  if (!o.has(key)) {
+    if (required) o.fail(key, "missing required field");
+    return dflt;
+  }
+  const std::string v = o.str(key);
+  std::string list;
+  for (const auto& [name, e] : opts) {
+    if (v == name) return e;
+    list += (list.empty() ? "" : ", ") + std::string(name);
+  }
+  o.fail(key, "unknown value \"" + v + "\" (expected one of: " + list + ")");
+}
+
+std::string gpath(const ModelSpec& m, size_t g) { return "groups[" + std::to_string(g) + "]"; }
+
+}  // namespace
+
+Status validate(const ModelSpec& m) {
+  auto fail = [](const std::string& msg) { return Status(Error{ErrorKind::kBadInput, msg}); };
+  if (m.vocab <= 0) return fail("vocab: must be positive, got " + std::to_string(m.vocab));
+  if (m.hidden <= 0) return fail("hidden: must be positive, got " + std::to_string(m.hidden));
+  if (m.groups.empty()) return fail("groups: a model needs at least one layer group");
+  for (size_t g = 0; g < m.groups.size(); ++g) {
+    const auto& grp = m.groups[g];
+    const auto& s = grp.shape;
+    const std::string p = gpath(m, g);
+    if (grp.count <= 0) return fail(p + ".count: must be positive, got " + std::to_string(grp.count));
+    if (s.hidden <= 0) return fail(p + ".hidden: must be positive, got " + std::to_string(s.hidden));
+    if (s.heads <= 0) return fail(p + ".heads: must be positive, got " + std::to_string(s.heads));
+    if (s.kv_heads <= 0) return fail(p + ".kv_heads: must be positive, got " + std::to_string(s.kv_heads));
+    if (s.heads % s.kv_heads != 0)
+      return fail(p + ".kv_heads: " + std::to_string(s.kv_heads) + " does not divide " + std::to_string(s.heads) +
+                  " attention heads");
+    if (s.head_dim <= 0) return fail(p + ".head_dim: must be positive, got " + std::to_string(s.head_dim));
+    if (!s.moe.enabled() && s.ffn <= 0) return fail(p + ".ffn: must be positive, got " + std::to_string(s.ffn));
+    if (s.moe.enabled()) {
+      if (s.moe.top_k <= 0 || s.moe.top_k > s.moe.experts)
+        return fail(p + ".moe.top_k: must be in 1.." + std::to_string(s.moe.experts) + ", got " +
+                    std::to_string(s.moe.top_k));
+      if (s.moe.expert_ffn <= 0)
+        return fail(p + ".moe.expert_ffn: must be positive, got " + std::to_string(s.moe.expert_ffn));
+      if (s.moe.shared_experts < 0)
+        return fail(p + ".moe.shared_experts: must be >= 0, got " + std::to_string(s.moe.shared_experts));
+    }
+    if (s.hidden != m.hidden)
+      return fail(p + ".hidden: " + std::to_string(s.hidden) + " differs from the model's hidden " +
+                  std::to_string(m.hidden) + " (all groups share the residual width)");
+  }
+  if (m.max_seq < 0) return fail("max_seq: must be >= 0, got " + std::to_string(m.max_seq));
+  return {};
+}
+
+Json to_json(const ModelSpec& m) {
+  Json j;
+  j["name"] = m.name;
+  j["vocab"] = m.vocab;
+  j["hidden"] = m.hidden;
+  j["tied_embeddings"] = m.tied_embeddings;
+  j["norm"] = to_string(m.norm);
+  j["position"] = to_string(m.position);
+  j["max_seq"] = m.max_seq;
+  Json groups = Json::array();
+  for (const auto& g : m.groups) {
+    Json o;
+    o["name"] = g.name;
+    o["count"] = g.count;
+    o["kind"] = to_string(g.shape.kind);
+    o["hidden"] = g.shape.hidden;
+    o["heads"] = g.shape.heads;
+    o["kv_heads"] = g.shape.kv_heads;
+    o["head_dim"] = g.shape.head_dim;
+    o["ffn"] = g.shape.ffn;
+    o["ffn_kind"] = to_string(g.shape.ffn_kind);
+    o["bias"] = g.shape.bias;
+    if (g.shape.moe.enabled()) {
+      o["moe"] = {{"experts", g.shape.moe.experts},
+                  {"top_k", g.shape.moe.top_k},
+                  {"expert_ffn", g.shape.moe.expert_ffn},
+                  {"shared_experts", g.shape.moe.shared_experts}};
+    }
+    groups.push_back(std::move(o));
+  }
+  j["groups"] = std::move(groups);
+  return j;
+}
+
+Result<ModelSpec> model_from_json(const Json& j, const std::string& path) {
+  return catch_errors([&]() -> Result<ModelSpec> {
+    JsonObj o(j, path);
+    o.reject_unknown({"name", "vocab", "hidden", "tied_embeddings", "norm", "position", "max_seq", "groups"});
+    ModelSpec m;
+    m.name = o.str_or("name", "custom");
+    m.vocab = o.integer("vocab");
+    m.hidden = o.integer("hidden");
+    m.tied_embeddings = o.boolean_or("tied_embeddings", false);
+    m.norm = parse_enum<NormKind>(o, "norm", {{"layernorm", NormKind::kLayerNorm}, {"rmsnorm", NormKind::kRmsNorm}},
+                                  NormKind::kLayerNorm, false);
+    m.position = parse_enum<PositionKind>(
+        o, "position",
+        {{"learned", PositionKind::kLearned}, {"rope", PositionKind::kRope}, {"relative", PositionKind::kRelative}},
+        PositionKind::kLearned, false);
+    m.max_seq = static_cast<int>(o.integer_or("max_seq", 0));
+    for (const auto& g : o.array_of_obj("groups")) {
+      g.reject_unknown({"name", "count", "kind", "hidden", "heads", "kv_heads", "head_dim", "ffn", "ffn_kind", "bias",
+                        "moe"});
+      LayerGroup grp;
+      grp.name = g.str_or("name", "layers");
+      grp.count = static_cast<int>(g.integer("count"));
+      auto& s = grp.shape;
+      s.kind = parse_enum<LayerKind>(g, "kind",
+                                     {{"decoder", LayerKind::kDecoder},
+                                      {"encoder", LayerKind::kEncoder},
+                                      {"cross_decoder", LayerKind::kCrossDecoder}},
+                                     LayerKind::kDecoder, false);
+      s.hidden = g.integer_or("hidden", m.hidden);
+      s.heads = static_cast<int>(g.integer("heads"));
+      s.kv_heads = static_cast<int>(g.integer_or("kv_heads", s.heads));
+      if (s.heads > 0 && !g.has("head_dim") && s.hidden % s.heads != 0)
+        g.fail("head_dim", "missing, and hidden " + std::to_string(s.hidden) + " is not divisible by " +
+                               std::to_string(s.heads) + " heads");
+      s.head_dim = static_cast<int>(g.integer_or("head_dim", s.heads > 0 ? s.hidden / s.heads : 0));
+      s.ffn_kind = parse_enum<FfnKind>(g, "ffn_kind", {{"gelu", FfnKind::kGelu}, {"swiglu", FfnKind::kSwiglu}},
+                                       FfnKind::kGelu, false);
+      s.bias = g.boolean_or("bias", false);
+      if (g.has("moe")) {
+        JsonObj mo = g.obj("moe");
+        mo.reject_unknown({"experts", "top_k", "expert_ffn", "shared_experts"});
+        s.moe.experts = static_cast<int>(mo.integer("experts"));
+        s.moe.top_k = static_cast<int>(mo.integer("top_k"));
+        s.moe.expert_ffn = mo.integer("expert_ffn");
+        s.moe.shared_experts = static_cast<int>(mo.integer_or("shared_experts", 0));
+        if (s.moe.experts <= 0) mo.fail("experts", "must be positive, got " + std::to_string(s.moe.experts));
+      }
+      s.ffn = g.has("ffn") ? g.integer("ffn") : (s.moe.enabled() ? 0 : g.integer("ffn"));
+      m.groups.push_back(std::move(grp));
+    }
+    Status st = validate(m);
+    if (!st.ok()) return st.error().with_context(path);
+    return m;
+  });
+}
+
+}  // namespace weft

@@ -1,0 +1,77 @@
+#include <gtest/gtest.h>
+
+#include <filesystem>
+
+#include "test_plans.h"
+
+namespace weft {
+namespace {
+
+using testing::uniform_plan;
+
+TEST(PlanJson, RoundTripsExactly) {
+  LayerStrategy s{.tp = 2, .sp = true, .ulysses = 1, .cp = 1, .dp = 2, .zero = 1, .recompute = Recompute::kSelective};
+  Plan p = uniform_plan(s, 2);
+  p.stages[1].layers[2].recompute = Recompute::kFull;  // layer-wise difference
+  p.predicted.step_time_s = 1.25;
+  p.predicted.cost_model = "weft";
+  p.stages[0].predicted.memory_gib = 30.5;
+  ASSERT_TRUE(validate(p).ok()) << validate(p).error().message;
+  auto back = plan_from_json(to_json(p));
+  ASSERT_TRUE(back.ok()) << back.error().message;
+  EXPECT_EQ(back.value(), p);
+  EXPECT_FALSE(back->uniform());
+  EXPECT_EQ(back->layer_strategy(6).recompute, Recompute::kFull);
+}
+
+TEST(PlanJson, FileRoundTrip) {
+  Plan p = uniform_plan(LayerStrategy{.dp = 8}, 1);
+  const std::string path = (std::filesystem::temp_directory_path() / "weft_plan_test.json").string();
+  ASSERT_TRUE(write_plan_file(path, p).ok());
+  auto back = read_plan_file(path);
+  ASSERT_TRUE(back.ok()) << back.error().message;
+  EXPECT_EQ(back.value(), p);
+  EXPECT_TRUE(back->uniform());
+  std::filesystem::remove(path);
+}
+
+TEST(PlanJson, WritesHashesAndStageDevices) {
+  Plan p = uniform_plan(LayerStrategy{.tp = 2, .dp = 2}, 2);
+  Json j = to_json(p);
+  EXPECT_EQ(j["format_version"], 1);
+  EXPECT_EQ(j["model_hash"], json_hash(to_json(p.model)));
+  EXPECT_EQ(j["stages"][1]["first_rank"], 4);
+  EXPECT_EQ(j["stages"][1]["num_ranks"], 4);
+  EXPECT_EQ(j["stages"][1]["first_layer"], 4);
+}
+
+TEST(PlanJson, RejectsOtherVersion) {
+  Json j = to_json(uniform_plan(LayerStrategy{.dp = 8}, 1));
+  j["format_version"] = 2;
+  auto r = plan_from_json(j);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.error().message.find("format_version: unsupported version 2"), std::string::npos);
+}
+
+TEST(PlanJson, RejectsBadEnumAndUnknownKey) {
+  Json j = to_json(uniform_plan(LayerStrategy{.dp = 8}, 1));
+  j["stages"][0]["layers"][3]["recompute"] = "some";
+  auto r = plan_from_json(j);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.error().message.find("plan.stages[0].layers[3].recompute"), std::string::npos) << r.error().message;
+  Json k = to_json(uniform_plan(LayerStrategy{.dp = 8}, 1));
+  k["train"]["micro_batch"] = 4;
+  auto r2 = plan_from_json(k);
+  ASSERT_FALSE(r2.ok());
+  EXPECT_NE(r2.error().message.find("plan.train.micro_batch: unknown field"), std::string::npos);
+}
+
+TEST(Strategy, Labels) {
+  EXPECT_EQ(label(LayerStrategy{.tp = 4, .sp = true, .dp = 2, .zero = 1}), "tp4+sp dp2 z1");
+  EXPECT_EQ(label(LayerStrategy{.ulysses = 2, .cp = 2, .dp = 2, .recompute = Recompute::kFull}),
+            "uly2 cp2 dp2 rc=full");
+  EXPECT_EQ(label(LayerStrategy{}), "dp1");
+}
+
+}  // namespace
+}  // namespace weft

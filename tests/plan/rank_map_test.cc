@@ -1,0 +1,43 @@
+#include "weft/plan/rank_map.h"
+
+#include <gtest/gtest.h>
+
+#include <set>
+
+namespace weft {
+namespace {
+
+TEST(RankMap, TpIsFastestThenUlyssesCpDp) {
+  LayerStrategy s{.tp = 2, .ulysses = 2, .cp = 1, .dp = 2};
+  // stage size 8, pp 2: rank 13 = stage 1, local 5 = tp 1, ulysses 0, dp 1
+  RankCoords c = coords_of(13, 8, s);
+  EXPECT_EQ(c, (RankCoords{.pp = 1, .dp = 1, .cp = 0, .ulysses = 0, .tp = 1}));
+  EXPECT_EQ(rank_of(c, 8, s), 13);
+}
+
+TEST(RankMap, RoundTripEveryRank) {
+  for (LayerStrategy s : {LayerStrategy{.tp = 4, .dp = 2}, LayerStrategy{.tp = 2, .ulysses = 2, .cp = 2},
+                          LayerStrategy{.cp = 4, .dp = 2}, LayerStrategy{.dp = 8}}) {
+    for (int r = 0; r < 32; ++r) EXPECT_EQ(rank_of(coords_of(r, 8, s), 8, s), r) << label(s) << " rank " << r;
+  }
+}
+
+TEST(RankMap, GroupsPartitionTheWorld) {
+  LayerStrategy s{.tp = 2, .cp = 2, .dp = 2};
+  for (Axis a : {Axis::kTp, Axis::kCp, Axis::kDp, Axis::kPp, Axis::kUlysses}) {
+    auto groups = all_groups(8, 2, s, a);
+    std::set<int> seen;
+    for (const auto& g : groups) {
+      for (size_t i = 1; i < g.size(); ++i) EXPECT_LT(g[i - 1], g[i]);
+      for (int r : g) EXPECT_TRUE(seen.insert(r).second) << "rank " << r << " in two groups";
+    }
+    EXPECT_EQ(seen.size(), 16u);
+  }
+  EXPECT_EQ(group_of(5, 8, 2, s, Axis::kTp), (std::vector<int>{4, 5}));
+  EXPECT_EQ(group_of(5, 8, 2, s, Axis::kCp), (std::vector<int>{5, 7}));
+  EXPECT_EQ(group_of(5, 8, 2, s, Axis::kDp), (std::vector<int>{1, 5}));
+  EXPECT_EQ(group_of(5, 8, 2, s, Axis::kPp), (std::vector<int>{5, 13}));
+}
+
+}  // namespace
+}  // namespace weft

@@ -1,0 +1,107 @@
+#include <gtest/gtest.h>
+
+#include "test_plans.h"
+
+namespace weft {
+namespace {
+
+using testing::uniform_plan;
+
+std::string error_of(const Plan& p) {
+  Status s = validate(p);
+  return s.ok() ? std::string("OK") : s.error().message;
+}
+
+TEST(Validate, AcceptsGoodPlans) {
+  EXPECT_EQ(error_of(uniform_plan(LayerStrategy{.dp = 8}, 1)), "OK");
+  EXPECT_EQ(error_of(uniform_plan(LayerStrategy{.tp = 4, .sp = true, .dp = 2, .zero = 3}, 1)), "OK");
+  EXPECT_EQ(error_of(uniform_plan(LayerStrategy{.tp = 2, .ulysses = 2, .dp = 1}, 2)), "OK");
+  EXPECT_EQ(error_of(uniform_plan(LayerStrategy{.tp = 8}, 1)), "OK");  // tp 8 > 4 kv heads: replicated
+}
+
+TEST(Validate, DegreesMustFillTheStage) {
+  EXPECT_EQ(error_of(uniform_plan(LayerStrategy{.tp = 2, .dp = 2}, 1)),
+            "stages[0].layers[0]: tp*ulysses*cp*dp = 2*1*1*2 = 4 but each pipeline stage has 8 devices (8 GPUs / "
+            "pp=1)");
+}
+
+TEST(Validate, TpMustDivideHeads) {
+  Plan p = uniform_plan(LayerStrategy{.dp = 8}, 1);
+  p.model.groups[0].shape.heads = 12;
+  p.model.groups[0].shape.kv_heads = 12;
+  p.model.groups[0].shape.head_dim = 64;
+  p.stages[0].layers[5] = LayerStrategy{.tp = 8};
+  EXPECT_EQ(error_of(p), "stages[0].layers[5].tp: 8 does not divide 12 attention heads");
+}
+
+TEST(Validate, SequenceParallelNeedsTp) {
+  EXPECT_EQ(error_of(uniform_plan(LayerStrategy{.sp = true, .dp = 8}, 1)),
+            "stages[0].layers[0].sp: Megatron sequence parallelism needs tp > 1 (tp=1)");
+}
+
+TEST(Validate, DpMustDivideMicroBatch) {
+  // 32 samples / 8 micro-batches = 4 samples; dp 8 cannot split them.
+  EXPECT_EQ(error_of(uniform_plan(LayerStrategy{.dp = 8}, 1, /*m=*/8, /*batch=*/32)),
+            "stages[0].layers[0].dp: 8 does not divide the 4 samples of a micro-batch (global batch 32 / 8 "
+            "micro-batches)");
+}
+
+TEST(Validate, MicroBatchesDivideBatch) {
+  Plan p = uniform_plan(LayerStrategy{.dp = 8}, 1, 8, 64);
+  p.train.micro_batches = 3;
+  EXPECT_EQ(error_of(p), "train.micro_batches: 3 does not divide global batch 64");
+}
+
+TEST(Validate, PipelineDividesWorldAndCoversLayers) {
+  Plan p = uniform_plan(LayerStrategy{.dp = 4}, 2);
+  p.train.pp = 3;
+  EXPECT_EQ(error_of(p), "train.pp: 3 does not divide 8 GPUs");
+  Plan q = uniform_plan(LayerStrategy{.dp = 4}, 2);
+  q.stages[1].first_layer = 5;
+  EXPECT_EQ(error_of(q), "stages[1].first_layer: 5 but the previous stage ends at 4 (stages must cover the layers in "
+                         "order)");
+  Plan r = uniform_plan(LayerStrategy{.dp = 4}, 2);
+  r.stages[1].layers.pop_back();
+  EXPECT_EQ(error_of(r), "stages: cover 7 layers but the model has 8");
+}
+
+TEST(Validate, InterleavedNeedsVirtualStages) {
+  Plan p = uniform_plan(LayerStrategy{.dp = 4}, 2);
+  p.train.schedule = Schedule::kInterleaved;
+  EXPECT_EQ(error_of(p), "train.vp: the interleaved schedule needs vp > 1 virtual stages per device group, got 1");
+  Plan q = uniform_plan(LayerStrategy{.dp = 4}, 2);
+  q.train.vp = 2;
+  EXPECT_EQ(error_of(q), "train.vp: 2 virtual stages need schedule \"interleaved\" (schedule is 1f1b)");
+}
+
+TEST(Validate, UlyssesAndCpDivideSequence) {
+  Plan p = uniform_plan(LayerStrategy{.cp = 8}, 1);
+  p.train.seq = 1020;
+  EXPECT_EQ(error_of(p), "stages[0].layers[0]: ulysses*cp = 8 does not divide sequence length 1020");
+}
+
+TEST(Validate, ExpertParallelOnlyOnMoe) {
+  EXPECT_EQ(error_of(uniform_plan(LayerStrategy{.dp = 8, .ep = 2}, 1)),
+            "stages[0].layers[0].ep: 2 on a dense layer (expert parallelism needs MoE)");
+  Plan p = uniform_plan(LayerStrategy{.dp = 8, .ep = 4}, 1);
+  p.model.groups[0].shape.moe = MoeSpec{8, 2, 2816, 0};
+  EXPECT_EQ(error_of(p), "OK");
+  p.stages[0].layers[0].ep = 3;
+  EXPECT_EQ(error_of(p), "stages[0].layers[0].ep: 3 does not divide 8 experts");
+}
+
+TEST(Validate, KvHeadsSplitOrReplicated) {
+  Plan p = uniform_plan(LayerStrategy{.dp = 8}, 1);
+  p.model.groups[0].shape.heads = 24;
+  p.model.groups[0].shape.kv_heads = 6;
+  p.model.groups[0].shape.head_dim = 64;
+  p.model.hidden = p.model.groups[0].shape.hidden = 1536;
+  p.model.groups[0].shape.ffn = 4096;
+  p.stages[0].layers[0] = LayerStrategy{.tp = 4, .dp = 2};
+  EXPECT_EQ(error_of(p),
+            "stages[0].layers[0]: tp*ulysses = 4 and 6 key/value heads: one must divide the other (kv heads are split "
+            "or replicated)");
+}
+
+}  // namespace
+}  // namespace weft
