@@ -56,7 +56,8 @@ struct ModelSpec {
   bool tied_embeddings = false;
   NormKind norm = NormKind::kLayerNorm;
   PositionKind position = PositionKind::kLearned;
-  int max_seq = 0;             // learned position table size; 0 = unknown / not learned
+  int max_seq = 0;             // trained context length (the learned position table size for learned
+                               // positions, where it bounds seq); 0 = unknown
   std::vector<LayerGroup> groups;
 
   int num_layers() const;

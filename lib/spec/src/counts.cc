@@ -1,0 +1,136 @@
+// Parameter and FLOP counts from shapes (see counts.h for the conventions).
+//
+// Parameters per layer, with q = heads * head_dim and k = kv_heads * head_dim:
+//   self-attention   h*q (Q) + 2*h*k (K, V) + q*h (O), biases q + 2k + h
+//   cross-attention  the same again (T5 decoder: queries from the decoder, keys/values from the
+//                    encoder output, which has the same width)
+//   FFN gelu         2*h*f, biases f + h;  swiglu 3*h*f, biases 2f + h
+//   MoE              (experts + shared_experts) FFNs of size expert_ffn + a router h*experts
+//   norms            2 per layer (3 with cross-attention), each h weights, plus h biases when the
+//                    layer has biases (LayerNorm in GPT-2/GPT-3/BERT; RMSNorm and T5's norm have none)
+// Forward FLOPs for T = batch*seq tokens (one multiply-add = 2 FLOPs):
+//   qkv         2*T*h*(q + 2k)
+//   attn_scores 2*batch*seq*seq*q for Q.K^T plus the same for scores.V (no causal discount)
+//   attn_out    2*T*q*h
+//   ffn         2*T*h*f * (2 for gelu, 3 for swiglu), times (top_k + shared) experts for MoE
+//   router      2*T*h*experts
+// Biases, norms, softmax and activations are elementwise and left out of the FLOP count, as in
+// Narayanan et al. 2021 (Megatron-LM, appendix) and Kaplan et al. 2020 (table 1).
+#include "weft/spec/counts.h"
+
+namespace weft {
+
+namespace {
+
+double d(std::int64_t x) { return static_cast<double>(x); }
+
+double q_width(const LayerShape& s) { return static_cast<double>(s.heads) * s.head_dim; }
+double kv_width(const LayerShape& s) { return static_cast<double>(s.kv_heads) * s.head_dim; }
+
+int attention_blocks(const LayerShape& s) { return s.kind == LayerKind::kCrossDecoder ? 2 : 1; }
+int norms_per_layer(const LayerShape& s) { return s.kind == LayerKind::kCrossDecoder ? 3 : 2; }
+
+// Parameters of one FFN of width f (a dense FFN or one expert).
+double ffn_params(const LayerShape& s, std::int64_t f) {
+  const double h = d(s.hidden), ff = d(f);
+  if (s.ffn_kind == FfnKind::kSwiglu) return 3 * h * ff + (s.bias ? 2 * ff + h : 0);
+  return 2 * h * ff + (s.bias ? ff + h : 0);
+}
+
+// Forward FLOPs of one FFN of width f over `tokens` tokens.
+double ffn_flops(const LayerShape& s, std::int64_t f, double tokens) {
+  const double mats = s.ffn_kind == FfnKind::kSwiglu ? 3 : 2;
+  return 2 * tokens * d(s.hidden) * d(f) * mats;
+}
+
+double final_norms(const ModelSpec& m) {
+  // One final norm per stack: an encoder-decoder model has one after each.
+  bool enc = false, dec = false;
+  for (const auto& g : m.groups) {
+    if (g.shape.kind == LayerKind::kEncoder) enc = true; else dec = true;
+  }
+  const int stacks = (enc && dec) ? 2 : 1;
+  const double per = d(m.hidden) * (m.norm == NormKind::kLayerNorm ? 2 : 1);
+  return stacks * per;
+}
+
+}  // namespace
+
+LayerParams layer_params(const LayerShape& s) {
+  LayerParams p;
+  const double h = d(s.hidden), q = q_width(s), k = kv_width(s);
+  const double one_attention = h * q + 2 * h * k + q * h + (s.bias ? q + 2 * k + h : 0);
+  p.attention = attention_blocks(s) * one_attention;
+  if (s.moe.enabled()) {
+    p.ffn = (s.moe.experts + s.moe.shared_experts) * ffn_params(s, s.moe.expert_ffn) +
+            h * s.moe.experts;
+  } else {
+    p.ffn = ffn_params(s, s.ffn);
+  }
+  p.norms = norms_per_layer(s) * h * (s.bias ? 2 : 1);
+  return p;
+}
+
+double expert_params(const LayerShape& s) {
+  return s.moe.enabled() ? ffn_params(s, s.moe.expert_ffn) : 0.0;
+}
+
+double embedding_params(const ModelSpec& m) {
+  double p = d(m.vocab) * d(m.hidden);
+  if (m.position == PositionKind::kLearned) p += static_cast<double>(m.max_seq) * d(m.hidden);
+  return p + final_norms(m);
+}
+
+double lm_head_params(const ModelSpec& m) {
+  return m.tied_embeddings ? 0.0 : d(m.vocab) * d(m.hidden);
+}
+
+double total_params(const ModelSpec& m) {
+  double p = embedding_params(m) + lm_head_params(m);
+  for (const auto& g : m.groups) p += g.count * layer_params(g.shape).total();
+  return p;
+}
+
+double active_params(const ModelSpec& m) {
+  double p = embedding_params(m) + lm_head_params(m);
+  for (const auto& g : m.groups) {
+    const LayerShape& s = g.shape;
+    const LayerParams lp = layer_params(s);
+    double layer = lp.total();
+    if (s.moe.enabled()) {
+      // Only top_k routed experts run per token; the shared experts and the router always do.
+      layer -= (s.moe.experts - s.moe.top_k) * expert_params(s);
+    }
+    p += g.count * layer;
+  }
+  return p;
+}
+
+LayerFlops layer_forward_flops(const LayerShape& s, double batch, double seq) {
+  LayerFlops f;
+  const double tokens = batch * seq;
+  const double h = d(s.hidden), q = q_width(s), k = kv_width(s);
+  const int blocks = attention_blocks(s);
+  f.qkv = blocks * 2 * tokens * h * (q + 2 * k);
+  f.attn_scores = blocks * 2 * (2 * batch * seq * seq * q);
+  f.attn_out = blocks * 2 * tokens * q * h;
+  if (s.moe.enabled()) {
+    f.ffn = (s.moe.top_k + s.moe.shared_experts) * ffn_flops(s, s.moe.expert_ffn, tokens);
+    f.router = 2 * tokens * h * s.moe.experts;
+  } else {
+    f.ffn = ffn_flops(s, s.ffn, tokens);
+  }
+  return f;
+}
+
+double lm_head_forward_flops(const ModelSpec& m, double batch, double seq) {
+  return 2 * batch * seq * d(m.hidden) * d(m.vocab);
+}
+
+double model_step_flops(const ModelSpec& m, double global_batch, double seq) {
+  double fwd = lm_head_forward_flops(m, global_batch, seq);
+  for (const auto& g : m.groups) fwd += g.count * layer_forward_flops(g.shape, global_batch, seq).total();
+  return 3 * fwd;
+}
+
+}  // namespace weft

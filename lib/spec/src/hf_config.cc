@@ -1,0 +1,364 @@
+// Hugging Face config.json -> ModelSpec. The key names per family follow the transformers
+// configuration classes (LlamaConfig, MistralConfig, Qwen2Config, Qwen2MoeConfig, MixtralConfig,
+// GPT2Config, BertConfig, T5Config); the mapping is tabulated in docs/model-spec.md.
+#include "weft/spec/hf_config.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace weft {
+
+namespace {
+
+// Families weft reads. kGeneric is an unknown model_type that carries the Llama-style keys.
+enum class Family { kLlama, kMistral, kQwen2, kQwen2Moe, kMixtral, kDeepseek, kGpt2, kBert, kT5, kGeneric };
+
+const char* kKnownTypes =
+    "llama, mistral, qwen2, qwen2_moe, mixtral, deepseek_v2, deepseek_v3, gpt2, bert, roberta, t5, mt5";
+
+void warn(const std::string& msg) { std::fprintf(stderr, "weft: warning: %s\n", msg.c_str()); }
+
+// HF configs write "key": null for "use the default"; treat null like an absent key.
+bool present(const JsonObj& o, std::string_view key) {
+  return o.has(key) && !o.json().at(std::string(key)).is_null();
+}
+
+std::optional<long long> opt_int(const JsonObj& o, std::string_view key) {
+  if (!present(o, key)) return std::nullopt;
+  return o.integer(key);
+}
+
+long long positive(const JsonObj& o, std::string_view key) {
+  const long long v = o.integer(key);
+  if (v <= 0) o.fail(key, "must be positive, got " + std::to_string(v));
+  return v;
+}
+
+long long positive_or(const JsonObj& o, std::string_view key, long long dflt) {
+  return present(o, key) ? positive(o, key) : dflt;
+}
+
+bool bool_or(const JsonObj& o, std::string_view key, bool dflt) {
+  return present(o, key) ? o.boolean(key) : dflt;
+}
+
+std::string str_or(const JsonObj& o, std::string_view key, const std::string& dflt) {
+  return present(o, key) ? o.str(key) : dflt;
+}
+
+std::optional<Family> family_of(const std::string& t) {
+  if (t == "llama") return Family::kLlama;
+  if (t == "mistral") return Family::kMistral;
+  if (t == "qwen2") return Family::kQwen2;
+  if (t == "qwen2_moe") return Family::kQwen2Moe;
+  if (t == "mixtral") return Family::kMixtral;
+  if (t == "deepseek_v2" || t == "deepseek_v3") return Family::kDeepseek;
+  if (t == "gpt2") return Family::kGpt2;
+  if (t == "bert" || t == "roberta") return Family::kBert;
+  if (t == "t5" || t == "mt5") return Family::kT5;
+  return std::nullopt;
+}
+
+// "LlamaForCausalLM" -> "llama" for configs that name only the architecture.
+std::string type_from_architecture(const std::string& a) {
+  const std::pair<const char*, const char*> prefixes[] = {
+      {"Qwen2Moe", "qwen2_moe"}, {"Qwen2", "qwen2"},     {"Llama", "llama"},   {"Mistral", "mistral"},
+      {"Mixtral", "mixtral"},    {"DeepseekV3", "deepseek_v3"}, {"DeepseekV2", "deepseek_v2"},
+      {"GPT2", "gpt2"},          {"Bert", "bert"},       {"Roberta", "roberta"}, {"MT5", "mt5"},
+      {"T5", "t5"}};
+  for (const auto& [p, t] : prefixes) {
+    if (a.rfind(p, 0) == 0) return t;
+  }
+  return a;
+}
+
+std::string model_name(const JsonObj& o, const std::string& path, const std::string& type) {
+  std::string n = str_or(o, "_name_or_path", "");
+  if (!n.empty()) {
+    while (!n.empty() && n.back() == '/') n.pop_back();
+    const auto slash = n.find_last_of('/');
+    if (slash != std::string::npos) n = n.substr(slash + 1);
+    if (!n.empty()) return n;
+  }
+  // ".../Llama-2-7b-hf/config.json" -> "Llama-2-7b-hf"; ".../mistral.config.json" -> "mistral".
+  const auto slash = path.find_last_of('/');
+  const std::string base = slash == std::string::npos ? path : path.substr(slash + 1);
+  if (base == "config.json") {
+    if (slash != std::string::npos && slash > 0) {
+      const std::string dir = path.substr(0, slash);
+      const auto s2 = dir.find_last_of('/');
+      const std::string last = s2 == std::string::npos ? dir : dir.substr(s2 + 1);
+      if (!last.empty() && last != "." && last != "..") return last;
+    }
+    return type;
+  }
+  std::string stem = base;
+  for (const char* suffix : {".json", ".config"}) {
+    const std::string sfx = suffix;
+    if (stem.size() > sfx.size() && stem.compare(stem.size() - sfx.size(), sfx.size(), sfx) == 0)
+      stem.resize(stem.size() - sfx.size());
+  }
+  return stem.empty() ? type : stem;
+}
+
+int head_dim_of(const JsonObj& o, std::int64_t hidden, int heads, std::string_view hidden_key,
+                std::string_view heads_key) {
+  if (auto hd = opt_int(o, "head_dim")) {
+    if (*hd <= 0) o.fail("head_dim", "must be positive, got " + std::to_string(*hd));
+    return static_cast<int>(*hd);
+  }
+  if (hidden % heads != 0)
+    o.fail(hidden_key, std::to_string(hidden) + " is not divisible by " + std::string(heads_key) + " " +
+                           std::to_string(heads) + " (and no head_dim is given)");
+  return static_cast<int>(hidden / heads);
+}
+
+// Splits `layers` into groups of consecutive dense / MoE layers.
+void add_layer_runs(ModelSpec& m, int layers, const LayerShape& dense, const LayerShape& moe,
+                    const std::vector<bool>& is_moe) {
+  int i = 0;
+  while (i < layers) {
+    int j = i;
+    while (j < layers && is_moe[j] == is_moe[i]) ++j;
+    LayerGroup g;
+    const bool all_same = (i == 0 && j == layers);
+    g.name = all_same ? "decoder" : (is_moe[i] ? "decoder_moe" : "decoder_dense");
+    g.count = j - i;
+    g.shape = is_moe[i] ? moe : dense;
+    m.groups.push_back(std::move(g));
+    i = j;
+  }
+}
+
+// Llama, Mistral, Qwen2, Qwen2-MoE, Mixtral, DeepSeek and unknown decoders with the same keys.
+ModelSpec llama_like(const JsonObj& o, Family fam, const std::string& type) {
+  ModelSpec m;
+  m.vocab = positive(o, "vocab_size");
+  m.hidden = positive(o, "hidden_size");
+  const int layers = static_cast<int>(positive(o, "num_hidden_layers"));
+  LayerShape s;
+  s.kind = LayerKind::kDecoder;
+  s.hidden = m.hidden;
+  s.heads = static_cast<int>(positive(o, "num_attention_heads"));
+  s.kv_heads = static_cast<int>(positive_or(o, "num_key_value_heads", s.heads));
+  if (s.heads % s.kv_heads != 0)
+    o.fail("num_key_value_heads", std::to_string(s.kv_heads) + " does not divide num_attention_heads " +
+                                      std::to_string(s.heads));
+  if (present(o, "kv_lora_rank") && present(o, "v_head_dim") && !present(o, "head_dim")) {
+    // DeepSeek's latent attention has no single head width; the value head width sizes the output
+    // projection exactly and is the one used (see the warning below).
+    s.head_dim = static_cast<int>(positive(o, "v_head_dim"));
+  } else {
+    s.head_dim = head_dim_of(o, m.hidden, s.heads, "hidden_size", "num_attention_heads");
+  }
+  // Qwen2's attention always has Q/K/V biases (0.002 % of a 7B model) and no other biases; weft's
+  // single bias flag stays off for it. Llama-style configs say so with attention_bias / mlp_bias.
+  s.bias = bool_or(o, "attention_bias", false) || bool_or(o, "mlp_bias", false);
+  const std::string act = str_or(o, "hidden_act", "silu");
+  if (fam == Family::kGeneric) {
+    s.ffn_kind = (act == "silu" || act == "swish" || act == "swiglu") ? FfnKind::kSwiglu : FfnKind::kGelu;
+  } else {
+    s.ffn_kind = FfnKind::kSwiglu;  // gated MLP (gate, up, down) in every one of these families
+  }
+  m.norm = NormKind::kRmsNorm;
+  if (fam == Family::kGeneric && present(o, "layer_norm_eps") && !present(o, "rms_norm_eps"))
+    m.norm = NormKind::kLayerNorm;
+  m.position = PositionKind::kRope;
+  m.max_seq = static_cast<int>(opt_int(o, "max_position_embeddings").value_or(0));
+  const bool dflt_tied = fam == Family::kGeneric;  // transformers' PretrainedConfig default
+  m.tied_embeddings = bool_or(o, "tie_word_embeddings", dflt_tied);
+
+  LayerShape dense = s;
+  LayerShape moe = s;
+  std::vector<bool> is_moe(static_cast<size_t>(layers), false);
+
+  if (fam == Family::kMixtral || (fam == Family::kGeneric && present(o, "num_local_experts"))) {
+    dense.ffn = positive(o, "intermediate_size");
+    moe.moe.experts = static_cast<int>(positive(o, "num_local_experts"));
+    moe.moe.top_k = static_cast<int>(positive(o, "num_experts_per_tok"));
+    moe.moe.expert_ffn = dense.ffn;
+    std::fill(is_moe.begin(), is_moe.end(), true);
+  } else if (fam == Family::kQwen2Moe) {
+    dense.ffn = positive(o, "intermediate_size");
+    const long long experts = opt_int(o, "num_experts").value_or(0);
+    if (experts > 0) {
+      moe.moe.experts = static_cast<int>(experts);
+      moe.moe.top_k = static_cast<int>(positive(o, "num_experts_per_tok"));
+      moe.moe.expert_ffn = positive(o, "moe_intermediate_size");
+      const long long shared = opt_int(o, "shared_expert_intermediate_size").value_or(0);
+      if (shared % moe.moe.expert_ffn != 0)
+        o.fail("shared_expert_intermediate_size",
+               std::to_string(shared) + " is not a multiple of moe_intermediate_size " +
+                   std::to_string(moe.moe.expert_ffn) + " (weft models shared experts as whole experts)");
+      moe.moe.shared_experts = static_cast<int>(shared / moe.moe.expert_ffn);
+      const long long step = positive_or(o, "decoder_sparse_step", 1);
+      std::vector<bool> dense_only(static_cast<size_t>(layers), false);
+      if (present(o, "mlp_only_layers")) {
+        for (long long l : o.array_of_int("mlp_only_layers")) {
+          if (l < 0 || l >= layers)
+            o.fail("mlp_only_layers", "layer " + std::to_string(l) + " is outside 0.." + std::to_string(layers - 1));
+          dense_only[static_cast<size_t>(l)] = true;
+        }
+      }
+      for (int i = 0; i < layers; ++i) is_moe[i] = !dense_only[i] && (i + 1) % step == 0;
+    }
+  } else if (fam == Family::kDeepseek || (fam == Family::kGeneric && present(o, "n_routed_experts"))) {
+    dense.ffn = positive(o, "intermediate_size");
+    const long long experts = opt_int(o, "n_routed_experts").value_or(0);
+    if (experts > 0) {
+      moe.moe.experts = static_cast<int>(experts);
+      moe.moe.top_k = static_cast<int>(positive(o, "num_experts_per_tok"));
+      moe.moe.expert_ffn = positive(o, "moe_intermediate_size");
+      moe.moe.shared_experts = static_cast<int>(opt_int(o, "n_shared_experts").value_or(0));
+      const long long first_dense = opt_int(o, "first_k_dense_replace").value_or(0);
+      const long long freq = positive_or(o, "moe_layer_freq", 1);
+      for (int i = 0; i < layers; ++i) is_moe[i] = i >= first_dense && i % freq == 0;
+    }
+    if (present(o, "kv_lora_rank"))
+      warn(type + ": multi-head latent attention (kv_lora_rank) is costed as ordinary attention with " +
+           std::to_string(s.heads) + " heads of " + std::to_string(s.head_dim) + " and " +
+           std::to_string(s.kv_heads) + " key/value heads");
+  } else {
+    dense.ffn = positive(o, "intermediate_size");
+  }
+  if (moe.moe.enabled() && moe.moe.top_k > moe.moe.experts)
+    o.fail("num_experts_per_tok", std::to_string(moe.moe.top_k) + " is more than the " +
+                                      std::to_string(moe.moe.experts) + " experts");
+  add_layer_runs(m, layers, dense, moe, is_moe);
+  return m;
+}
+
+ModelSpec gpt2(const JsonObj& o) {
+  ModelSpec m;
+  m.vocab = positive(o, "vocab_size");
+  m.hidden = positive(o, "n_embd");
+  LayerGroup g;
+  g.name = "decoder";
+  g.count = static_cast<int>(positive(o, "n_layer"));
+  LayerShape& s = g.shape;
+  s.kind = LayerKind::kDecoder;
+  s.hidden = m.hidden;
+  s.heads = static_cast<int>(positive(o, "n_head"));
+  s.kv_heads = s.heads;
+  s.head_dim = head_dim_of(o, m.hidden, s.heads, "n_embd", "n_head");
+  s.ffn = positive_or(o, "n_inner", 4 * m.hidden);  // null means 4 * n_embd
+  s.ffn_kind = FfnKind::kGelu;
+  s.bias = true;
+  m.norm = NormKind::kLayerNorm;
+  m.position = PositionKind::kLearned;
+  if (present(o, "n_positions")) m.max_seq = static_cast<int>(positive(o, "n_positions"));
+  else m.max_seq = static_cast<int>(positive(o, "n_ctx"));
+  m.tied_embeddings = bool_or(o, "tie_word_embeddings", true);
+  m.groups.push_back(std::move(g));
+  return m;
+}
+
+ModelSpec bert(const JsonObj& o) {
+  ModelSpec m;
+  m.vocab = positive(o, "vocab_size");
+  m.hidden = positive(o, "hidden_size");
+  LayerGroup g;
+  g.name = "encoder";
+  g.count = static_cast<int>(positive(o, "num_hidden_layers"));
+  LayerShape& s = g.shape;
+  s.kind = LayerKind::kEncoder;
+  s.hidden = m.hidden;
+  s.heads = static_cast<int>(positive(o, "num_attention_heads"));
+  s.kv_heads = s.heads;
+  s.head_dim = head_dim_of(o, m.hidden, s.heads, "hidden_size", "num_attention_heads");
+  s.ffn = positive(o, "intermediate_size");
+  s.ffn_kind = FfnKind::kGelu;
+  s.bias = true;
+  m.norm = NormKind::kLayerNorm;
+  m.position = PositionKind::kLearned;
+  m.max_seq = static_cast<int>(positive(o, "max_position_embeddings"));
+  // The masked-LM decoder shares the word embeddings; token-type embeddings (type_vocab_size) and
+  // the pooler are not represented (about 0.3 % of BERT-large).
+  m.tied_embeddings = bool_or(o, "tie_word_embeddings", true);
+  m.groups.push_back(std::move(g));
+  return m;
+}
+
+ModelSpec t5(const JsonObj& o) {
+  ModelSpec m;
+  m.vocab = positive(o, "vocab_size");
+  m.hidden = positive(o, "d_model");
+  LayerShape s;
+  s.hidden = m.hidden;
+  s.heads = static_cast<int>(positive(o, "num_heads"));
+  s.kv_heads = s.heads;
+  s.head_dim = static_cast<int>(positive(o, "d_kv"));  // T5 sets it independently of d_model
+  s.ffn = positive(o, "d_ff");
+  // "relu" (T5 v1.0) or "gelu": two matrices; "gated-gelu" (T5 v1.1, mT5), "gated-silu": three.
+  const std::string proj = str_or(o, "feed_forward_proj", "relu");
+  const bool gated = proj.rfind("gated-", 0) == 0;
+  const std::string act = gated ? proj.substr(6) : proj;
+  if (act != "relu" && act != "gelu" && act != "gelu_new" && act != "silu")
+    o.fail("feed_forward_proj", "unknown value \"" + proj +
+                                    "\" (expected relu, gelu, gated-gelu, gated-relu or gated-silu)");
+  s.ffn_kind = gated ? FfnKind::kSwiglu : FfnKind::kGelu;
+  s.bias = false;
+  m.norm = NormKind::kRmsNorm;        // T5LayerNorm: scale only, no mean subtraction, no bias
+  m.position = PositionKind::kRelative;
+  m.max_seq = static_cast<int>(opt_int(o, "n_positions").value_or(0));
+  m.tied_embeddings = bool_or(o, "tie_word_embeddings", true);
+  const int enc = static_cast<int>(positive(o, "num_layers"));
+  const int dec = static_cast<int>(positive_or(o, "num_decoder_layers", enc));
+  LayerGroup e{"encoder", enc, s};
+  e.shape.kind = LayerKind::kEncoder;
+  LayerGroup d{"decoder", dec, s};
+  d.shape.kind = LayerKind::kCrossDecoder;
+  m.groups.push_back(std::move(e));
+  m.groups.push_back(std::move(d));
+  return m;
+}
+
+// The keys an unknown model_type must carry to be read as a Llama-style decoder.
+constexpr std::string_view kStandardKeys[] = {"hidden_size", "num_hidden_layers", "num_attention_heads",
+                                              "intermediate_size", "vocab_size"};
+
+}  // namespace
+
+bool is_hf_config(const Json& j) {
+  return j.is_object() && (j.contains("model_type") || j.contains("architectures"));
+}
+
+Result<ModelSpec> model_from_hf_config(const Json& j, const std::string& path) {
+  return catch_errors([&]() -> Result<ModelSpec> {
+    JsonObj o(j, path);
+    std::string type = str_or(o, "model_type", "");
+    if (type.empty()) {
+      if (!present(o, "architectures") || !o.json().at("architectures").is_array() ||
+          o.json().at("architectures").empty() || !o.json().at("architectures")[0].is_string())
+        o.fail("model_type", "missing, and no \"architectures\" list names the model class");
+      type = type_from_architecture(o.json().at("architectures")[0].get<std::string>());
+    }
+    std::optional<Family> fam = family_of(type);
+    if (!fam) {
+      for (auto key : kStandardKeys) {
+        if (!present(o, key))
+          o.fail(key, "missing: model_type \"" + type + "\" is not one weft knows (" + kKnownTypes +
+                          "), and it lacks the standard decoder key \"" + std::string(key) + "\"");
+      }
+      warn(path + ": model_type \"" + type + "\" is not one weft knows (" + kKnownTypes +
+           "); reading it as a Llama-style decoder from its standard keys");
+      fam = Family::kGeneric;
+    }
+    ModelSpec m;
+    switch (*fam) {
+      case Family::kGpt2: m = gpt2(o); break;
+      case Family::kBert: m = bert(o); break;
+      case Family::kT5: m = t5(o); break;
+      default: m = llama_like(o, *fam, type); break;
+    }
+    m.name = model_name(o, path, type);
+    Status st = validate(m);
+    if (!st.ok()) return st.error().with_context(path);
+    return m;
+  });
+}
+
+}  // namespace weft

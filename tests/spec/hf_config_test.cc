@@ -1,0 +1,198 @@
+// Hugging Face config.json import. The fixtures in tests/spec/data/ are the published config.json
+// files of the named checkpoints (unused keys kept, as users would pass them).
+#include "weft/spec/hf_config.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <string>
+
+#include "weft/spec/counts.h"
+#include "weft/spec/presets.h"
+
+namespace weft {
+namespace {
+
+const std::string kData = WEFT_SPEC_TEST_DATA;
+
+ModelSpec load(const std::string& file) {
+  Result<ModelSpec> r = load_model(kData + "/" + file);
+  if (!r.ok()) ADD_FAILURE() << file << ": " << r.error().message;
+  return r.ok() ? r.value() : ModelSpec{};
+}
+
+ModelSpec preset(const std::string& name) {
+  Result<ModelSpec> r = load_model(name);
+  if (!r.ok()) ADD_FAILURE() << name << ": " << r.error().message;
+  return r.ok() ? r.value() : ModelSpec{};
+}
+
+// The HF import and the preset describe the same model; only the name differs.
+void expect_same_as_preset(const std::string& file, const std::string& name) {
+  ModelSpec m = load(file);
+  m.name = name;
+  EXPECT_EQ(to_json(m).dump(), to_json(preset(name)).dump()) << file;
+  EXPECT_TRUE(m == preset(name)) << file;
+}
+
+TEST(HfConfig, DetectsConfigs) {
+  EXPECT_TRUE(is_hf_config(Json::parse(R"({"model_type": "llama"})")));
+  EXPECT_TRUE(is_hf_config(Json::parse(R"({"architectures": ["LlamaForCausalLM"]})")));
+  EXPECT_FALSE(is_hf_config(Json::parse(R"({"vocab": 1, "hidden": 8, "groups": []})")));
+  EXPECT_FALSE(is_hf_config(Json::parse("[1, 2]")));
+}
+
+TEST(HfConfig, LlamaMistralQwen2MixtralMatchPresets) {
+  expect_same_as_preset("llama-2-7b.config.json", "llama-2-7b");
+  expect_same_as_preset("llama-3-70b.config.json", "llama-3-70b");
+  expect_same_as_preset("mistral-7b.config.json", "mistral-7b");
+  expect_same_as_preset("qwen2-7b.config.json", "qwen2-7b");
+  expect_same_as_preset("mixtral-8x7b.config.json", "mixtral-8x7b");
+}
+
+TEST(HfConfig, BertAndT5MatchPresets) {
+  expect_same_as_preset("bert-large-uncased.config.json", "bert-large");
+  expect_same_as_preset("t5-large.config.json", "t5-large");
+}
+
+TEST(HfConfig, NameFromNameOrPathOrFile) {
+  EXPECT_EQ(load("llama-2-7b.config.json").name, "Llama-2-7b-hf");  // "_name_or_path"
+  EXPECT_EQ(load("mistral-7b.config.json").name, "mistral-7b");     // file name
+}
+
+TEST(HfConfig, Gpt2) {
+  const ModelSpec m = load("gpt2.config.json");
+  ASSERT_EQ(m.groups.size(), 1u);
+  const LayerShape& s = m.groups[0].shape;
+  EXPECT_EQ(m.hidden, 768);
+  EXPECT_EQ(m.vocab, 50257);
+  EXPECT_EQ(m.max_seq, 1024);
+  EXPECT_EQ(m.groups[0].count, 12);
+  EXPECT_EQ(s.heads, 12);
+  EXPECT_EQ(s.kv_heads, 12);
+  EXPECT_EQ(s.head_dim, 64);
+  EXPECT_EQ(s.ffn, 4 * 768);  // n_inner absent
+  EXPECT_EQ(s.ffn_kind, FfnKind::kGelu);
+  EXPECT_TRUE(s.bias);
+  EXPECT_TRUE(m.tied_embeddings);
+  EXPECT_EQ(m.norm, NormKind::kLayerNorm);
+  EXPECT_EQ(m.position, PositionKind::kLearned);
+  // gpt2 checkpoint: 124,439,808 parameters (GPT2Model; the LM head is tied).
+  EXPECT_DOUBLE_EQ(total_params(m), 124439808.0);
+}
+
+TEST(HfConfig, Gpt2InnerSizeAndNull) {
+  Json j = read_json_file(kData + "/gpt2.config.json");
+  j["n_inner"] = nullptr;  // null: the 4 * n_embd default
+  EXPECT_EQ(model_from_hf_config(j)->groups[0].shape.ffn, 3072);
+  j["n_inner"] = 2048;
+  EXPECT_EQ(model_from_hf_config(j)->groups[0].shape.ffn, 2048);
+}
+
+TEST(HfConfig, T5V11GatedGeluUntied) {
+  const ModelSpec m = load("t5-v1_1-large.config.json");
+  ASSERT_EQ(m.groups.size(), 2u);
+  EXPECT_EQ(m.groups[0].shape.kind, LayerKind::kEncoder);
+  EXPECT_EQ(m.groups[1].shape.kind, LayerKind::kCrossDecoder);
+  EXPECT_EQ(m.groups[0].shape.ffn_kind, FfnKind::kSwiglu);  // gated: three matrices
+  EXPECT_EQ(m.groups[0].shape.ffn, 2816);
+  EXPECT_FALSE(m.tied_embeddings);
+  EXPECT_EQ(m.position, PositionKind::kRelative);
+  // google/t5-v1_1-large: 783,150,080 parameters, of which 1,024 are relative-position tables.
+  EXPECT_LT(std::abs(total_params(m) - 783150080.0) / 783150080.0, 1e-4) << total_params(m);
+}
+
+TEST(HfConfig, T5DecoderLayersDefaultToEncoderLayers) {
+  Json j = read_json_file(kData + "/t5-large.config.json");
+  j["num_decoder_layers"] = 6;
+  const ModelSpec m = model_from_hf_config(j).value();
+  EXPECT_EQ(m.groups[0].count, 24);
+  EXPECT_EQ(m.groups[1].count, 6);
+}
+
+TEST(HfConfig, Qwen2MoeSharedExperts) {
+  const ModelSpec m = load("qwen1.5-moe-a2.7b.config.json");
+  ASSERT_EQ(m.groups.size(), 1u);
+  const MoeSpec& e = m.groups[0].shape.moe;
+  EXPECT_EQ(e.experts, 60);
+  EXPECT_EQ(e.top_k, 4);
+  EXPECT_EQ(e.expert_ffn, 1408);
+  EXPECT_EQ(e.shared_experts, 4);  // shared_expert_intermediate_size 5632 = 4 x 1408
+  // Qwen1.5-MoE-A2.7B: "14.3B parameters in total and 2.7B activated" (Qwen blog, 2024).
+  EXPECT_LT(std::abs(total_params(m) - 14.3e9) / 14.3e9, 0.005) << total_params(m);
+  EXPECT_LT(std::abs(active_params(m) - 2.7e9) / 2.7e9, 0.01) << active_params(m);
+}
+
+TEST(HfConfig, Qwen2MoeDenseLayersBecomeSeparateGroups) {
+  Json j = read_json_file(kData + "/qwen1.5-moe-a2.7b.config.json");
+  j["mlp_only_layers"] = {0, 1};
+  j["num_hidden_layers"] = 6;
+  j["decoder_sparse_step"] = 2;  // layers 1, 3, 5 sparse; 0 and 1 forced dense
+  const ModelSpec m = model_from_hf_config(j).value();
+  // Layers: 0 dense, 1 dense, 2 dense, 3 moe, 4 dense, 5 moe.
+  ASSERT_EQ(m.groups.size(), 4u);
+  EXPECT_EQ(m.groups[0].count, 3);
+  EXPECT_FALSE(m.groups[0].shape.moe.enabled());
+  EXPECT_EQ(m.groups[0].shape.ffn, 5632);
+  EXPECT_EQ(m.groups[1].count, 1);
+  EXPECT_TRUE(m.groups[1].shape.moe.enabled());
+  EXPECT_EQ(m.groups[2].count, 1);
+  EXPECT_EQ(m.groups[3].count, 1);
+  EXPECT_EQ(m.num_layers(), 6);
+}
+
+TEST(HfConfig, DeepseekStyleFirstDenseLayers) {
+  Json j = read_json_file(kData + "/llama-2-7b.config.json");
+  j["model_type"] = "deepseek_v2";
+  j["n_routed_experts"] = 64;
+  j["n_shared_experts"] = 2;
+  j["num_experts_per_tok"] = 6;
+  j["moe_intermediate_size"] = 1408;
+  j["first_k_dense_replace"] = 1;
+  j["kv_lora_rank"] = 512;  // latent attention: costed as plain attention, with a warning
+  j["v_head_dim"] = 96;
+  testing::internal::CaptureStderr();
+  const ModelSpec m = model_from_hf_config(j).value();
+  const std::string err = testing::internal::GetCapturedStderr();
+  EXPECT_NE(err.find("kv_lora_rank"), std::string::npos) << err;
+  EXPECT_EQ(m.groups[0].shape.head_dim, 96);
+  ASSERT_EQ(m.groups.size(), 2u);
+  EXPECT_EQ(m.groups[0].count, 1);
+  EXPECT_EQ(m.groups[0].shape.ffn, 11008);
+  EXPECT_EQ(m.groups[1].count, 31);
+  EXPECT_EQ(m.groups[1].shape.moe.experts, 64);
+  EXPECT_EQ(m.groups[1].shape.moe.shared_experts, 2);
+  EXPECT_EQ(m.groups[1].shape.moe.top_k, 6);
+}
+
+TEST(HfConfig, ArchitecturesWithoutModelType) {
+  Json j = read_json_file(kData + "/mistral-7b.config.json");
+  j.erase("model_type");
+  ModelSpec m = model_from_hf_config(j).value();
+  m.name = "mistral-7b";
+  EXPECT_TRUE(m == preset("mistral-7b"));
+}
+
+TEST(HfConfig, HeadDimKeyOverridesHiddenOverHeads) {
+  Json j = read_json_file(kData + "/mistral-7b.config.json");
+  j["head_dim"] = 96;
+  EXPECT_EQ(model_from_hf_config(j)->groups[0].shape.head_dim, 96);
+}
+
+TEST(HfConfig, UnknownTypeWithStandardKeysIsADecoderWithWarning) {
+  testing::internal::CaptureStderr();
+  const ModelSpec m = load("unknown-decoder.config.json");
+  const std::string err = testing::internal::GetCapturedStderr();
+  EXPECT_NE(err.find("warning"), std::string::npos) << err;
+  EXPECT_NE(err.find("example_lm"), std::string::npos) << err;
+  ASSERT_EQ(m.groups.size(), 1u);
+  EXPECT_EQ(m.groups[0].shape.kind, LayerKind::kDecoder);
+  EXPECT_EQ(m.groups[0].shape.ffn_kind, FfnKind::kSwiglu);  // hidden_act silu
+  EXPECT_EQ(m.groups[0].shape.kv_heads, 4);
+  EXPECT_EQ(m.norm, NormKind::kRmsNorm);
+  // The fixture is TinyLlama-1.1B's shape under another name: 1,100,048,384 parameters.
+  EXPECT_DOUBLE_EQ(total_params(m), 1100048384.0);
+}
+
+}  // namespace
+}  // namespace weft
