@@ -3,6 +3,7 @@
 
 #include <memory>
 
+#include "weft/cost/collectives.h"
 #include "weft/cost/cost_model.h"
 
 namespace weft {
@@ -17,6 +18,10 @@ struct AnalyticOptions {
   bool flash_attention = true;      // activations without the s^2 score matrix
   bool overlap_grad_sync = true;    // DP / ZeRO gradient traffic overlaps backward
   double runtime_overhead_gib = 0;  // 0 = the documented default (CUDA context + allocator)
+  // Host (CPU) time of an eager framework launching each layer's operators; a layer phase costs
+  // max(GPU time, host time) (docs/cost-model.md §4). Off: GPU time only.
+  bool framework_overhead = true;
+  CollectiveOptions comm;           // collective call latency and link efficiencies
 };
 
 class AnalyticCostModel : public CostModel {

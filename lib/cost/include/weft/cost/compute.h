@@ -1,0 +1,55 @@
+// Kernel-level time model of one GPU (docs/cost-model.md §2): GEMMs with tile, wave and K-loop
+// quantisation under a roofline, memory-bound kernels at the achievable HBM bandwidth.
+//
+// GEMM C[M,N] += A[M,K] B[K,N] (times `batch` for batched GEMMs). For each candidate thread-block
+// tile (Tm x Tn) and split-K factor, the kernel runs ceil(M/Tm)*ceil(N/Tn)*batch*splitk tiles in
+// waves of one tile per SM; each tile costs (ceil(K/splitk/32)*32 + K0) k-steps, K0 = 96 being the
+// software-pipeline fill and the epilogue; small tiles pay for their lower operand reuse. The
+// fastest candidate under max(compute, HBM traffic) is taken, as the library's heuristic would.
+// The throughput of one fully used tile is set so that the model reproduces the measured maximum
+// achievable matmul throughput (MAMF) of the GPU at the shape it was measured at.
+//
+// Pure value type; thread-safe; no allocation.
+#pragma once
+
+#include <string>
+
+#include "weft/core/units.h"
+#include "weft/spec/cluster.h"
+
+namespace weft {
+
+// Figures of a GPU that are not in GpuSpec, looked up by name (docs/cost-model.md §2 sources).
+struct GpuTraits {
+  int sms = 108;                 // streaming multiprocessors
+  double mamf_fraction = 0.80;   // measured max achievable matmul TFLOP/s / dense peak
+  double mamf_m = 8192, mamf_n = 8192, mamf_k = 8192;  // shape the MAMF was measured at
+  bool measured = false;         // false: the defaults above (no published measurement)
+};
+GpuTraits gpu_traits(const GpuSpec& gpu);
+
+class KernelModel {
+ public:
+  // Compute dtype: GEMMs run at gpu.peak(dtype) (fp8 falls back to bf16 when the GPU has no fp8
+  // rate); operands are stored in dtype_bytes(dtype).
+  KernelModel(const GpuSpec& gpu, DType dtype);
+
+  // One (batched) GEMM.
+  Seconds gemm(double m, double n, double k, double batch = 1) const;
+  // Achieved fraction of dense peak of that GEMM (for reports and tests).
+  double gemm_efficiency(double m, double n, double k, double batch = 1) const;
+  // A kernel bound by HBM traffic: bytes read + written.
+  Seconds memory(Bytes moved) const;
+  // Compute-bound kernel of `flops` at fraction `efficiency` of peak (fused attention).
+  Seconds flops(double flops, double efficiency) const;
+
+  double peak_flops() const { return peak_; }          // FLOP/s
+  double hbm_bytes_per_s() const { return hbm_; }      // achievable, B/s
+  double elem_bytes() const { return elem_; }
+
+ private:
+  double peak_ = 0, hbm_ = 0, elem_ = 2, tile_rate_ = 1;
+  int sms_ = 108;
+};
+
+}  // namespace weft

@@ -1,0 +1,117 @@
+#include "weft/cost/compute.h"
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <cstring>
+
+namespace weft {
+
+namespace {
+
+// Achievable fraction of the HBM peak for streaming kernels: measured copies reach 90.6% and
+// read-read-write kernels 91.4% of peak (docs/cost-model.md §2).
+constexpr double kHbmEfficiency = 0.90;
+// K-loop granularity and fixed cost of one tile in k-steps: a multistage (3-4 stage) cp.async
+// pipeline issues its first loads before the first MMA, and the epilogue converts and writes the
+// Tm x Tn outputs; together about three 32-wide k-steps (CUTLASS sm80 defaults).
+constexpr double kKStep = 32;
+constexpr double kKFixed = 96;
+// Operand reuse needed to keep the tensor cores busy from L2: A100 does 1024 dense fp16 FMA per
+// clock per SM and its L2 delivers 5120 B/clock to 108 SMs (A100 whitepaper), i.e. 23.7 fp16
+// elements per clock per SM, so a tile needs Tm*Tn/(Tm+Tn) >= 1024/23.7 = 43.2 FMA per loaded
+// element; smaller tiles run at the ratio.
+constexpr double kReuseNeeded = 43.2;
+// GPU-side cost of one kernel launch on a busy stream (back-to-back kernels), a floor per kernel.
+constexpr double kKernelFloorUs = 2.0;
+
+struct Tile {
+  double m, n;
+};
+constexpr Tile kTiles[] = {{256, 128}, {128, 256}, {128, 128}, {128, 64}, {64, 128}, {64, 64}};
+constexpr double kSplitK[] = {1, 2, 4, 8, 16};
+
+// Case-insensitive substring test (no allocation: layer() builds a KernelModel per call).
+bool has(const std::string& s, const char* part) {
+  const size_t n = std::strlen(part);
+  for (size_t i = 0; i + n <= s.size(); ++i) {
+    size_t j = 0;
+    while (j < n && std::tolower(static_cast<unsigned char>(s[i + j])) == part[j]) ++j;
+    if (j == n) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+GpuTraits gpu_traits(const GpuSpec& gpu) {
+  // SM counts: NVIDIA architecture whitepapers. MAMF: measured bf16 matmul maxima and the shapes
+  // they were found at (S. Bekman, "Machine Learning Engineering", compute/accelerator, MAMF table).
+  const std::string& n = gpu.name;
+  GpuTraits t;
+  if (has(n, "a100")) {
+    t = {108, 0.859, 6912, 16384, 2048, true};     // A100 SXM: 267.9 of 312 TFLOP/s
+  } else if (has(n, "gh200")) {
+    t = {132, 0.830, 11264, 19712, 1536, true};    // GH200: 821.0 of 989
+  } else if (has(n, "h100") || has(n, "h200")) {
+    t = {132, 0.801, 6144, 17920, 2816, true};     // H100 SXM: 792.1 of 989 (H200: same die)
+  } else if (has(n, "b200")) {
+    t.sms = 148;                                   // 2 x 74 SMs; no published MAMF: default
+  } else if (has(n, "v100")) {
+    t.sms = 80;
+  }
+  return t;
+}
+
+KernelModel::KernelModel(const GpuSpec& gpu, DType dtype) {
+  peak_ = gpu.peak(dtype).value();
+  if (peak_ <= 0 && dtype == DType::kFp8) peak_ = gpu.peak(DType::kBf16).value();
+  hbm_ = gpu.hbm_gbps * 1e9 * kHbmEfficiency;
+  elem_ = dtype_bytes(dtype);
+  const GpuTraits t = gpu_traits(gpu);
+  sms_ = t.sms;
+  tile_rate_ = 1.0;
+  // Calibrate: at the MAMF shape the model must achieve the measured fraction of peak.
+  const double e = gemm_efficiency(t.mamf_m, t.mamf_n, t.mamf_k);
+  if (e > 0) tile_rate_ = t.mamf_fraction / e;
+}
+
+Seconds KernelModel::gemm(double m, double n, double k, double batch) const {
+  if (m <= 0 || n <= 0 || k <= 0 || batch <= 0 || peak_ <= 0) return Seconds(0);
+  const double per_sm = peak_ / sms_ * tile_rate_;  // FLOP/s of one SM running a full-reuse tile
+  double best = 1e300;
+  for (const Tile& tile : kTiles) {
+    const double reuse = std::min(1.0, tile.m * tile.n / (tile.m + tile.n) / kReuseNeeded);
+    const double mn_tiles = std::ceil(m / tile.m) * std::ceil(n / tile.n) * batch;
+    for (double sk : kSplitK) {
+      if (sk > 1 && (k / sk < 128 || mn_tiles * (sk / 2) >= sms_)) break;
+      const double tiles = mn_tiles * sk;
+      const double waves = std::ceil(tiles / sms_);
+      const double ksteps = std::ceil(k / sk / kKStep) * kKStep + kKFixed;
+      const double t_compute = waves * (2.0 * tile.m * tile.n * ksteps) / (per_sm * reuse);
+      double bytes = elem_ * batch * (m * k + k * n + m * n);
+      if (sk > 1) bytes += 8.0 * sk * m * n * batch;  // fp32 partial sums written and re-read
+      const double t_mem = hbm_ > 0 ? bytes / hbm_ : 0;
+      best = std::min(best, std::max(t_compute, t_mem));
+    }
+  }
+  return Seconds(std::max(best, kKernelFloorUs * 1e-6));
+}
+
+double KernelModel::gemm_efficiency(double m, double n, double k, double batch) const {
+  const Seconds t = gemm(m, n, k, batch);
+  if (t.value() <= 0) return 0;
+  return 2.0 * m * n * k * batch / t.value() / peak_;
+}
+
+Seconds KernelModel::memory(Bytes moved) const {
+  if (moved.value() <= 0 || hbm_ <= 0) return Seconds(0);
+  return Seconds(std::max(moved.value() / hbm_, kKernelFloorUs * 1e-6));
+}
+
+Seconds KernelModel::flops(double f, double efficiency) const {
+  if (f <= 0 || peak_ <= 0 || efficiency <= 0) return Seconds(0);
+  return Seconds(std::max(f / (peak_ * efficiency), kKernelFloorUs * 1e-6));
+}
+
+}  // namespace weft

@@ -1,0 +1,89 @@
+#include "weft/cost/memory.h"
+
+#include <algorithm>
+
+namespace weft {
+
+StateBytes state_bytes_per_param(DType dtype) {
+  switch (dtype) {
+    case DType::kFp32:
+    case DType::kTf32: return {4, 4, 8};
+    case DType::kFp16: return {2, 2, 12};
+    case DType::kBf16:
+    case DType::kFp8: return {2, 4, 12};
+  }
+  return {2, 4, 12};
+}
+
+StateBytes sharded_state_bytes(DType dtype, int zero, int shard) {
+  StateBytes b = state_bytes_per_param(dtype);
+  const double n = std::max(1, shard);
+  if (zero >= 1) b.optimizer /= n;
+  if (zero >= 2) b.grads /= n;
+  if (zero >= 3) b.weights /= n;
+  return b;
+}
+
+Bytes layer_activation_bytes(const LayerShape& s, const LayerStrategy& st, const ActivationOptions& o) {
+  const double t = std::max(1, st.tp), u = std::max(1, st.ulysses), cp = std::max(1, st.cp);
+  const double e = o.elem_bytes;
+  const double h = static_cast<double>(s.hidden);
+  const double q = static_cast<double>(s.heads) * s.head_dim;
+  const double kv = static_cast<double>(s.kv_heads) * s.head_dim;
+  // Tokens of this device outside attention (sequence split by Ulysses and context parallelism).
+  const double tokens = o.samples * o.seq / (u * cp);
+  // Tensors the tensor-parallel ranks hold in full unless sequence parallelism splits them.
+  const double rep = st.sp ? 1.0 / t : 1.0;
+  const double mask = o.dropout ? 1.0 : 0.0;
+
+  if (st.recompute == Recompute::kFull) return Bytes(e * tokens * h * rep);
+
+  // Attention block: norm input and output, Q, K, V, the output projection's input, the
+  // post-attention dropout mask; without flash attention the s x s softmax output, its dropout
+  // mask and dropped output (per local head: heads / (t*u), queries s/cp, keys s).
+  const double heads_local = static_cast<double>(s.heads) / (t * u);
+  const double scores = o.samples * heads_local * (o.seq / cp) * o.seq;
+  double attn = e * tokens * h * rep * 2 + e * tokens * (q + 2 * kv) / t + e * tokens * q / t +
+                mask * tokens * h * rep;
+  const bool keep_core = st.recompute == Recompute::kNone;
+  if (o.flash_attention) {
+    attn += 4.0 * o.samples * heads_local * (o.seq / cp);  // fp32 log-sum-exp per query and head
+  } else if (keep_core) {
+    attn += (e + mask + (o.dropout ? e : 0.0)) * scores;
+  }
+  if (s.kind == LayerKind::kCrossDecoder) attn *= 2;  // self- and cross-attention blocks
+
+  // FFN block: norm input, FC1 input, activation inputs, the down projection's input, dropout mask.
+  double ffn = e * tokens * h * rep * 2 + mask * tokens * h * rep;
+  const double inner_mats = s.ffn_kind == FfnKind::kSwiglu ? 3.0 : 2.0;  // (gate, up,) down input
+  if (s.moe.enabled()) {
+    const double routed = tokens * s.moe.top_k;
+    const double ef = static_cast<double>(s.moe.expert_ffn);
+    ffn += 4.0 * tokens * s.moe.experts * rep;            // fp32 router logits
+    ffn += e * routed * h * rep;                           // dispatched token copies
+    ffn += inner_mats * e * routed * ef / t;
+    ffn += inner_mats * e * tokens * s.moe.shared_experts * ef / t;
+  } else {
+    ffn += inner_mats * e * tokens * static_cast<double>(s.ffn) / t;
+  }
+  return Bytes(attn + ffn);
+}
+
+double micro_batches_in_flight(const TrainSettings& t, int stage) {
+  const int m = std::max(1, t.micro_batches);
+  const int pp = std::max(1, t.pp);
+  const int g = stage % pp;
+  switch (t.schedule) {
+    case Schedule::kGpipe: return m;
+    case Schedule::k1F1B: return std::min(m, pp - g);
+    case Schedule::kInterleaved: {
+      const int v = std::max(1, t.vp);
+      if (v == 1) return std::min(m, pp - g);
+      const int chunks = std::min(m * v, 2 * (pp - g - 1) + (v - 1) * pp + 1);
+      return static_cast<double>(chunks) / v;
+    }
+  }
+  return std::min(m, pp - g);
+}
+
+}  // namespace weft

@@ -1,0 +1,266 @@
+// AnalyticCostModel: memory against hand derivations, monotonicity of the trade-offs, the
+// pipeline step formula on hand-made stage sums (docs/cost-model.md).
+#include "weft/cost/analytic.h"
+
+#include <gtest/gtest.h>
+
+#include "weft/cost/estimate.h"
+#include "weft/spec/counts.h"
+#include "weft/spec/presets.h"
+
+namespace weft {
+namespace {
+
+struct Bench {
+  ModelSpec model;
+  ClusterSpec cluster;
+  TrainSettings train;
+
+  Bench(const std::string& m, const std::string& c, int nodes = 1) {
+    auto mm = load_model(m);
+    auto cc = load_cluster(c);
+    EXPECT_TRUE(mm.ok()) << (mm.ok() ? "" : mm.error().message);
+    EXPECT_TRUE(cc.ok()) << (cc.ok() ? "" : cc.error().message);
+    model = *mm;
+    cluster = *cc;
+    cluster.nodes = nodes;
+    train.seq = 4096;
+    train.global_batch = 8;
+    train.micro_batches = 8;
+    train.pp = 1;
+    train.dtype = DType::kBf16;
+  }
+  LayerContext layer(int i, int stage = 0, int stages = 1) const {
+    LayerContext ctx;
+    ctx.model = &model;
+    ctx.cluster = &cluster;
+    ctx.train = train;
+    ctx.stage = stage;
+    ctx.num_stages = stages;
+    ctx.stage_size = cluster.total_gpus() / train.pp;
+    ctx.layer = i;
+    return ctx;
+  }
+  StageContext stage(int s, int stages) const {
+    StageContext ctx = layer(0, s, stages);
+    return ctx;
+  }
+};
+
+LayerStrategy strat(int tp, int dp, int zero = 0, Recompute rc = Recompute::kNone, bool sp = false) {
+  LayerStrategy s;
+  s.tp = tp;
+  s.dp = dp;
+  s.zero = zero;
+  s.recompute = rc;
+  s.sp = sp;
+  return s;
+}
+
+double states(const MemoryBreakdown& m) { return (m.weights + m.grads + m.optimizer).value(); }
+
+// Llama-2-7B per GPU, hand derivation: a layer has 4h^2 + 3*h*f = 202,375,168 matrix parameters
+// (h 4096, f 11008) split by tp, plus 2*4096 RMSNorm weights kept whole; the embedding and the
+// untied LM head each 32000*4096 split by tp; the final norm 4096.
+double llama7b_local_params(int tp) {
+  return 32 * (202375168.0 / tp + 8192) + 2 * 32000.0 * 4096 / tp + 4096;
+}
+
+double model_states(const Bench& s, const AnalyticCostModel& cm, const LayerStrategy& st) {
+  double total = 0;
+  for (int i = 0; i < s.model.num_layers(); ++i) total += states(cm.layer(s.layer(i), st).memory);
+  return total + states(cm.stage_extra(s.stage(0, 1), st).memory);
+}
+
+TEST(AnalyticMemory, Llama7bStatesTp8) {
+  Bench s("llama-2-7b", "a100-80gb");
+  const AnalyticCostModel cm;
+  // bf16 mixed precision Adam: 2 (weights) + 4 (fp32 main grads) + 12 (master, m, v) = 18 B/param
+  EXPECT_NEAR(model_states(s, cm, strat(8, 1)), 18 * llama7b_local_params(8), 1.0);
+}
+
+TEST(AnalyticMemory, Llama7bStatesTp2Zero1) {
+  Bench s("llama-2-7b", "a100-80gb");
+  const AnalyticCostModel cm;
+  // ZeRO-1 over dp 4: 2 + 4 + 12/4 = 9 B/param
+  EXPECT_NEAR(model_states(s, cm, strat(2, 4, 1)), 9 * llama7b_local_params(2), 1.0);
+  // ZeRO-3: everything / 4
+  EXPECT_NEAR(model_states(s, cm, strat(2, 4, 3)), 18.0 / 4 * llama7b_local_params(2), 1.0);
+}
+
+TEST(AnalyticMemory, MoreTensorParallelLessMemory) {
+  Bench s("llama-2-7b", "a100-80gb");
+  s.train.global_batch = 16;
+  s.train.micro_batches = 2;
+  const AnalyticCostModel cm;
+  // at a fixed data-parallel degree (the same samples per device)
+  double prev = 1e300;
+  for (int tp : {1, 2, 4, 8}) {
+    const double mem = cm.layer(s.layer(0), strat(tp, 1)).memory.total().value();
+    EXPECT_LT(mem, prev) << "tp " << tp;
+    prev = mem;
+  }
+}
+
+TEST(AnalyticMemory, SequenceParallelAndZeroReduceMemory) {
+  Bench s("llama-2-7b", "a100-80gb");
+  const AnalyticCostModel cm;
+  EXPECT_LT(cm.layer(s.layer(0), strat(4, 2, 0, Recompute::kNone, true)).memory.activations,
+            cm.layer(s.layer(0), strat(4, 2)).memory.activations);
+  double prev = 1e300;
+  for (int z = 0; z <= 3; ++z) {
+    const double m = states(cm.layer(s.layer(0), strat(1, 8, z)).memory);
+    EXPECT_LT(m, prev) << "zero " << z;
+    prev = m;
+  }
+}
+
+TEST(AnalyticRecompute, LessActivationMoreTime) {
+  Bench s("gpt3-13b", "a100-80gb");
+  s.train.seq = 2048;
+  AnalyticOptions o;
+  o.flash_attention = false;  // so that selective recompute has s x s tensors to drop
+  const AnalyticCostModel cm(o);
+  const LayerCost none = cm.layer(s.layer(0), strat(2, 4, 0, Recompute::kNone));
+  const LayerCost sel = cm.layer(s.layer(0), strat(2, 4, 0, Recompute::kSelective));
+  const LayerCost full = cm.layer(s.layer(0), strat(2, 4, 0, Recompute::kFull));
+  EXPECT_LT(sel.memory.activations, none.memory.activations);
+  EXPECT_LT(full.memory.activations, sel.memory.activations);
+  EXPECT_GT(sel.bwd, none.bwd);
+  EXPECT_GT(full.bwd, sel.bwd);
+  EXPECT_EQ(none.fwd, full.fwd);
+  EXPECT_GT(full.time.recompute.value(), 0.0);
+}
+
+TEST(AnalyticTime, ComputeNotFasterThanPeak) {
+  Bench s("llama-2-7b", "a100-80gb");
+  AnalyticOptions o;
+  o.framework_overhead = false;
+  const AnalyticCostModel cm(o);
+  const LayerCost c = cm.layer(s.layer(0), strat(1, 8));
+  const double samples = 1.0 / 8;  // one sample per micro-batch (8 micro-batches of 8) over dp 8
+  const double flops = layer_forward_flops(s.model.layer(0), samples, s.train.seq).total();
+  EXPECT_GT(c.fwd.value(), flops / 312e12);
+  EXPECT_GT(c.bwd.value(), 2 * flops / 312e12 * 0.5);  // causal flash halves the attention work
+}
+
+TEST(AnalyticTime, TensorParallelAcrossNodesCostsMore) {
+  Bench one("gpt3-175b", "a100-80gb", 1), two("gpt3-175b", "a100-80gb", 2);
+  one.train.seq = two.train.seq = 2048;
+  one.train.global_batch = two.train.global_batch = 1;
+  one.train.micro_batches = two.train.micro_batches = 1;
+  const AnalyticCostModel cm;
+  const double tp8 = cm.layer(one.layer(0), strat(8, 1)).time.tp_comm.value();
+  const double tp16 = cm.layer(two.layer(0), strat(16, 1)).time.tp_comm.value();
+  EXPECT_GT(tp16, 1.1 * tp8);
+}
+
+TEST(AnalyticTime, Fp8ComputeFasterOnH100) {
+  Bench s("llama-2-70b", "h100-80gb");
+  AnalyticOptions o;
+  o.framework_overhead = false;
+  const AnalyticCostModel cm(o);
+  Bench s8 = s;
+  s8.train.dtype = DType::kFp8;
+  const LayerCost bf = cm.layer(s.layer(0), strat(8, 1));
+  const LayerCost f8 = cm.layer(s8.layer(0), strat(8, 1));
+  EXPECT_LT(f8.time.compute, bf.time.compute);
+  EXPECT_EQ(f8.memory.weights, bf.memory.weights);  // bf16 storage
+}
+
+TEST(AnalyticTime, HostOverheadBoundsTinyLayers) {
+  Bench s("gpt3-1.3b", "a100-80gb");
+  s.train.seq = 128;
+  s.train.global_batch = 8;
+  AnalyticOptions on, off;
+  off.framework_overhead = false;
+  const LayerCost a = AnalyticCostModel(on).layer(s.layer(0), strat(8, 1));
+  const LayerCost b = AnalyticCostModel(off).layer(s.layer(0), strat(8, 1));
+  EXPECT_GT(a.fwd, b.fwd);
+  // 21 + 1 operators, ... at 7 us and Functions at 20 us: at least 0.3 ms per forward
+  EXPECT_GT(a.fwd.value(), 3e-4);
+}
+
+TEST(AnalyticStep, OneFOneBByHand) {
+  AnalyticOptions o;
+  o.overlap_grad_sync = false;
+  const AnalyticCostModel cm(o);
+  TrainSettings t;
+  t.pp = 2;
+  t.micro_batches = 4;
+  t.schedule = Schedule::k1F1B;
+  std::vector<StageSums> st(2);
+  for (auto& s : st) {
+    s.fwd = Seconds(1);
+    s.bwd = Seconds(2);
+  }
+  // (m + p - 1) * (f + b) = 5 * 3
+  EXPECT_DOUBLE_EQ(cm.step(t, st).step_time.value(), 15.0);
+  EXPECT_DOUBLE_EQ(cm.step(t, st).time.bubble.value(), 3.0);
+  t.schedule = Schedule::kGpipe;
+  EXPECT_DOUBLE_EQ(cm.step(t, st).step_time.value(), 15.0);
+  // an unbalanced pipeline runs at its slowest stage: (m - 1) * 4 + (4 + 3)
+  st[1].bwd = Seconds(3);
+  t.schedule = Schedule::k1F1B;
+  EXPECT_DOUBLE_EQ(cm.step(t, st).step_time.value(), 3 * 4 + 7.0);
+}
+
+TEST(AnalyticStep, InterleavedDividesBubble) {
+  const AnalyticCostModel cm;
+  TrainSettings t;
+  t.pp = 2;
+  t.vp = 2;
+  t.micro_batches = 4;
+  t.schedule = Schedule::kInterleaved;
+  std::vector<StageSums> st(4);
+  for (auto& s : st) {
+    s.fwd = Seconds(0.5);
+    s.bwd = Seconds(1);
+  }
+  // m * T + (p - 1) * T / v with T = 3 per device group
+  EXPECT_DOUBLE_EQ(cm.step(t, st).step_time.value(), 4 * 3 + 3.0 / 2);
+}
+
+TEST(AnalyticStep, GradientSyncExposure) {
+  TrainSettings t;
+  t.pp = 1;
+  t.micro_batches = 4;
+  std::vector<StageSums> st(1);
+  st[0].fwd = Seconds(1);
+  st[0].bwd = Seconds(2);
+  st[0].grad_sync = Seconds(1.5);
+  st[0].optimizer = Seconds(0.25);
+  AnalyticOptions no;
+  no.overlap_grad_sync = false;
+  EXPECT_DOUBLE_EQ(AnalyticCostModel(no).step(t, st).step_time.value(), 12 + 1.5 + 0.25);
+  // overlapped with the last backward (2 s): hidden, but that backward slows by (1.1256-1)*1.5
+  AnalyticOptions yes;
+  EXPECT_NEAR(AnalyticCostModel(yes).step(t, st).step_time.value(), 12 + 0.1256 * 1.5 + 0.25, 1e-12);
+  st[0].grad_sync = Seconds(3);  // longer than the backward: 1 s exposed
+  EXPECT_NEAR(AnalyticCostModel(yes).step(t, st).step_time.value(), 12 + 0.1256 * 2 + 1 + 0.25, 1e-12);
+}
+
+TEST(AnalyticLayout, TransitionAndP2p) {
+  Bench s("llama-2-7b", "a100-80gb");
+  const AnalyticCostModel cm;
+  const LayerContext ctx = s.layer(1);
+  EXPECT_EQ(cm.transition(ctx, strat(2, 4), strat(2, 4)).value(), 0.0);
+  // tp2 (replicated activations) -> dp2: slicing is free, the gradient must be gathered back
+  const double t = cm.transition(ctx, strat(8, 1), strat(4, 2)).value();
+  EXPECT_GT(t, 0.0);
+  // p2p: one stage -> nothing; a boundary between nodes is slower than inside one
+  EXPECT_EQ(cm.p2p(s.stage(0, 1), strat(8, 1)).value(), 0.0);
+  Bench a("llama-2-7b", "a100-80gb"), b("llama-2-7b", "a100-80gb");
+  a.train.pp = b.train.pp = 2;
+  b.cluster.gpus_per_node = 4;
+  b.cluster.nodes = 2;
+  EXPECT_LT(cm.p2p(a.stage(0, 2), strat(4, 1)), cm.p2p(b.stage(0, 2), strat(4, 1)));
+}
+
+TEST(AnalyticMemory, BudgetKeepsAllocatorReserve) {
+  Bench s("llama-2-7b", "a100-80gb");
+  EXPECT_NEAR(AnalyticCostModel().memory_budget(s.cluster).value(), 0.9 * s.cluster.gpu.memory_gib * 1073741824.0, 1.0);
+}
+
+}  // namespace
+}  // namespace weft

@@ -1,0 +1,84 @@
+// GEMM and memory-bound kernel model (docs/cost-model.md §2).
+#include "weft/cost/compute.h"
+
+#include <gtest/gtest.h>
+
+namespace weft {
+namespace {
+
+GpuSpec a100() {
+  GpuSpec g;
+  g.name = "A100-SXM4-80GB";
+  g.tflops_fp32 = 19.5;
+  g.tflops_tf32 = 156;
+  g.tflops_bf16 = 312;
+  g.tflops_fp16 = 312;
+  g.tflops_fp8 = 0;
+  g.memory_gib = 80;
+  g.hbm_gbps = 2039;
+  return g;
+}
+
+TEST(GpuTraits, KnownGpus) {
+  EXPECT_EQ(gpu_traits(a100()).sms, 108);
+  GpuSpec h;
+  h.name = "H100-SXM5-80GB";
+  EXPECT_EQ(gpu_traits(h).sms, 132);
+  EXPECT_TRUE(gpu_traits(h).measured);
+  GpuSpec x;
+  x.name = "unknown";
+  EXPECT_FALSE(gpu_traits(x).measured);
+}
+
+TEST(KernelModel, ReproducesMeasuredMamfAtItsShape) {
+  const KernelModel km(a100(), DType::kBf16);
+  // 267.9 of 312 TFLOP/s at 6912x16384x2048 (the MAMF table's A100 SXM row)
+  EXPECT_NEAR(km.gemm_efficiency(6912, 16384, 2048), 0.859, 1e-9);
+}
+
+TEST(KernelModel, SmallShapesRunBelowPeak) {
+  const KernelModel km(a100(), DType::kBf16);
+  const double big = km.gemm_efficiency(8192, 8192, 8192);
+  const double tp8 = km.gemm_efficiency(1024, 384, 1024);   // h=1024 QKV at tp 8, one sample
+  const double tiny_k = km.gemm_efficiency(8192, 8192, 128); // row-parallel GEMM at heavy tp
+  EXPECT_GT(big, 0.8);
+  EXPECT_LE(big, 1.0);
+  EXPECT_LT(tp8, 0.65 * big);
+  EXPECT_LT(tiny_k, 0.75 * big);
+}
+
+TEST(KernelModel, WaveQuantisation) {
+  const KernelModel km(a100(), DType::kBf16);
+  // 108 tiles of 128x128 fill the 108 SMs once; one more row of tiles needs another partial wave.
+  const double full = km.gemm(128 * 108, 128, 4096).value();
+  const double plus = km.gemm(128 * 109, 128, 4096).value();
+  EXPECT_GT(plus / full, 1.2);
+}
+
+TEST(KernelModel, RooflineFloorForGemv) {
+  const KernelModel km(a100(), DType::kBf16);
+  const double bytes = 2.0 * (8192 + 8192.0 * 8192 + 8192);
+  EXPECT_GE(km.gemm(1, 8192, 8192).value(), bytes / (2039e9 * 0.9) * (1 - 1e-12));
+}
+
+TEST(KernelModel, MemoryBoundKernelByHand) {
+  const KernelModel km(a100(), DType::kBf16);
+  // 1 GB at 90% of 2039 GB/s
+  EXPECT_NEAR(km.memory(GB(1)).value(), 1e9 / (2039e9 * 0.9), 1e-12);
+  EXPECT_EQ(km.memory(Bytes(0)).value(), 0.0);
+}
+
+TEST(KernelModel, Fp8FallsBackWithoutFp8Units) {
+  const KernelModel bf(a100(), DType::kBf16), f8(a100(), DType::kFp8);
+  EXPECT_DOUBLE_EQ(bf.gemm(4096, 4096, 4096).value(), f8.gemm(4096, 4096, 4096).value());
+  GpuSpec h = a100();
+  h.name = "H100-SXM5-80GB";
+  h.tflops_bf16 = 989.5;
+  h.tflops_fp8 = 1979;
+  h.hbm_gbps = 3350;
+  const KernelModel hb(h, DType::kBf16), h8(h, DType::kFp8);
+  EXPECT_LT(h8.gemm(8192, 8192, 8192).value(), 0.6 * hb.gemm(8192, 8192, 8192).value());
+}
+
+}  // namespace
+}  // namespace weft

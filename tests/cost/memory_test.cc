@@ -1,0 +1,132 @@
+// Memory formulas against hand derivations (docs/cost-model.md §5).
+#include "weft/cost/memory.h"
+
+#include <gtest/gtest.h>
+
+namespace weft {
+namespace {
+
+// GPT-3 175B layer (Brown et al. 2020): h 12288, 96 heads, FFN 4h, biases and dropout.
+LayerShape gpt3_layer() {
+  LayerShape s;
+  s.kind = LayerKind::kDecoder;
+  s.hidden = 12288;
+  s.heads = 96;
+  s.kv_heads = 96;
+  s.head_dim = 128;
+  s.ffn = 4 * 12288;
+  s.ffn_kind = FfnKind::kGelu;
+  s.bias = true;
+  return s;
+}
+
+ActivationOptions megatron_2022(double samples, double seq) {
+  ActivationOptions o;
+  o.samples = samples;
+  o.seq = seq;
+  o.elem_bytes = 2;
+  o.flash_attention = false;  // Korthikanti et al. store the s x s softmax and dropout tensors
+  o.dropout = true;
+  return o;
+}
+
+TEST(Activations, KorthikantiFormulas) {
+  const LayerShape g = gpt3_layer();
+  const double s = 2048, b = 1, h = 12288, a = 96;
+  const double sbh = s * b * h;
+  LayerStrategy st;
+  // no parallelism: sbh (34 + 5as/h)
+  EXPECT_NEAR(layer_activation_bytes(g, st, megatron_2022(b, s)).value(), sbh * (34 + 5 * a * s / h), 1.0);
+  // tensor parallel 8: sbh (10 + 24/t + 5as/(ht))
+  st.tp = 8;
+  EXPECT_NEAR(layer_activation_bytes(g, st, megatron_2022(b, s)).value(), sbh * (10 + 24.0 / 8 + 5 * a * s / (h * 8)), 1.0);
+  // + sequence parallel: everything / t
+  st.sp = true;
+  EXPECT_NEAR(layer_activation_bytes(g, st, megatron_2022(b, s)).value(), sbh * (34 + 5 * a * s / h) / 8, 1.0);
+  // selective recompute drops the 5as/h term
+  st.recompute = Recompute::kSelective;
+  EXPECT_NEAR(layer_activation_bytes(g, st, megatron_2022(b, s)).value(), sbh * 34 / 8, 1.0);
+  // full recompute keeps the layer input
+  st.recompute = Recompute::kFull;
+  EXPECT_NEAR(layer_activation_bytes(g, st, megatron_2022(b, s)).value(), 2 * sbh / 8, 1.0);
+  st.sp = false;
+  EXPECT_NEAR(layer_activation_bytes(g, st, megatron_2022(b, s)).value(), 2 * sbh, 1.0);
+}
+
+TEST(Activations, ScaleWithMicroBatch) {
+  const LayerShape g = gpt3_layer();
+  LayerStrategy st;
+  const double one = layer_activation_bytes(g, st, megatron_2022(1, 2048)).value();
+  EXPECT_NEAR(layer_activation_bytes(g, st, megatron_2022(4, 2048)).value(), 4 * one, 1e-3 * one);
+}
+
+TEST(Activations, FlashAttentionWithoutDropout) {
+  // No s x s tensors and no masks: 4 (norm in/out) + 6 (Q, K, V) + 2 (out-proj input) + 4 (norm
+  // in, FC1 in) + 16 (GELU and FC2 inputs of 4h) = 32 sbh, plus the fp32 log-sum-exp 4*a*s*b.
+  LayerShape g = gpt3_layer();
+  g.bias = false;
+  ActivationOptions o = megatron_2022(1, 2048);
+  o.flash_attention = true;
+  o.dropout = false;
+  EXPECT_NEAR(layer_activation_bytes(g, LayerStrategy{}, o).value(), 32 * 2048.0 * 12288 + 4 * 96 * 2048.0, 1.0);
+}
+
+TEST(Activations, GqaSwigluByTensor) {
+  // Llama-3-70B layer: h 8192, 64 heads, 8 KV heads, SwiGLU FFN 28672, flash attention.
+  LayerShape l;
+  l.hidden = 8192;
+  l.heads = 64;
+  l.kv_heads = 8;
+  l.head_dim = 128;
+  l.ffn = 28672;
+  l.ffn_kind = FfnKind::kSwiglu;
+  ActivationOptions o;
+  o.samples = 1;
+  o.seq = 4096;
+  o.elem_bytes = 2;
+  o.flash_attention = true;
+  o.dropout = false;
+  const double T = 4096;
+  // attention: 2 norm tensors (2*2*8192) + Q (2*8192) + K,V (2*2*1024) + out-proj in (2*8192)
+  // FFN: 2 norm tensors (2*2*8192) + gate, up, down inputs (3*2*28672); LSE 4*64*4096
+  const double expect = T * (4 * 8192 + 2 * 8192 + 4 * 1024 + 2 * 8192 + 4 * 8192 + 6 * 28672) + 4 * 64 * T;
+  EXPECT_NEAR(layer_activation_bytes(l, LayerStrategy{}, o).value(), expect, 1.0);
+}
+
+TEST(StateBytes, MixedPrecisionAdam) {
+  const StateBytes bf = state_bytes_per_param(DType::kBf16);
+  EXPECT_DOUBLE_EQ(bf.weights + bf.grads + bf.optimizer, 18.0);
+  const StateBytes fp16 = state_bytes_per_param(DType::kFp16);
+  EXPECT_DOUBLE_EQ(fp16.weights + fp16.grads + fp16.optimizer, 16.0);
+  const StateBytes z1 = sharded_state_bytes(DType::kBf16, 1, 4);
+  EXPECT_DOUBLE_EQ(z1.optimizer, 3.0);
+  EXPECT_DOUBLE_EQ(z1.grads, 4.0);
+  const StateBytes z2 = sharded_state_bytes(DType::kBf16, 2, 4);
+  EXPECT_DOUBLE_EQ(z2.grads, 1.0);
+  EXPECT_DOUBLE_EQ(z2.weights, 2.0);
+  const StateBytes z3 = sharded_state_bytes(DType::kBf16, 3, 8);
+  EXPECT_DOUBLE_EQ(z3.weights + z3.grads + z3.optimizer, 18.0 / 8);
+}
+
+TEST(InFlight, Schedules) {
+  TrainSettings t;
+  t.pp = 4;
+  t.micro_batches = 8;
+  t.schedule = Schedule::k1F1B;
+  EXPECT_EQ(micro_batches_in_flight(t, 0), 4);
+  EXPECT_EQ(micro_batches_in_flight(t, 3), 1);
+  t.micro_batches = 2;
+  EXPECT_EQ(micro_batches_in_flight(t, 0), 2);
+  t.schedule = Schedule::kGpipe;
+  t.micro_batches = 8;
+  EXPECT_EQ(micro_batches_in_flight(t, 2), 8);
+  // interleaved, v = 2: group 0 warms up 2*(4-0-1) + (2-1)*4 + 1 = 11 chunk-micro-batches
+  t.schedule = Schedule::kInterleaved;
+  t.vp = 2;
+  EXPECT_DOUBLE_EQ(micro_batches_in_flight(t, 0), 11.0 / 2);
+  EXPECT_DOUBLE_EQ(micro_batches_in_flight(t, 4), 11.0 / 2);  // second chunk of group 0
+  EXPECT_DOUBLE_EQ(micro_batches_in_flight(t, 3), 5.0 / 2);
+}
+
+}  // namespace
+}  // namespace weft
