@@ -1,0 +1,73 @@
+// `weft train` (one rank of a training job) and `weft launch` (N local ranks with the torchrun
+// environment). Thin: flags into TrainOptions / LaunchOptions, then the runtime library.
+#include <memory>
+
+#include "commands.h"
+#include "weft/runtime/launch.h"
+#include "weft/runtime/train.h"
+
+namespace weft::cli {
+
+void register_train_commands(CLI::App& app) {
+  auto o = std::make_shared<runtime::TrainOptions>();
+  CLI::App* t = app.add_subcommand(
+      "train",
+      "Train a model under a plan. One process is one rank: run it under `weft launch -n N`, torchrun, "
+      "srun or mpirun (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT). Without --plan: data parallel over "
+      "WORLD_SIZE ranks (one process: a small built-in GPT in seconds).");
+  t->add_option("--plan", o->plan, "Plan file (weft plan --out); its model, batch and layout are used");
+  t->add_option("--model", o->model, "Model preset, weft model file or HF config.json (with --plan: must match)");
+  t->add_option("--data", o->data, "Token file (uint16/uint32 ids) or text file (bytes); default synthetic tokens");
+  t->add_option("--data-format", o->data_format, "auto, uint16, uint32, text or synthetic")->capture_default_str();
+  t->add_option("--steps", o->steps, "Optimizer steps")->capture_default_str();
+  t->add_option("--seq", o->seq, "Sequence length (without --plan; default 64)");
+  t->add_option("--global-batch", o->global_batch, "Samples per step (without --plan; default 8 per rank)");
+  t->add_option("--micro-batches", o->micro_batches, "Gradient-accumulation micro-batches (without --plan)");
+  t->add_option("--lr", o->lr, "Peak learning rate (default 1e-2 for the built-in model, else 3e-4)");
+  t->add_option("--min-lr", o->min_lr, "Learning rate at the last step (default lr/10)");
+  t->add_option("--warmup", o->warmup, "Linear warm-up steps (default steps/10)");
+  t->add_option("--weight-decay", o->weight_decay, "AdamW weight decay on matrices and embeddings")
+      ->capture_default_str();
+  t->add_option("--beta1", o->beta1, "AdamW beta1")->capture_default_str();
+  t->add_option("--beta2", o->beta2, "AdamW beta2")->capture_default_str();
+  t->add_option("--eps", o->eps, "AdamW epsilon")->capture_default_str();
+  t->add_option("--clip", o->clip, "Global gradient-norm clip (0 disables)")->capture_default_str();
+  t->add_option("--seed", o->seed, "Seed of the initialisation and the data order")->capture_default_str();
+  t->add_option("--checkpoint-dir", o->checkpoint_dir, "Directory for sharded checkpoints");
+  t->add_option("--checkpoint-every", o->checkpoint_every, "Save every N steps (always after the last step)");
+  t->add_option("--keep-checkpoints", o->keep_checkpoints, "Complete checkpoints kept")->capture_default_str();
+  t->add_flag("--resume", o->resume, "Continue from the latest checkpoint in --checkpoint-dir");
+  t->add_option("--format", o->format, "text or json (rank 0: one JSON object per step, then a summary)")
+      ->capture_default_str();
+  t->add_option("--progress", o->progress, "auto (a bar on a terminal), on or off")->capture_default_str();
+  t->add_option("--log-every", o->log_every, "Text log line every N steps (default: every step, or ~10 lines "
+                                             "with a progress bar)");
+  t->add_option("--timeout", o->timeout_s, "Seconds after which a silent peer is declared dead")
+      ->capture_default_str();
+  t->add_option("--save-params", o->save_params, "Write the final parameters, consolidated, to this file");
+  t->add_option("--threads", o->threads, "Intra-op threads per rank")->capture_default_str();
+  t->add_option("--fault", o->fault, "Testing: RANK:STEP:MODE makes that rank exit|kill|hang|stop at that step")
+      ->group("Testing");
+  t->callback([o] {
+    const Status s = runtime::train(*o);
+    if (!s.ok()) fail(s.error());
+  });
+
+  auto l = std::make_shared<runtime::LaunchOptions>();
+  CLI::App* la = app.add_subcommand(
+      "launch", "Start N local ranks of a command (usually `weft train ...`) with the torchrun environment; "
+                "output lines are prefixed with the rank; if one rank fails the others are stopped.");
+  la->add_option("-n,--nproc", l->nprocs, "Number of processes")->required();
+  la->add_option("--master-addr", l->master_addr, "Address of rank 0's store")->capture_default_str();
+  la->add_option("--master-port", l->master_port, "Port of rank 0's store (default: a free port)");
+  la->add_option("--grace", l->grace_s, "Seconds between SIGTERM and SIGKILL when stopping ranks")
+      ->capture_default_str();
+  la->add_flag("!--no-prefix", l->prefix, "Do not prefix output lines with [rank]");
+  la->add_option("command", l->command, "The command after --, e.g. -- weft train --plan plan.json")->required();
+  la->callback([l] {
+    const int rc = runtime::launch(*l);
+    if (rc != 0) throw CliExit{rc};
+  });
+}
+
+}  // namespace weft::cli

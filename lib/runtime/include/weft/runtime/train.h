@@ -1,0 +1,57 @@
+// `weft train`: one process of a training job. Reads its place in the job from the environment
+// (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT, as torchrun sets them; see
+// weft/runtime/support.h), checks the plan before any process group exists, builds the groups, and
+// trains. Torch-free header: the CLI includes it without torch's include paths.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "weft/core/error.h"
+#include "weft/plan/plan.h"
+
+namespace weft::runtime {
+
+struct TrainOptions {
+  std::string plan;            // plan file; empty: a plan of pure data parallelism over WORLD_SIZE
+  std::string model;           // preset, weft model file or HF config.json; with --plan it must match
+  std::string data;            // token file; empty: synthetic tokens
+  std::string data_format = "auto";  // auto | uint16 | uint32 | text | synthetic
+  int steps = 50;
+  // Used only without a plan (0 = default): sequence length, samples per step, micro-batches.
+  int seq = 0, global_batch = 0, micro_batches = 0;
+  double lr = 0;               // peak learning rate; 0: 1e-2 for the built-in model, else 3e-4
+  double min_lr = -1;          // end of the cosine; < 0: lr / 10
+  int warmup = -1;             // warm-up steps; < 0: steps / 10
+  double weight_decay = 0.1;   // AdamW decoupled decay on matrices and embeddings
+  double beta1 = 0.9, beta2 = 0.95, eps = 1e-8;
+  double clip = 1.0;           // global gradient-norm clip; <= 0 disables
+  std::uint64_t seed = 1234;   // parameter initialisation and data order
+  std::string checkpoint_dir;  // where checkpoints go; empty: none
+  int checkpoint_every = 0;    // save every N steps (and after the last); 0: only after the last
+  int keep_checkpoints = 2;    // older complete checkpoints are deleted
+  bool resume = false;         // continue from the latest checkpoint in checkpoint_dir
+  std::string format = "text"; // text | json (rank 0 prints one object per step and a summary)
+  std::string progress = "auto";  // auto (a bar when stdout is a terminal) | on | off
+  int log_every = 0;           // text format: a log line every N steps; 0: every step (no terminal)
+  double timeout_s = 60;       // a peer silent this long is declared dead; collective timeout
+  std::string save_params;     // write the consolidated final parameters (weft-params file)
+  int threads = 1;             // intra-op threads per rank (torch and OpenBLAS)
+  std::string fault;           // testing: "RANK:STEP:MODE", MODE = exit | kill | hang | stop
+};
+
+// The plan `weft train` runs when no --plan is given: `model` on `world` ranks, pure data parallel
+// (dp = world, zero 0, no recompute, pp 1), fp32. Errors name the numbers when the batch does not
+// divide.
+Result<Plan> data_parallel_plan(const ModelSpec& model, int world, int seq, int global_batch, int micro_batches);
+
+// The small GPT-2-style model trained when neither --plan nor --model is given (vocab 256, so text
+// files work as bytes; 2 layers, hidden 64; trains in seconds on one CPU core).
+ModelSpec builtin_model();
+
+// Runs one rank. Returns an Error whose kind is the exit code (2 bad input, 4 I/O, 5 a failure
+// while training such as a dead peer). Fatal peer failures detected by the watchdog end the
+// process directly with exit code 5 after printing a message naming the rank.
+Status train(const TrainOptions& o);
+
+}  // namespace weft::runtime

@@ -1,0 +1,253 @@
+// Comm over c10d ProcessGroupGloo (libtorch 1.13). Gloo there lacks reduce_scatter,
+// _reduce_scatter_base and _allgather_base; this file owns the workarounds:
+//   reduce_scatter  = alltoall_base of the input chunks, then a local sum in rank order
+//                     (same bytes on the wire as a ring reduce-scatter; bitwise equal to r0+r1+...)
+//   allgather_into  = list allgather into narrow() views of the flat output buffer.
+// Gloo has no ReduceOp::AVG and no bf16: callers sum fp32 and divide.
+#include "comm.h"
+
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+
+#include <algorithm>
+#include <stdexcept>
+
+namespace weft::runtime {
+
+Pending::Pending(c10::intrusive_ptr<c10d::Work> w, std::vector<at::Tensor> keep, std::function<void()> then)
+    : work_(std::move(w)), keep_(std::move(keep)), then_(std::move(then)), done_(false) {}
+Pending::Pending(Pending&& o) noexcept
+    : work_(std::move(o.work_)), keep_(std::move(o.keep_)), then_(std::move(o.then_)), done_(o.done_) {
+  o.done_ = true;
+}
+Pending& Pending::operator=(Pending&& o) noexcept {
+  if (this != &o) {
+    work_ = std::move(o.work_);
+    keep_ = std::move(o.keep_);
+    then_ = std::move(o.then_);
+    done_ = o.done_;
+    o.done_ = true;
+  }
+  return *this;
+}
+Pending::~Pending() = default;
+
+void Pending::wait() {
+  if (done_) return;
+  done_ = true;
+  if (work_) work_->wait();
+  if (then_) then_();
+  work_.reset();
+  keep_.clear();
+  then_ = nullptr;
+}
+
+namespace {
+
+std::string group_name(const std::vector<int>& ranks) {
+  std::string s = "g";
+  for (int r : ranks) s += "_" + std::to_string(r);
+  return s;
+}
+
+// A group of one: every collective is the identity.
+class LocalComm final : public Comm {
+ public:
+  explicit LocalComm(int global_rank) : Comm({global_rank}, 0, group_name({global_rank})) {}
+  void allreduce_sum(at::Tensor&) override {}
+  Pending allreduce_sum_async(at::Tensor) override { return {}; }
+  void allreduce_max(at::Tensor&) override {}
+  at::Tensor allgather(const at::Tensor& t) override { return t.unsqueeze(0).clone(); }
+  Pending allgather_into_async(at::Tensor out, const at::Tensor& shard) override {
+    out.copy_(shard.reshape({-1}));
+    return {};
+  }
+  at::Tensor reduce_scatter(const at::Tensor& in) override { return in.reshape({-1}).clone(); }
+  Pending reduce_scatter_async(const at::Tensor& in, std::function<void(at::Tensor)> then) override {
+    then(in.reshape({-1}).clone());
+    return {};
+  }
+  at::Tensor alltoall(const at::Tensor& in) override { return in.clone(); }
+  Pending send(const at::Tensor&, int, int) override {
+    throw std::logic_error("send on a group of one rank");
+  }
+  void recv(at::Tensor&, int, int) override { throw std::logic_error("recv on a group of one rank"); }
+  void barrier() override {}
+};
+
+class GlooComm final : public Comm {
+ public:
+  GlooComm(std::vector<int> ranks, int rank, c10::intrusive_ptr<c10d::ProcessGroupGloo> pg)
+      : Comm(ranks, rank, group_name(ranks)), pg_(std::move(pg)) {}
+
+  void allreduce_sum(at::Tensor& t) override { allreduce_sum_async(t).wait(); }
+
+  Pending allreduce_sum_async(at::Tensor t) override {
+    if (t.is_contiguous()) {
+      std::vector<at::Tensor> v{t};
+      auto w = pg_->allreduce(v);
+      return Pending(w, v);
+    }
+    std::vector<at::Tensor> v{t.contiguous()};
+    auto w = pg_->allreduce(v);
+    at::Tensor dst = t;
+    at::Tensor src = v[0];
+    return Pending(w, v, [dst, src]() mutable { dst.copy_(src); });
+  }
+
+  void allreduce_max(at::Tensor& t) override {
+    std::vector<at::Tensor> v{t.contiguous()};
+    c10d::AllreduceOptions o;
+    o.reduceOp = c10d::ReduceOp::MAX;
+    pg_->allreduce(v, o)->wait();
+    if (!v[0].is_same(t)) t.copy_(v[0]);
+  }
+
+  at::Tensor allgather(const at::Tensor& t) override {
+    at::Tensor in = t.contiguous();
+    std::vector<int64_t> shape{size()};
+    for (auto d : in.sizes()) shape.push_back(d);
+    at::Tensor out = at::empty(shape, in.options());
+    std::vector<std::vector<at::Tensor>> outs(1);
+    for (int r = 0; r < size(); ++r) outs[0].push_back(out[r]);
+    std::vector<at::Tensor> ins{in};
+    pg_->allgather(outs, ins)->wait();
+    return out;
+  }
+
+  Pending allgather_into_async(at::Tensor out, const at::Tensor& shard) override {
+    const int64_t n = shard.numel();
+    TORCH_CHECK(out.numel() == n * size() && out.is_contiguous(), "allgather_into: output of ", out.numel(),
+                " elements for ", size(), " shards of ", n);
+    std::vector<std::vector<at::Tensor>> outs(1);
+    for (int r = 0; r < size(); ++r) outs[0].push_back(out.narrow(0, r * n, n));
+    // The input must not alias the output (it usually is one of its shards): send a copy.
+    std::vector<at::Tensor> ins{shard.reshape({-1}).clone()};
+    auto w = pg_->allgather(outs, ins);
+    std::vector<at::Tensor> keep = ins;
+    keep.push_back(out);
+    return Pending(w, keep);
+  }
+
+  at::Tensor reduce_scatter(const at::Tensor& in) override {
+    at::Tensor result;
+    reduce_scatter_async(in, [&](at::Tensor r) { result = std::move(r); }).wait();
+    return result;
+  }
+
+  Pending reduce_scatter_async(const at::Tensor& in, std::function<void(at::Tensor)> then) override {
+    TORCH_CHECK(in.numel() % size() == 0, "reduce_scatter: ", in.numel(), " elements over ", size(), " ranks");
+    at::Tensor flat = in.reshape({-1}).contiguous();
+    at::Tensor out = at::empty_like(flat);
+    std::vector<int64_t> equal;
+    auto w = pg_->alltoall_base(out, flat, equal, equal);
+    const int64_t n = flat.numel() / size();
+    const int W = size();
+    return Pending(w, {flat, out}, [out, n, W, then = std::move(then)]() { then(out.view({W, n}).sum(0)); });
+  }
+
+  at::Tensor alltoall(const at::Tensor& in) override {
+    TORCH_CHECK(in.dim() >= 1 && in.size(0) == size(), "alltoall: leading dimension ", in.size(0), " for ", size(),
+                " ranks");
+    at::Tensor src = in.contiguous();
+    at::Tensor out = at::empty_like(src);
+    std::vector<int64_t> equal;
+    pg_->alltoall_base(out, src, equal, equal)->wait();
+    return out;
+  }
+
+  Pending send(const at::Tensor& t, int peer, int tag) override {
+    std::vector<at::Tensor> v{t.contiguous()};
+    auto w = pg_->send(v, peer, tag);
+    return Pending(w, v);
+  }
+
+  void recv(at::Tensor& t, int peer, int tag) override {
+    TORCH_CHECK(t.is_contiguous(), "recv into a non-contiguous tensor");
+    std::vector<at::Tensor> v{t};
+    pg_->recv(v, peer, tag)->wait();
+  }
+
+  void barrier() override { pg_->barrier()->wait(); }
+
+ private:
+  c10::intrusive_ptr<c10d::ProcessGroupGloo> pg_;
+};
+
+bool is_loopback(const std::string& addr) { return addr.rfind("127.", 0) == 0 || addr == "localhost"; }
+
+}  // namespace
+
+struct GroupSet::Impl {
+  c10::intrusive_ptr<c10d::Store> store;
+  std::shared_ptr<::gloo::transport::Device> device;
+};
+
+GroupSet::GroupSet(const CommConfig& cfg) : cfg_(cfg), impl_(std::make_unique<Impl>()) {
+  for (int r = 0; r < cfg.world; ++r) all_.push_back(r);
+  if (cfg.world > 1) {
+    c10d::TCPStoreOptions so;
+    so.port = static_cast<std::uint16_t>(cfg.master_port);
+    so.isServer = cfg.rank == 0;
+    so.numWorkers = cfg.world;
+    so.waitWorkers = true;
+    so.timeout = cfg.timeout;
+    impl_->store = c10::make_intrusive<c10d::TCPStore>(cfg.master_addr, so);
+    impl_->device = is_loopback(cfg.master_addr) ? c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1")
+                                                  : c10d::ProcessGroupGloo::createDefaultDevice();
+  }
+  build({all_});
+}
+
+GroupSet::~GroupSet() = default;
+
+c10::intrusive_ptr<c10d::Store> GroupSet::store() const { return impl_->store; }
+
+c10::intrusive_ptr<c10d::Store> GroupSet::new_store_client() const {
+  if (cfg_.world <= 1) return {};
+  c10d::TCPStoreOptions so;
+  so.port = static_cast<std::uint16_t>(cfg_.master_port);
+  so.isServer = false;
+  so.waitWorkers = false;
+  so.timeout = cfg_.timeout;
+  return c10::make_intrusive<c10d::TCPStore>(cfg_.master_addr, so);
+}
+
+void GroupSet::build(std::vector<std::vector<int>> groups) {
+  for (auto& g : groups) {
+    std::sort(g.begin(), g.end());
+    g.erase(std::unique(g.begin(), g.end()), g.end());
+  }
+  std::sort(groups.begin(), groups.end());
+  groups.erase(std::unique(groups.begin(), groups.end()), groups.end());
+  for (const auto& g : groups) {
+    const auto it = std::find(g.begin(), g.end(), cfg_.rank);
+    if (it == g.end() || groups_.count(g)) continue;
+    const int me = static_cast<int>(it - g.begin());
+    if (g.size() == 1) {
+      groups_[g] = std::make_unique<LocalComm>(cfg_.rank);
+      continue;
+    }
+    auto opts = c10d::ProcessGroupGloo::Options::create(cfg_.timeout);
+    opts->devices.push_back(impl_->device);
+    opts->threads = 1;
+    auto prefixed = c10::make_intrusive<c10d::PrefixStore>("weft/" + group_name(g), impl_->store);
+    auto pg = c10::make_intrusive<c10d::ProcessGroupGloo>(prefixed, me, static_cast<int>(g.size()), opts);
+    groups_[g] = std::make_unique<GlooComm>(g, me, std::move(pg));
+  }
+}
+
+Comm& GroupSet::get(const std::vector<int>& ranks) {
+  std::vector<int> key = ranks;
+  std::sort(key.begin(), key.end());
+  auto it = groups_.find(key);
+  if (it == groups_.end()) {
+    std::string s;
+    for (int r : key) s += " " + std::to_string(r);
+    throw std::logic_error("process group {" + s + " } was not built on rank " + std::to_string(cfg_.rank));
+  }
+  return *it->second;
+}
+
+}  // namespace weft::runtime

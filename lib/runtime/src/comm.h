@@ -1,0 +1,116 @@
+// Comm: the small collective interface the parallel code uses, and GroupSet, the process groups
+// of one rank built from the plan. Everything c10d-specific lives in comm.cc, so a libtorch with
+// the ProcessGroup/Backend split (2.x) or native reduce_scatter needs changes there only.
+#pragma once
+
+#include <ATen/ATen.h>
+#include <torch/csrc/distributed/c10d/Store.hpp>
+#include <torch/csrc/distributed/c10d/Work.hpp>
+
+#include <chrono>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace weft::runtime {
+
+// A pending operation. wait() blocks until it completes (rethrowing its error), then runs the
+// continuation (e.g. the local sum of a reduce-scatter). Keeps its buffers alive until then.
+class Pending {
+ public:
+  Pending() = default;
+  Pending(c10::intrusive_ptr<c10d::Work> w, std::vector<at::Tensor> keep, std::function<void()> then = {});
+  Pending(Pending&&) noexcept;
+  Pending& operator=(Pending&&) noexcept;
+  ~Pending();
+  void wait();
+  bool done() const { return done_; }
+
+ private:
+  c10::intrusive_ptr<c10d::Work> work_;
+  std::vector<at::Tensor> keep_;
+  std::function<void()> then_;
+  bool done_ = true;
+};
+
+// A group of ranks. Tensors are float32/float64/int64 CPU tensors; inputs need not be contiguous.
+// Every member must call the same collectives in the same order. A group of size 1 performs no
+// communication. All calls throw c10::Error (wrapped by the caller) on a transport failure or a
+// timeout; after either the group is unusable and the job must stop.
+class Comm {
+ public:
+  virtual ~Comm() = default;
+  int rank() const { return rank_; }            // rank inside the group
+  int size() const { return static_cast<int>(ranks_.size()); }
+  const std::vector<int>& ranks() const { return ranks_; }  // global ranks, ascending
+  const std::string& name() const { return name_; }
+
+  // Sum over the group, in place.
+  virtual void allreduce_sum(at::Tensor& t) = 0;
+  virtual Pending allreduce_sum_async(at::Tensor t) = 0;
+  // Maximum over the group, in place.
+  virtual void allreduce_max(at::Tensor& t) = 0;
+  // Concatenation of every member's tensor along a new leading dimension: [size, *t.shape].
+  virtual at::Tensor allgather(const at::Tensor& t) = 0;
+  // Gathers every member's flat shard into `out` ([size * shard.numel()] contiguous), in place.
+  virtual Pending allgather_into_async(at::Tensor out, const at::Tensor& shard) = 0;
+  // in: [size * n] (any shape, numel divisible by size); returns this member's n-element slice of
+  // the elementwise sum over members, summed in rank order (bitwise equal to r0 + r1 + ...).
+  virtual at::Tensor reduce_scatter(const at::Tensor& in) = 0;
+  // As reduce_scatter; `then` receives the result when wait() runs.
+  virtual Pending reduce_scatter_async(const at::Tensor& in, std::function<void(at::Tensor)> then) = 0;
+  // Equal-split all-to-all over the leading dimension: in [size, ...] -> out [size, ...] where
+  // out[j] on member i is in[i] of member j.
+  virtual at::Tensor alltoall(const at::Tensor& in) = 0;
+  // Point-to-point with a group rank. send does not block (keep the Pending until the peer has
+  // received); recv blocks until the tensor arrived.
+  virtual Pending send(const at::Tensor& t, int peer, int tag) = 0;
+  virtual void recv(at::Tensor& t, int peer, int tag) = 0;
+  virtual void barrier() = 0;
+
+ protected:
+  Comm(std::vector<int> ranks, int rank, std::string name)
+      : ranks_(std::move(ranks)), rank_(rank), name_(std::move(name)) {}
+  std::vector<int> ranks_;
+  int rank_ = 0;
+  std::string name_;
+};
+
+struct CommConfig {
+  int rank = 0;
+  int world = 1;
+  std::string master_addr = "127.0.0.1";
+  int master_port = 29500;
+  std::chrono::milliseconds timeout{60000};
+};
+
+// The process groups of one rank. build() creates, in one global order that every rank computes
+// identically, every group in `groups` that this rank belongs to (groups it is not in are skipped;
+// each sorted ascending; duplicates collapse). get() returns a built group; singleton groups are
+// local and free. No global state: the GroupSet is owned by the training run.
+class GroupSet {
+ public:
+  explicit GroupSet(const CommConfig& cfg);  // connects the store (rank 0 hosts it) when world > 1
+  ~GroupSet();
+  void build(std::vector<std::vector<int>> groups);
+  Comm& get(const std::vector<int>& ranks);
+  Comm& world() { return get(all_); }
+  int rank() const { return cfg_.rank; }
+  int world_size() const { return cfg_.world; }
+  const CommConfig& config() const { return cfg_; }
+  // The key-value store shared by the job (nullptr when world == 1).
+  c10::intrusive_ptr<c10d::Store> store() const;
+  // Opens a second client connection to the store (for a watchdog thread); nullptr when world == 1.
+  c10::intrusive_ptr<c10d::Store> new_store_client() const;
+
+ private:
+  struct Impl;
+  CommConfig cfg_;
+  std::vector<int> all_;
+  std::unique_ptr<Impl> impl_;
+  std::map<std::vector<int>, std::unique_ptr<Comm>> groups_;
+};
+
+}  // namespace weft::runtime

@@ -1,0 +1,171 @@
+#include "weft/runtime/data.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+namespace weft::runtime {
+
+std::uint64_t mix64(std::uint64_t x) {
+  x += 0x9e3779b97f4a7c15ULL;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+  return x ^ (x >> 31);
+}
+
+namespace {
+
+std::uint64_t key(std::uint64_t seed, std::int64_t step, std::int64_t index) {
+  return mix64(mix64(mix64(seed) ^ static_cast<std::uint64_t>(step)) ^ static_cast<std::uint64_t>(index));
+}
+
+bool ends_with(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+class Synthetic final : public TokenSource {
+ public:
+  Synthetic(std::int64_t vocab, std::uint64_t seed) : vocab_(vocab), seed_(seed) {}
+  void sample(std::int64_t step, std::int64_t index, std::int64_t len, std::int64_t* out) const override {
+    const std::uint64_t k = key(seed_, step, index);
+    const std::int64_t start = static_cast<std::int64_t>(k % static_cast<std::uint64_t>(vocab_));
+    const std::int64_t max_stride = vocab_ > 8 ? 7 : vocab_ - 1;
+    const std::int64_t stride = max_stride > 0 ? 1 + static_cast<std::int64_t>((k >> 32) % max_stride) : 0;
+    for (std::int64_t i = 0; i < len; ++i) out[i] = (start + stride * i) % vocab_;
+  }
+  std::string describe() const override {
+    return "synthetic arithmetic sequences over vocab " + std::to_string(vocab_);
+  }
+
+ private:
+  std::int64_t vocab_;
+  std::uint64_t seed_;
+};
+
+class MappedFile final : public TokenSource {
+ public:
+  MappedFile(std::string path, DataFormat f, std::int64_t vocab, std::uint64_t seed, const void* base,
+             std::size_t bytes, std::int64_t tokens)
+      : path_(std::move(path)), f_(f), vocab_(vocab), seed_(seed), base_(base), bytes_(bytes), tokens_(tokens) {}
+  ~MappedFile() override {
+    if (base_ && bytes_) munmap(const_cast<void*>(base_), bytes_);
+  }
+  void sample(std::int64_t step, std::int64_t index, std::int64_t len, std::int64_t* out) const override {
+    if (len > tokens_)
+      throw InputError(path_ + ": a sample needs " + std::to_string(len) + " tokens but the file holds " +
+                           std::to_string(tokens_),
+                       ErrorKind::kIo);
+    const std::uint64_t span = static_cast<std::uint64_t>(tokens_ - len + 1);
+    const std::int64_t off = static_cast<std::int64_t>(key(seed_, step, index) % span);
+    for (std::int64_t i = 0; i < len; ++i) {
+      const std::int64_t p = off + i;
+      std::int64_t t = 0;
+      switch (f_) {
+        case DataFormat::kUint16: {
+          std::uint16_t v;
+          std::memcpy(&v, static_cast<const char*>(base_) + 2 * p, 2);
+          t = v;
+          break;
+        }
+        case DataFormat::kUint32: {
+          std::uint32_t v;
+          std::memcpy(&v, static_cast<const char*>(base_) + 4 * p, 4);
+          t = v;
+          break;
+        }
+        default: t = static_cast<const unsigned char*>(base_)[p]; break;
+      }
+      if (t >= vocab_)
+        throw InputError(path_ + ": token id " + std::to_string(t) + " at token offset " + std::to_string(p) +
+                         " is >= the model's vocabulary of " + std::to_string(vocab_));
+      out[i] = t;
+    }
+  }
+  std::string describe() const override {
+    return path_ + " (" + to_string(f_) + ", " + std::to_string(tokens_) + " tokens)";
+  }
+
+ private:
+  std::string path_;
+  DataFormat f_;
+  std::int64_t vocab_;
+  std::uint64_t seed_;
+  const void* base_;
+  std::size_t bytes_;
+  std::int64_t tokens_;
+};
+
+}  // namespace
+
+const char* to_string(DataFormat f) {
+  switch (f) {
+    case DataFormat::kSynthetic: return "synthetic";
+    case DataFormat::kUint16: return "uint16";
+    case DataFormat::kUint32: return "uint32";
+    case DataFormat::kText: return "text";
+  }
+  return "?";
+}
+
+Result<DataFormat> data_format_from_string(const std::string& s, const std::string& path) {
+  if (s == "uint16") return DataFormat::kUint16;
+  if (s == "uint32") return DataFormat::kUint32;
+  if (s == "text") return DataFormat::kText;
+  if (s == "synthetic") return DataFormat::kSynthetic;
+  if (s == "auto") {
+    if (path.empty()) return DataFormat::kSynthetic;
+    if (ends_with(path, ".bin") || ends_with(path, ".u16")) return DataFormat::kUint16;
+    if (ends_with(path, ".u32")) return DataFormat::kUint32;
+    return DataFormat::kText;
+  }
+  return Error{ErrorKind::kBadInput,
+               "--data-format: unknown value \"" + s + "\" (expected auto, uint16, uint32, text or synthetic)"};
+}
+
+std::unique_ptr<TokenSource> synthetic_source(std::int64_t vocab, std::uint64_t seed) {
+  return std::make_unique<Synthetic>(vocab, seed);
+}
+
+Result<std::unique_ptr<TokenSource>> file_source(const std::string& path, DataFormat f, std::int64_t vocab,
+                                                 std::int64_t sample_len, std::uint64_t seed) {
+  if (f == DataFormat::kSynthetic) return synthetic_source(vocab, seed);
+  if (f == DataFormat::kText && vocab < 256)
+    return Error{ErrorKind::kBadInput, "--data " + path + ": a text file is read as bytes (ids 0..255) but the "
+                                           "model's vocabulary is " + std::to_string(vocab)};
+  if (f == DataFormat::kUint16 && vocab > 65536)
+    return Error{ErrorKind::kBadInput, "--data " + path + ": uint16 token ids cannot address the model's vocabulary of " +
+                                           std::to_string(vocab) + " (use --data-format uint32)"};
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return Error{ErrorKind::kIo, "--data " + path + ": cannot open: " + std::strerror(errno)};
+  struct stat st {};
+  if (fstat(fd, &st) != 0) {
+    const int e = errno;
+    ::close(fd);
+    return Error{ErrorKind::kIo, "--data " + path + ": cannot stat: " + std::strerror(e)};
+  }
+  const std::size_t bytes = static_cast<std::size_t>(st.st_size);
+  const int width = f == DataFormat::kUint16 ? 2 : f == DataFormat::kUint32 ? 4 : 1;
+  const std::int64_t tokens = static_cast<std::int64_t>(bytes / width);
+  if (bytes % width != 0) {
+    ::close(fd);
+    return Error{ErrorKind::kBadInput, "--data " + path + ": size " + std::to_string(bytes) +
+                                           " bytes is not a multiple of " + std::to_string(width) + " (format " +
+                                           to_string(f) + ")"};
+  }
+  if (tokens < sample_len) {
+    ::close(fd);
+    return Error{ErrorKind::kIo, "--data " + path + ": holds " + std::to_string(tokens) + " tokens but one sample needs " +
+                                     std::to_string(sample_len) + " (sequence length + 1)"};
+  }
+  void* base = mmap(nullptr, bytes, PROT_READ, MAP_PRIVATE, fd, 0);
+  const int e = errno;
+  ::close(fd);
+  if (base == MAP_FAILED) return Error{ErrorKind::kIo, "--data " + path + ": cannot map: " + std::strerror(e)};
+  return std::unique_ptr<TokenSource>(std::make_unique<MappedFile>(path, f, vocab, seed, base, bytes, tokens));
+}
+
+}  // namespace weft::runtime

@@ -1,0 +1,154 @@
+// The transformer as this rank holds it: parameters grouped into units (the embedding table, the
+// position table, each decoder layer, the head), each unit a flat buffer that is the bucket of the
+// data-parallel gradient reduction and the object ZeRO shards. Forward functions for GPT-2-style
+// (LayerNorm, learned positions, GELU) and LLaMA-style (RMSNorm, RoPE, SwiGLU, GQA) decoders with
+// tensor, sequence (Megatron-SP, Ulysses) and data parallelism per layer.
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include <deque>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "comm.h"
+#include "ops.h"
+#include "weft/plan/plan.h"
+#include "weft/plan/rank_map.h"
+
+namespace weft::runtime {
+
+// One parameter as one rank holds it: a slice [shard_start, shard_start + shard_len) along
+// shard_dim of the full tensor (shard_dim -1: the whole tensor, replicated over tp).
+struct ParamSpec {
+  std::string name;                  // e.g. "layers.3.attn.wq"
+  std::vector<int64_t> full_shape;
+  std::vector<int64_t> local_shape;
+  int shard_dim = -1;
+  int64_t shard_start = 0, shard_len = 0;
+  bool decay = false;                // AdamW weight decay applies (matrices and embeddings)
+  bool counted = true;               // this rank's copy counts in the global gradient norm and is
+                                     // the one written to consolidated files (one copy per element)
+  double init_std = 0;               // > 0: normal(0, init_std); 0: zeros; < 0: ones
+  int64_t offset = 0;                // in the unit's flat buffer
+  int64_t numel() const;
+};
+
+// A bucket of parameters sharing one strategy (and so one gradient-sum group and ZeRO stage).
+struct UnitSpec {
+  std::string name;                  // "wte", "wpe", "layers.3", "head"
+  std::vector<ParamSpec> params;
+  int zero = 0;
+  std::vector<int> sync_ranks;       // dp x ulysses group: sums gradients, shards ZeRO state
+  std::vector<int> tied_ranks;       // non-empty for "wte" when the table is tied across stages
+  int64_t numel = 0;                 // sum of params
+  int64_t padded = 0;                // numel rounded up to a multiple of the sync group size
+};
+
+// The units rank `rank` holds under the plan, without allocating anything (every rank can compute
+// every other rank's units; consolidation uses that).
+std::vector<UnitSpec> unit_specs(const Plan& p, int rank);
+
+// Runtime state of a unit.
+struct Unit {
+  UnitSpec spec;
+  Comm* sync = nullptr;
+  Comm* tied = nullptr;              // the pair of ranks holding the two copies of a tied table
+  int shard_rank = 0, shard_size = 1;
+  int64_t shard = 0;                 // padded / shard_size
+  at::Tensor flat;                   // zero < 3: [padded] local parameters (leaves share it)
+  at::Tensor grad;                   // zero < 3: [padded] gradients (leaves' .grad share it)
+  std::vector<at::Tensor> leaves;    // zero < 3: one per param
+  at::Tensor shard_leaf;             // zero 3: [shard] the parameter shard (a leaf)
+  at::Tensor shard_grad;             // zero >= 1: [shard] reduced gradient of the owned shard
+  at::Tensor m, v;                   // AdamW moments of the owned range
+  at::Tensor decay_mask, count_mask; // over the owned range (1 / 0)
+
+  // The range this rank updates: [owned_begin, owned_begin + owned_len) of the padded buffer.
+  int64_t owned_begin() const;
+  int64_t owned_len() const;
+  // The parameters to compute with, in spec order (zero 3: gathered from all shards, differentiable).
+  std::vector<at::Tensor> weights();
+  // Parameter values of the owned range (a view; zero 3: the shard leaf's data).
+  at::Tensor owned_params();
+  // Gradient of the owned range after synchronisation (zero 0: a view of grad; else the shard).
+  at::Tensor owned_grad();
+};
+
+struct LayerCtx {
+  int index = 0;                     // global layer index
+  LayerStrategy st;
+  RankCoords co;
+  LayerShape shape;
+  Comm* tp = nullptr;
+  Comm* ulysses = nullptr;
+  Comm* kvrep = nullptr;             // tp ranks holding the same key/value heads (tp > kv heads)
+  const Layout* layout = nullptr;
+  int unit = 0;
+  int64_t heads_local = 0, kv_local = 0, ffn_local = 0;
+};
+
+// Which rows of a micro-batch's tokens this rank reads: batch block / sequence block.
+struct TokenBlock {
+  int batch_parts = 1, batch_idx = 0, seq_parts = 1, seq_idx = 0;
+};
+
+class Model {
+ public:
+  // Builds this rank's units and initialises every parameter from (seed, parameter name), so any
+  // plan starts from the same full model. All process groups the model needs must be built.
+  Model(const Plan& p, int rank, GroupSet& groups, uint64_t seed);
+
+  bool first_stage() const { return stage_ == 0; }
+  bool last_stage() const { return stage_ == plan_.train.pp - 1; }
+  int stage() const { return stage_; }
+  // Activation layout this stage receives / sends between stages (the previous / own last layer).
+  const Layout& input_layout() const;
+  const Layout& output_layout() const;
+  // Shape of the activation block received from the previous stage for one micro-batch.
+  std::vector<int64_t> input_shape() const;
+  TokenBlock token_block() const;
+
+  // First stage: tokens [b, t] of this rank's token block -> hidden states in the input layout.
+  at::Tensor embed(const at::Tensor& tokens);
+  // This stage's layers: from input_layout() to output_layout().
+  at::Tensor forward_layers(at::Tensor x);
+  // Last stage: the summed token losses of this rank's targets [b, t] (identical over tp).
+  at::Tensor head_loss(const at::Tensor& x, const at::Tensor& targets);
+
+  std::vector<Unit>& units() { return units_; }
+  const Plan& plan() const { return plan_; }
+  // Whether this rank's head losses are counted in the job's loss (one copy per token).
+  bool counts_loss() const { return last_stage() && emb_co_.tp == 0; }
+  int64_t local_param_count() const;
+
+ private:
+  at::Tensor layer_forward(const LayerCtx& L, const at::Tensor& x);
+  at::Tensor attention(const LayerCtx& L, const std::vector<at::Tensor>& w, const at::Tensor& h);
+  at::Tensor norm(const at::Tensor& x, const at::Tensor& w, const at::Tensor* b) const;
+  Unit* find_unit(const std::string& name);
+
+  const Plan& plan_;
+  int rank_ = 0, stage_ = 0, S_ = 1;
+  GroupSet& groups_;
+  std::vector<Unit> units_;
+  std::vector<LayerCtx> layers_;
+  std::deque<Layout> layouts_;       // stable addresses (ops keep pointers)
+  const Layout* emb_layout_ = nullptr;
+  const Layout* prev_layout_ = nullptr;  // the previous stage's output layout
+  RankCoords emb_co_;
+  Comm* emb_tp_ = nullptr;
+  Comm* stage_comm_ = nullptr;
+  int64_t vocab_start_ = 0;
+};
+
+// The layout of activations under strategy s on a stage of S ranks.
+Layout layout_of(const LayerStrategy& s, int S);
+
+// Every process group any rank needs for the plan, from the ordered axis list of each layer's
+// strategy (weft/plan/rank_map.h): tp, ulysses, dp x ulysses (gradient sums / ZeRO), key/value
+// replicas, the stage, the tied-embedding pairs and the world.
+std::vector<std::vector<int>> plan_groups(const Plan& p);
+
+}  // namespace weft::runtime

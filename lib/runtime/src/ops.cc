@@ -1,0 +1,260 @@
+#include "ops.h"
+
+#include <torch/autograd.h>
+
+#include <set>
+
+namespace weft::runtime {
+
+using torch::autograd::AutogradContext;
+using torch::autograd::tensor_list;
+
+namespace {
+
+// Non-tensor arguments (groups, layouts) are owned by the training run and outlive every autograd
+// graph; they travel through the context as integers.
+template <class T>
+int64_t handle(T* p) {
+  return reinterpret_cast<int64_t>(p);
+}
+template <class T>
+T* from_handle(const c10::IValue& v) {
+  return reinterpret_cast<T*>(v.toInt());
+}
+
+struct CopyTo : torch::autograd::Function<CopyTo> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, int64_t comm) {
+    ctx->saved_data["c"] = comm;
+    return x.view_as(x);
+  }
+  static tensor_list backward(AutogradContext* ctx, tensor_list g) {
+    at::Tensor r = g[0].contiguous().clone();
+    from_handle<Comm>(ctx->saved_data["c"])->allreduce_sum(r);
+    return {r, at::Tensor()};
+  }
+};
+
+struct ReduceFrom : torch::autograd::Function<ReduceFrom> {
+  static at::Tensor forward(AutogradContext*, const at::Tensor& x, int64_t comm) {
+    at::Tensor r = x.contiguous().clone();
+    reinterpret_cast<Comm*>(comm)->allreduce_sum(r);
+    return r;
+  }
+  static tensor_list backward(AutogradContext*, tensor_list g) { return {g[0], at::Tensor()}; }
+};
+
+// [n...] -> [size, n...] all-gather; backward reduce-scatter over the leading dimension.
+struct AllGatherLead : torch::autograd::Function<AllGatherLead> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, int64_t comm) {
+    ctx->saved_data["c"] = comm;
+    return reinterpret_cast<Comm*>(comm)->allgather(x);
+  }
+  static tensor_list backward(AutogradContext* ctx, tensor_list g) {
+    Comm* c = from_handle<Comm>(ctx->saved_data["c"]);
+    const auto shape = g[0].sizes().slice(1).vec();
+    return {c->reduce_scatter(g[0]).view(shape), at::Tensor()};
+  }
+};
+
+// [size, n...] -> [n...] reduce-scatter over the leading dimension; backward all-gather.
+struct ReduceScatterLead : torch::autograd::Function<ReduceScatterLead> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, int64_t comm) {
+    ctx->saved_data["c"] = comm;
+    const auto shape = x.sizes().slice(1).vec();
+    return reinterpret_cast<Comm*>(comm)->reduce_scatter(x).view(shape);
+  }
+  static tensor_list backward(AutogradContext* ctx, tensor_list g) {
+    return {from_handle<Comm>(ctx->saved_data["c"])->allgather(g[0]), at::Tensor()};
+  }
+};
+
+// Equal-split all-to-all over the leading dimension; it is its own adjoint.
+struct AllToAll : torch::autograd::Function<AllToAll> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, int64_t comm) {
+    ctx->saved_data["c"] = comm;
+    return reinterpret_cast<Comm*>(comm)->alltoall(x);
+  }
+  static tensor_list backward(AutogradContext* ctx, tensor_list g) {
+    return {from_handle<Comm>(ctx->saved_data["c"])->alltoall(g[0]), at::Tensor()};
+  }
+};
+
+at::Tensor move_blocks(const at::Tensor& x, Comm& stage, const Layout& from, const Layout& to) {
+  const int64_t bl = x.size(0), tl = x.size(1);
+  const int64_t B = bl * from.batch_parts, T = tl * from.seq_parts;
+  const int me = stage.rank();
+  const int64_t ob = B / to.batch_parts, ot = T / to.seq_parts;
+  if (from.batch_parts == 1 && from.seq_parts == 1)  // every rank holds everything: slice locally
+    return x.narrow(0, to.batch_idx[me] * ob, ob).narrow(1, to.seq_idx[me] * ot, ot).contiguous();
+  at::Tensor all = stage.allgather(x);  // [S, bl, tl, ...]
+  std::vector<int64_t> shape = x.sizes().vec();
+  shape[0] = B;
+  shape[1] = T;
+  at::Tensor full = at::empty(shape, x.options());
+  std::set<std::pair<int, int>> seen;
+  for (int j = 0; j < stage.size(); ++j) {
+    const std::pair<int, int> blk{from.batch_idx[j], from.seq_idx[j]};
+    if (!seen.insert(blk).second) continue;
+    full.narrow(0, blk.first * bl, bl).narrow(1, blk.second * tl, tl).copy_(all[j]);
+  }
+  return full.narrow(0, to.batch_idx[me] * ob, ob).narrow(1, to.seq_idx[me] * ot, ot).contiguous();
+}
+
+struct Redistribute : torch::autograd::Function<Redistribute> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, int64_t comm, int64_t from, int64_t to) {
+    ctx->saved_data["c"] = comm;
+    ctx->saved_data["from"] = from;
+    ctx->saved_data["to"] = to;
+    return move_blocks(x, *reinterpret_cast<Comm*>(comm), *reinterpret_cast<const Layout*>(from),
+                       *reinterpret_cast<const Layout*>(to));
+  }
+  static tensor_list backward(AutogradContext* ctx, tensor_list g) {
+    at::Tensor r = move_blocks(g[0].contiguous(), *from_handle<Comm>(ctx->saved_data["c"]),
+                               *from_handle<const Layout>(ctx->saved_data["to"]),
+                               *from_handle<const Layout>(ctx->saved_data["from"]));
+    return {r, at::Tensor(), at::Tensor(), at::Tensor()};
+  }
+};
+
+struct GatherShard : torch::autograd::Function<GatherShard> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& shard, int64_t comm) {
+    ctx->saved_data["c"] = comm;
+    Comm* c = reinterpret_cast<Comm*>(comm);
+    at::Tensor full = at::empty({shard.numel() * c->size()}, shard.options());
+    c->allgather_into_async(full, shard).wait();
+    return full;
+  }
+  static tensor_list backward(AutogradContext* ctx, tensor_list g) {
+    return {from_handle<Comm>(ctx->saved_data["c"])->reduce_scatter(g[0]), at::Tensor()};
+  }
+};
+
+struct FnHolder : torch::CustomClassHolder {
+  explicit FnHolder(TensorFn f) : fn(std::move(f)) {}
+  TensorFn fn;
+};
+
+struct Recompute : torch::autograd::Function<Recompute> {
+  static at::Tensor forward(AutogradContext* ctx, at::TensorList xs, c10::IValue fn) {
+    ctx->saved_data["fn"] = fn;
+    ctx->save_for_backward(xs.vec());
+    at::NoGradGuard no_grad;
+    auto holder = fn.toCapsule();
+    return static_cast<FnHolder*>(holder.get())->fn(xs.vec());
+  }
+  static tensor_list backward(AutogradContext* ctx, tensor_list g) {
+    auto saved = ctx->get_saved_variables();
+    std::vector<at::Tensor> xs;
+    xs.reserve(saved.size());
+    for (auto& s : saved) {
+      at::Tensor d = s.detach();
+      if (d.is_floating_point()) d.requires_grad_(true);
+      xs.push_back(d);
+    }
+    auto holder = ctx->saved_data["fn"].toCapsule();
+    at::Tensor y;
+    {
+      at::AutoGradMode on(true);
+      y = static_cast<FnHolder*>(holder.get())->fn(xs);
+    }
+    torch::autograd::backward({y}, {g[0]});
+    tensor_list out;
+    for (auto& x : xs) out.push_back(x.requires_grad() ? x.grad() : at::Tensor());
+    out.push_back(at::Tensor());
+    return out;
+  }
+};
+
+struct VocabParallelCE : torch::autograd::Function<VocabParallelCE> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& logits, const at::Tensor& targets, int64_t start,
+                            int64_t comm) {
+    Comm* c = reinterpret_cast<Comm*>(comm);
+    const int64_t v = logits.size(1);
+    at::Tensor lmax = std::get<0>(logits.max(1)).contiguous();
+    c->allreduce_max(lmax);
+    at::Tensor shifted = logits - lmax.unsqueeze(1);
+    at::Tensor e = shifted.exp();
+    at::Tensor sumexp = e.sum(1).contiguous();
+    c->allreduce_sum(sumexp);
+    at::Tensor in_range = targets.ge(start).logical_and(targets.lt(start + v));
+    at::Tensor idx = (targets - start).clamp(0, std::max<int64_t>(v - 1, 0));
+    at::Tensor picked = shifted.gather(1, idx.unsqueeze(1)).squeeze(1) * in_range.to(shifted.scalar_type());
+    picked = picked.contiguous();
+    c->allreduce_sum(picked);
+    at::Tensor loss = sumexp.log() - picked;
+    e.div_(sumexp.unsqueeze(1));
+    ctx->save_for_backward({e, idx, in_range});
+    return loss;
+  }
+  static tensor_list backward(AutogradContext* ctx, tensor_list g) {
+    auto s = ctx->get_saved_variables();
+    at::Tensor grad = s[0].clone();
+    grad.scatter_add_(1, s[1].unsqueeze(1), -s[2].to(grad.scalar_type()).unsqueeze(1));
+    grad.mul_(g[0].unsqueeze(1));
+    return {grad, at::Tensor(), at::Tensor(), at::Tensor()};
+  }
+};
+
+}  // namespace
+
+at::Tensor copy_to(const at::Tensor& x, Comm& c) {
+  return c.size() == 1 ? x : CopyTo::apply(x, handle(&c));
+}
+at::Tensor reduce_from(const at::Tensor& x, Comm& c) {
+  return c.size() == 1 ? x : ReduceFrom::apply(x, handle(&c));
+}
+
+at::Tensor gather_seq(const at::Tensor& x, Comm& c) {
+  if (c.size() == 1) return x;
+  at::Tensor g = AllGatherLead::apply(x, handle(&c));  // [n, b, t, ...]
+  std::vector<int64_t> shape = x.sizes().vec();
+  shape[1] *= c.size();
+  return g.transpose(0, 1).reshape(shape);
+}
+
+at::Tensor reduce_scatter_seq(const at::Tensor& x, Comm& c) {
+  if (c.size() == 1) return x;
+  const int n = c.size();
+  std::vector<int64_t> split = x.sizes().vec();  // [b, n, t/n, ...]
+  split[1] /= n;
+  split.insert(split.begin() + 1, n);
+  at::Tensor y = x.reshape(split).transpose(0, 1).contiguous();  // [n, b, t/n, ...]
+  return ReduceScatterLead::apply(y, handle(&c));
+}
+
+at::Tensor seq_to_heads(const at::Tensor& x, Comm& c) {
+  if (c.size() == 1) return x;
+  const int64_t u = c.size(), b = x.size(0), tl = x.size(1), h = x.size(2), d = x.size(3);
+  at::Tensor y = x.reshape({b, tl, u, h / u, d}).permute({2, 0, 1, 3, 4}).contiguous();
+  at::Tensor z = AllToAll::apply(y, handle(&c));  // z[j]: sequence block j, my heads
+  return z.permute({1, 0, 2, 3, 4}).reshape({b, u * tl, h / u, d});
+}
+
+at::Tensor heads_to_seq(const at::Tensor& x, Comm& c) {
+  if (c.size() == 1) return x;
+  const int64_t u = c.size(), b = x.size(0), T = x.size(1), hl = x.size(2), d = x.size(3);
+  at::Tensor y = x.reshape({b, u, T / u, hl, d}).permute({1, 0, 2, 3, 4}).contiguous();
+  at::Tensor z = AllToAll::apply(y, handle(&c));  // z[j]: my sequence block, head group j
+  return z.permute({1, 2, 0, 3, 4}).reshape({b, T / u, u * hl, d});
+}
+
+at::Tensor redistribute(const at::Tensor& x, Comm& stage, const Layout& from, const Layout& to) {
+  if (from == to) return x;
+  return Redistribute::apply(x, handle(&stage), handle(&from), handle(&to));
+}
+
+at::Tensor gather_shard(const at::Tensor& shard, Comm& c) {
+  if (c.size() == 1) return shard;
+  return GatherShard::apply(shard, handle(&c));
+}
+
+at::Tensor recompute(const TensorFn& fn, const std::vector<at::Tensor>& inputs) {
+  if (!at::GradMode::is_enabled()) return fn(inputs);
+  return Recompute::apply(at::TensorList(inputs), c10::IValue::make_capsule(c10::make_intrusive<FnHolder>(fn)));
+}
+
+at::Tensor vocab_parallel_cross_entropy(const at::Tensor& logits, const at::Tensor& targets, int64_t start, Comm& c) {
+  return VocabParallelCE::apply(logits, targets, start, handle(&c));
+}
+
+}  // namespace weft::runtime

@@ -1,0 +1,62 @@
+// Differentiable collectives, as conjugate forward/backward pairs (Megatron's mappings), plus
+// the re-distribution step between layouts, recomputation and the vocab-parallel cross-entropy.
+// A group of size 1 makes every op the identity (no autograd node is created).
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include <functional>
+#include <vector>
+
+#include "comm.h"
+
+namespace weft::runtime {
+
+// Tensor parallel, replicated activations (Megatron f / g):
+// copy_to: forward identity, backward all-reduce (enter a tp region; also sums the gradient of a
+// parameter that is replicated over the group but sees different data on each member).
+at::Tensor copy_to(const at::Tensor& x, Comm& c);
+// reduce_from: forward all-reduce, backward identity (leave a tp region after a row-parallel GEMM).
+at::Tensor reduce_from(const at::Tensor& x, Comm& c);
+
+// Sequence parallel along dim 1 (Megatron-SP): gather_seq: forward all-gather, backward
+// reduce-scatter; scatter_seq: forward reduce-scatter, backward all-gather. Chunk r of the
+// sequence belongs to group rank r.
+at::Tensor gather_seq(const at::Tensor& x, Comm& c);
+at::Tensor reduce_scatter_seq(const at::Tensor& x, Comm& c);
+
+// Ulysses: [b, t/u, h, d] (sequence-split) <-> [b, t, h/u, d] (head-split) by an equal-split
+// all-to-all; each is the other's backward.
+at::Tensor seq_to_heads(const at::Tensor& x, Comm& c);
+at::Tensor heads_to_seq(const at::Tensor& x, Comm& c);
+
+// How a stage's activations [B, T, H] of one micro-batch are spread over its S ranks: rank i
+// holds batch block batch_idx[i] of batch_parts and sequence block seq_idx[i] of seq_parts;
+// ranks with equal blocks hold identical copies (and identical gradients).
+struct Layout {
+  int batch_parts = 1, seq_parts = 1;
+  std::vector<int> batch_idx, seq_idx;  // per stage rank
+  bool operator==(const Layout&) const = default;
+};
+
+// Moves a stage's activations from one layout to another (forward), and their gradients back
+// (backward), through an all-gather over the stage group. x is this rank's [b, t, H] block under
+// `from`; returns its block under `to`.
+at::Tensor redistribute(const at::Tensor& x, Comm& stage, const Layout& from, const Layout& to);
+
+// ZeRO-3: all-gathers the flat parameter shard of every member into the full flat buffer
+// ([size * shard.numel()]); backward reduce-scatters the gradient (summed in rank order).
+at::Tensor gather_shard(const at::Tensor& shard, Comm& c);
+
+// Activation recomputation: runs fn(inputs) without saving activations; in backward re-runs it with
+// grad enabled on detached copies of the inputs and back-propagates through it (parameters used by
+// fn receive their gradients then). fn must be deterministic (no dropout here).
+using TensorFn = std::function<at::Tensor(const std::vector<at::Tensor>&)>;
+at::Tensor recompute(const TensorFn& fn, const std::vector<at::Tensor>& inputs);
+
+// Vocab-parallel cross-entropy. logits: [N, v] columns [start, start + v) of the full vocabulary
+// on this member of `c`; targets: [N] global ids. Returns the per-token loss [N], identical on every
+// member. With a group of size 1 it is the ordinary (max-shifted) cross-entropy.
+at::Tensor vocab_parallel_cross_entropy(const at::Tensor& logits, const at::Tensor& targets, int64_t start, Comm& c);
+
+}  // namespace weft::runtime

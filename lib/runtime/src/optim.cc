@@ -1,0 +1,83 @@
+#include "optim.h"
+
+#include <cmath>
+
+namespace weft::runtime {
+
+void Optimizer::zero_grad() {
+  for (Unit& u : model_.units()) {
+    if (u.grad.defined()) u.grad.zero_();
+    if (u.shard_grad.defined()) u.shard_grad.zero_();
+  }
+}
+
+void Optimizer::after_micro_batch() {
+  std::vector<Pending> pending;
+  for (Unit& u : model_.units()) {
+    if (u.spec.zero != 2) continue;
+    Unit* up = &u;
+    at::Tensor sent = u.grad.clone();
+    u.grad.zero_();
+    pending.push_back(u.sync->reduce_scatter_async(sent, [up](at::Tensor r) { up->shard_grad.add_(r); }));
+  }
+  for (auto& p : pending) p.wait();
+}
+
+void Optimizer::sync_grads() {
+  std::vector<Pending> pending;
+  for (Unit& u : model_.units()) {
+    if (u.sync->size() == 1) {
+      if (u.spec.zero == 1 || u.spec.zero == 2) {
+        if (u.spec.zero == 1) u.shard_grad.copy_(u.grad);
+        else u.shard_grad.add_(u.grad), u.grad.zero_();
+      }
+      continue;
+    }
+    if (u.spec.zero == 0) {
+      pending.push_back(u.sync->allreduce_sum_async(u.grad));
+    } else if (u.spec.zero == 1) {
+      Unit* up = &u;
+      pending.push_back(u.sync->reduce_scatter_async(u.grad, [up](at::Tensor r) { up->shard_grad.copy_(r); }));
+    }
+  }
+  for (auto& p : pending) p.wait();
+  for (Unit& u : model_.units()) {
+    if (!u.tied) continue;
+    at::Tensor g = u.owned_grad().contiguous();
+    u.tied->allreduce_sum(g);
+    u.owned_grad().copy_(g);
+  }
+}
+
+double Optimizer::local_norm_sq() {
+  double s = 0;
+  for (Unit& u : model_.units()) {
+    at::Tensor g = u.owned_grad();
+    s += (g.to(at::kDouble).pow(2) * u.count_mask.to(at::kDouble)).sum().item<double>();
+  }
+  return s;
+}
+
+void Optimizer::step(double lr, double grad_scale) {
+  at::NoGradGuard no_grad;
+  ++t_;
+  const double b1 = cfg_.beta1, b2 = cfg_.beta2;
+  const double bc1 = 1.0 - std::pow(b1, static_cast<double>(t_));
+  const double bc2 = 1.0 - std::pow(b2, static_cast<double>(t_));
+  std::vector<Pending> pending;
+  for (Unit& u : model_.units()) {
+    at::Tensor p = u.owned_params();
+    at::Tensor g = u.owned_grad();
+    if (grad_scale != 1.0) g = g * grad_scale;
+    if (cfg_.weight_decay != 0) p.sub_(p * u.decay_mask * (lr * cfg_.weight_decay));
+    u.m.mul_(b1).add_(g, 1.0 - b1);
+    u.v.mul_(b2).addcmul_(g, g, 1.0 - b2);
+    at::Tensor denom = (u.v.sqrt() / std::sqrt(bc2)).add_(cfg_.eps);
+    p.addcdiv_(u.m, denom, -lr / bc1);
+    if ((u.spec.zero == 1 || u.spec.zero == 2) && u.sync->size() > 1)
+      pending.push_back(u.sync->allgather_into_async(u.flat, p));
+  }
+  for (auto& p : pending) p.wait();
+}
+
+}  // namespace weft::runtime

@@ -1,0 +1,54 @@
+#include "weft/runtime/schedule.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numbers>
+#include <stdexcept>
+
+namespace weft::runtime {
+
+std::vector<PipeAction> pipeline_actions(Schedule s, int stages, int stage, int m) {
+  if (stages < 1 || stage < 0 || stage >= stages || m < 1)
+    throw std::invalid_argument("pipeline_actions: bad stage " + std::to_string(stage) + " of " +
+                                std::to_string(stages) + " with " + std::to_string(m) + " micro-batches");
+  std::vector<PipeAction> out;
+  out.reserve(2 * m);
+  switch (s) {
+    case Schedule::kGpipe:
+      for (int i = 0; i < m; ++i) out.push_back({PipeAction::kForward, i});
+      for (int i = 0; i < m; ++i) out.push_back({PipeAction::kBackward, i});
+      return out;
+    case Schedule::k1F1B: {
+      const int warm = std::min(stages - stage - 1, m);
+      int f = 0, b = 0;
+      for (; f < warm; ++f) out.push_back({PipeAction::kForward, f});
+      while (f < m) {
+        out.push_back({PipeAction::kForward, f++});
+        out.push_back({PipeAction::kBackward, b++});
+      }
+      while (b < m) out.push_back({PipeAction::kBackward, b++});
+      return out;
+    }
+    case Schedule::kInterleaved: break;
+  }
+  throw std::invalid_argument("pipeline_actions: the interleaved schedule is not supported by the runtime");
+}
+
+int in_flight(const std::vector<PipeAction>& actions) {
+  int now = 0, peak = 0;
+  for (const auto& a : actions) {
+    now += a.kind == PipeAction::kForward ? 1 : -1;
+    peak = std::max(peak, now);
+  }
+  return peak;
+}
+
+double LrSchedule::at(int step) const {
+  if (warmup > 0 && step <= warmup) return peak * step / warmup;
+  const int decay = total - warmup;
+  if (decay <= 0) return peak;
+  const double progress = std::clamp(static_cast<double>(step - warmup) / decay, 0.0, 1.0);
+  return min + 0.5 * (peak - min) * (1.0 + std::cos(std::numbers::pi * progress));
+}
+
+}  // namespace weft::runtime

@@ -1,0 +1,231 @@
+// Torch-free parts of the runtime: pipeline schedules, the learning-rate schedule, token sources,
+// parameter files, the torchrun environment and the plan checks.
+#include <cstdlib>
+#include <fstream>
+#include <set>
+
+#include "rt_util.h"
+#include "weft/runtime/data.h"
+#include "weft/runtime/schedule.h"
+#include "weft/runtime/support.h"
+
+namespace weft::runtime {
+namespace {
+
+using A = PipeAction;
+
+TEST(PipelineSchedule, GpipeRunsAllForwardsThenAllBackwards) {
+  const auto a = pipeline_actions(Schedule::kGpipe, 4, 1, 3);
+  const std::vector<A> want{{A::kForward, 0}, {A::kForward, 1}, {A::kForward, 2},
+                            {A::kBackward, 0}, {A::kBackward, 1}, {A::kBackward, 2}};
+  EXPECT_EQ(a, want);
+  EXPECT_EQ(in_flight(a), 3);
+}
+
+TEST(PipelineSchedule, OneFOneBWarmsUpByStagesLeft) {
+  // Stage 0 of 3 with 4 micro-batches: 2 warm-up forwards, then F2 B0 F3 B1, then B2 B3.
+  const std::vector<A> want{{A::kForward, 0},  {A::kForward, 1},  {A::kForward, 2},  {A::kBackward, 0},
+                            {A::kForward, 3},  {A::kBackward, 1}, {A::kBackward, 2}, {A::kBackward, 3}};
+  EXPECT_EQ(pipeline_actions(Schedule::k1F1B, 3, 0, 4), want);
+  // The last stage alternates from the start.
+  const std::vector<A> last{{A::kForward, 0}, {A::kBackward, 0}, {A::kForward, 1}, {A::kBackward, 1}};
+  EXPECT_EQ(pipeline_actions(Schedule::k1F1B, 3, 2, 2), last);
+}
+
+TEST(PipelineSchedule, OneFOneBHoldsAtMostStagesLeftMicroBatches) {
+  for (int pp = 1; pp <= 5; ++pp)
+    for (int s = 0; s < pp; ++s)
+      for (int m = 1; m <= 9; ++m) {
+        const auto a = pipeline_actions(Schedule::k1F1B, pp, s, m);
+        ASSERT_EQ(a.size(), static_cast<size_t>(2 * m));
+        EXPECT_EQ(in_flight(a), std::min(pp - s, m)) << "pp " << pp << " stage " << s << " m " << m;
+        // Every micro-batch runs forward before backward, and backwards run in order.
+        std::set<int> fwd;
+        int next_b = 0;
+        for (const auto& x : a) {
+          if (x.kind == A::kForward) fwd.insert(x.micro_batch);
+          else {
+            EXPECT_TRUE(fwd.count(x.micro_batch));
+            EXPECT_EQ(x.micro_batch, next_b++);
+          }
+        }
+      }
+}
+
+TEST(PipelineSchedule, InterleavedAndBadArgumentsThrow) {
+  EXPECT_THROW(pipeline_actions(Schedule::kInterleaved, 2, 0, 4), std::invalid_argument);
+  EXPECT_THROW(pipeline_actions(Schedule::k1F1B, 2, 2, 4), std::invalid_argument);
+  EXPECT_THROW(pipeline_actions(Schedule::k1F1B, 2, 0, 0), std::invalid_argument);
+}
+
+TEST(LrSchedule, LinearWarmupThenHalfCosineToMin) {
+  LrSchedule s{1.0, 0.1, 4, 14};
+  EXPECT_DOUBLE_EQ(s.at(1), 0.25);
+  EXPECT_DOUBLE_EQ(s.at(4), 1.0);
+  // Halfway through the 10 decay steps the cosine is at its midpoint (1 + 0.1) / 2.
+  EXPECT_NEAR(s.at(9), 0.55, 1e-12);
+  EXPECT_NEAR(s.at(14), 0.1, 1e-12);
+  LrSchedule flat{0.5, 0.5, 0, 3};
+  EXPECT_DOUBLE_EQ(flat.at(2), 0.5);
+}
+
+TEST(TokenSource, SyntheticIsAPureFunctionOfStepAndIndex) {
+  auto a = synthetic_source(64, 9);
+  auto b = synthetic_source(64, 9);
+  std::vector<int64_t> x(17), y(17), z(17);
+  a->sample(3, 5, 17, x.data());
+  b->sample(3, 5, 17, y.data());
+  a->sample(3, 6, 17, z.data());
+  EXPECT_EQ(x, y);
+  EXPECT_NE(x, z);
+  for (auto t : x) EXPECT_TRUE(t >= 0 && t < 64);
+  // An arithmetic progression modulo the vocabulary.
+  for (int i = 2; i < 17; ++i) EXPECT_EQ((x[i] - x[i - 1] + 64) % 64, (x[1] - x[0] + 64) % 64);
+}
+
+TEST(TokenSource, Uint16FileSamplesAreWindowsOfTheFile) {
+  const std::string dir = rttest::temp_dir("data_u16");
+  const std::string path = dir + "/tokens.bin";
+  {
+    std::ofstream f(path, std::ios::binary);
+    for (uint16_t i = 0; i < 1000; ++i) {
+      const uint16_t v = static_cast<uint16_t>(i % 500);
+      f.write(reinterpret_cast<const char*>(&v), 2);
+    }
+  }
+  auto fmt = data_format_from_string("auto", path);
+  ASSERT_TRUE(fmt.ok());
+  EXPECT_EQ(fmt.value(), DataFormat::kUint16);
+  auto src = file_source(path, DataFormat::kUint16, 500, 9, 1);
+  ASSERT_TRUE(src.ok()) << src.error().message;
+  std::vector<int64_t> t(9);
+  (*src)->sample(2, 11, 9, t.data());
+  for (int i = 1; i < 9; ++i) EXPECT_EQ(t[i], (t[i - 1] + 1) % 500);
+  // A vocabulary too small for the file's ids is reported with the offending id.
+  auto small = file_source(path, DataFormat::kUint16, 100, 9, 1);
+  ASSERT_TRUE(small.ok());
+  bool threw = false;
+  for (int k = 0; k < 50 && !threw; ++k) {
+    try {
+      (*small)->sample(1, k, 9, t.data());
+    } catch (const InputError& e) {
+      threw = std::string(e.what()).find("vocabulary of 100") != std::string::npos;
+    }
+  }
+  EXPECT_TRUE(threw);
+  std::filesystem::remove_all(dir);
+}
+
+TEST(TokenSource, FileErrorsNameTheFile) {
+  auto missing = file_source("/nonexistent/x.bin", DataFormat::kUint16, 100, 9, 1);
+  ASSERT_FALSE(missing.ok());
+  EXPECT_EQ(missing.error().kind, ErrorKind::kIo);
+  EXPECT_NE(missing.error().message.find("/nonexistent/x.bin"), std::string::npos);
+  const std::string dir = rttest::temp_dir("data_text");
+  { std::ofstream(dir + "/t.txt") << "hello, world"; }
+  auto text = file_source(dir + "/t.txt", DataFormat::kText, 64, 9, 1);
+  std::filesystem::remove_all(dir);
+  ASSERT_FALSE(text.ok());
+  EXPECT_NE(text.error().message.find("vocabulary is 64"), std::string::npos);
+}
+
+TEST(ParamsFile, RoundTripAndCompare) {
+  const std::string dir = rttest::temp_dir("params");
+  ParamsFile a;
+  a.step = 3;
+  a.params.push_back({"x", {2, 2}, {1, 2, 3, 4}});
+  a.params.push_back({"y", {3}, {5, 6, 7}});
+  ASSERT_TRUE(write_params_file(dir + "/a", a).ok());
+  auto b = read_params_file(dir + "/a");
+  ASSERT_TRUE(b.ok()) << b.error().message;
+  EXPECT_EQ(b->step, 3);
+  ASSERT_EQ(b->params.size(), 2u);
+  EXPECT_EQ(b->params[1].data, (std::vector<float>{5, 6, 7}));
+  ParamsFile c = a;
+  c.params[1].data[2] = 7.5f;
+  auto d = compare_params(c, a);
+  ASSERT_TRUE(d.ok());
+  EXPECT_DOUBLE_EQ(d->max_abs, 0.5);
+  EXPECT_EQ(d->worst, "y");
+  c.params[0].name = "z";
+  EXPECT_FALSE(compare_params(c, a).ok());
+  std::filesystem::remove_all(dir);
+}
+
+struct EnvGuard {
+  std::vector<std::string> names{"RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT",
+                                 "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "SLURM_PROCID", "SLURM_NTASKS"};
+  EnvGuard() {
+    for (auto& n : names) unsetenv(n.c_str());
+  }
+  ~EnvGuard() {
+    for (auto& n : names) unsetenv(n.c_str());
+  }
+};
+
+TEST(DistEnv, ReadsTorchrunVariablesWithFallbacks) {
+  EnvGuard g;
+  auto one = read_dist_env();
+  ASSERT_TRUE(one.ok());
+  EXPECT_EQ(one->world, 1);
+  EXPECT_EQ(one->rank, 0);
+  setenv("RANK", "2", 1);
+  setenv("WORLD_SIZE", "4", 1);
+  setenv("MASTER_PORT", "1234", 1);
+  auto e = read_dist_env();
+  ASSERT_TRUE(e.ok()) << e.error().message;
+  EXPECT_EQ(e->rank, 2);
+  EXPECT_EQ(e->world, 4);
+  EXPECT_EQ(e->local_rank, 2);
+  EXPECT_EQ(e->master_port, 1234);
+  EXPECT_EQ(e->master_addr, "127.0.0.1");
+  setenv("RANK", "4", 1);
+  auto bad = read_dist_env();
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.error().message.find("RANK: 4 is out of range"), std::string::npos);
+  unsetenv("RANK");
+  unsetenv("WORLD_SIZE");
+  setenv("OMPI_COMM_WORLD_RANK", "1", 1);
+  setenv("OMPI_COMM_WORLD_SIZE", "2", 1);
+  auto mpi = read_dist_env();
+  ASSERT_TRUE(mpi.ok());
+  EXPECT_EQ(mpi->rank, 1);
+  EXPECT_EQ(mpi->world, 2);
+}
+
+TEST(PlanSupport, RefusesWhatTheRuntimeCannotRunNamingIt) {
+  using namespace rttest;
+  Plan cp = uniform(tiny_gpt(), 2, 1, strat(1, 2));
+  cp.stages[0].layers[1].dp = 1;
+  cp.stages[0].layers[1].cp = 2;
+  Status s = check_supported(cp);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.error().message.find("stages[0].layers[1].cp: context parallelism"), std::string::npos)
+      << s.error().message;
+
+  Plan moe = uniform(tiny_gpt(), 1, 1, strat(1, 1));
+  moe.model.groups[0].shape.moe = MoeSpec{4, 2, 64, 0};
+  s = check_supported(moe);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.error().message.find("MoE"), std::string::npos) << s.error().message;
+
+  Plan inter = uniform(tiny_gpt(), 2, 2, strat(1, 1));
+  inter.train.schedule = Schedule::kInterleaved;
+  inter.train.vp = 2;
+  inter.stages.clear();
+  for (int k = 0; k < 4; ++k) inter.stages.push_back(Stage{k, {strat(1, 1)}, {}});
+  s = check_supported(inter);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.error().message.find("interleaved"), std::string::npos) << s.error().message;
+
+  // validate() runs first: a degree that does not divide is named with its numbers.
+  Plan tp3 = uniform(tiny_gpt(), 3, 1, strat(3, 1));
+  s = check_supported(tp3);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.error().message.find("does not divide"), std::string::npos) << s.error().message;
+
+  EXPECT_TRUE(check_supported(uniform(tiny_llama(), 8, 2, strat(2, 2, 1, true, 3, Recompute::kFull))).ok());
+}
+
+}  // namespace
+}  // namespace weft::runtime

@@ -1,0 +1,350 @@
+// `weft train` / `weft launch` end to end: checkpoints and resume, failure handling, bad input,
+// data files and the launcher.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+
+#include <fstream>
+#include <thread>
+
+#include "rt_util.h"
+
+namespace weft::rttest {
+namespace {
+
+int free_port() {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
+  socklen_t len = sizeof a;
+  getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  close(fd);
+  return ntohs(a.sin_port);
+}
+
+std::string read_file(const std::string& p) {
+  std::ifstream f(p);
+  return std::string(std::istreambuf_iterator<char>(f), {});
+}
+
+// One rank started the way torchrun / srun would, output to a file.
+struct Rank {
+  pid_t pid = -1;
+  std::string out;
+  int status = -1;
+  double exited_after = -1;
+};
+
+Rank spawn_rank(int rank, int world, int port, const std::string& args, const std::string& out) {
+  Rank r;
+  r.out = out;
+  r.pid = fork();
+  if (r.pid == 0) {
+    setenv("RANK", std::to_string(rank).c_str(), 1);
+    setenv("WORLD_SIZE", std::to_string(world).c_str(), 1);
+    setenv("MASTER_ADDR", "127.0.0.1", 1);
+    setenv("MASTER_PORT", std::to_string(port).c_str(), 1);
+    const std::string cmd = "exec " + driver() + " " + args + " > " + out + " 2>&1";
+    execl("/bin/sh", "sh", "-c", cmd.c_str(), static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  return r;
+}
+
+// Waits up to `limit` seconds for every rank in `ranks`; records each exit status and time.
+void wait_ranks(std::vector<Rank*> ranks, double limit) {
+  const auto t0 = std::chrono::steady_clock::now();
+  for (;;) {
+    bool all = true;
+    const double now = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    for (Rank* r : ranks) {
+      if (r->exited_after >= 0) continue;
+      int st = 0;
+      if (waitpid(r->pid, &st, WNOHANG) == r->pid) {
+        r->status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+        r->exited_after = now;
+      } else {
+        all = false;
+      }
+    }
+    if (all || now > limit) return;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+}
+
+void reap(Rank& r) {
+  if (r.exited_after >= 0) return;
+  kill(r.pid, SIGKILL);
+  int st;
+  waitpid(r.pid, &st, 0);
+}
+
+// ---- the built-in model and the output formats ----
+
+TEST(RuntimeTrain, BuiltInModelTrainsInSecondsOnOneProcess) {
+  const RunResult r = run(driver() + " train --steps 30 --format json");
+  ASSERT_EQ(r.status, 0) << r.output;
+  ASSERT_EQ(r.losses.size(), 30u);
+  // Uniform guessing over 256 byte values costs ln 256 = 5.55; the synthetic sequences are
+  // learnable, so 30 steps must get well below it.
+  EXPECT_NEAR(r.losses.front(), std::log(256.0), 0.1);
+  EXPECT_LT(r.losses.back(), 4.0);
+  EXPECT_NE(r.output.find("\"summary\":true"), std::string::npos);
+  EXPECT_LT(r.seconds, 60);
+}
+
+TEST(RuntimeTrain, TextFormatPrintsStepLinesAndASummary) {
+  const RunResult r = run(driver() + " train --steps 3 --format text");
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("weft train: model weft-tiny-gpt"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("step 3/3  loss"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("done: 3 steps"), std::string::npos) << r.output;
+}
+
+// ---- checkpoints ----
+
+void check_resume(const Plan& p, const std::string& name) {
+  const std::string dir = temp_dir(name);
+  const std::string plan = write_plan(p, dir, "plan");
+  const std::string launch = driver() + " launch -n " + std::to_string(p.world_size()) + " -- ";
+  const std::string base = driver() + train_flags(8) + " --plan " + plan;
+  const RunResult whole = run(launch + base + " --save-params " + dir + "/whole.params");
+  ASSERT_EQ(whole.status, 0) << whole.output;
+  ASSERT_EQ(whole.losses.size(), 8u);
+
+  // Checkpoint every 4 steps; rank 1 is killed when it reaches step 5.
+  const std::string ck = dir + "/ck";
+  const RunResult killed = run(launch + base + " --checkpoint-dir " + ck + " --checkpoint-every 4 --fault 1:5:kill");
+  EXPECT_NE(killed.status, 0) << killed.output;
+  EXPECT_NE(killed.output.find("rank 1 was killed by signal 9"), std::string::npos) << killed.output;
+  EXPECT_EQ(read_file(ck + "/latest"), "step-00000004\n");
+  // A save that died half-way (a rank file, no meta.json) must be ignored.
+  std::filesystem::create_directories(ck + "/step-00000008");
+  { std::ofstream(ck + "/step-00000008/rank-0.bin") << "partial"; }
+
+  const RunResult resumed =
+      run(launch + base + " --checkpoint-dir " + ck + " --resume --save-params " + dir + "/resumed.params");
+  ASSERT_EQ(resumed.status, 0) << resumed.output;
+  ASSERT_EQ(resumed.losses.size(), 4u) << resumed.output;
+  for (int i = 0; i < 4; ++i) EXPECT_EQ(resumed.losses[i], whole.losses[4 + i]) << "step " << 5 + i;
+  auto d = runtime::compare_params(read_params(dir + "/resumed.params"), read_params(dir + "/whole.params"));
+  ASSERT_TRUE(d.ok());
+  EXPECT_EQ(d->max_abs, 0.0) << d->worst;
+  std::filesystem::remove_all(dir);
+}
+
+TEST(RuntimeCheckpoint, ResumeAfterKillEqualsUninterruptedZero2) {
+  check_resume(uniform(tiny_gpt(), 2, 1, strat(1, 2, 1, false, 2)), "ck_zero2");
+}
+
+TEST(RuntimeCheckpoint, ResumeAfterKillEqualsUninterruptedPipelineTied) {
+  // Stage 0 keeps the tied embedding table, stage 1 its copy (their gradients are summed).
+  LayerStrategy s = strat(1, 1);
+  Plan p = uniform(tiny_gpt(), 2, 2, s, {2, 2}, Schedule::k1F1B, 8, 4);
+  check_resume(p, "ck_pp2");
+}
+
+TEST(RuntimeCheckpoint, ResumeRefusesAnotherPlan) {
+  const std::string dir = temp_dir("ck_other");
+  const Plan a = uniform(tiny_gpt(), 1, 1, strat(1, 1));
+  Plan b = a;
+  b.train.global_batch = 4;
+  const std::string pa = write_plan(a, dir, "a"), pb = write_plan(b, dir, "b");
+  ASSERT_EQ(run(driver() + train_flags(2) + " --plan " + pa + " --checkpoint-dir " + dir + "/ck").status, 0);
+  const RunResult r = run(driver() + train_flags(4) + " --plan " + pb + " --checkpoint-dir " + dir + "/ck --resume");
+  EXPECT_EQ(r.status, 2) << r.output;
+  EXPECT_NE(r.output.find("different plan"), std::string::npos) << r.output;
+  std::filesystem::remove_all(dir);
+}
+
+// ---- failures ----
+
+TEST(RuntimeFailure, LauncherStopsEveryoneWhenARankDies) {
+  const RunResult r = run(driver() + " launch -n 3 -- " + driver() + " train --steps 200 --timeout 10 --fault 1:3:kill");
+  EXPECT_NE(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("rank 1 was killed by signal 9"), std::string::npos) << r.output;
+  EXPECT_LT(r.seconds, 30) << r.output;
+}
+
+TEST(RuntimeFailure, SurvivorsOfAStoppedRankExitNamingItWithinTheTimeout) {
+  // Started like srun would: no launcher to clean up. Rank 1 freezes (SIGSTOP) at step 3.
+  const std::string dir = temp_dir("fail_stop");
+  const int port = free_port();
+  const std::string args = "train --steps 500 --timeout 5 --fault 1:3:stop";
+  Rank r0 = spawn_rank(0, 3, port, args, dir + "/r0"), r1 = spawn_rank(1, 3, port, args, dir + "/r1"),
+       r2 = spawn_rank(2, 3, port, args, dir + "/r2");
+  wait_ranks({&r0, &r2}, 40);
+  reap(r1);
+  reap(r0);
+  reap(r2);
+  for (Rank* r : {&r0, &r2}) {
+    const std::string out = read_file(r->out);
+    EXPECT_EQ(r->status, 5) << out;
+    EXPECT_LT(r->exited_after, 5 + 15) << out;  // timeout + start-up + the last steps
+    EXPECT_NE(out.find("rank 1 stopped responding"), std::string::npos) << out;
+  }
+  std::filesystem::remove_all(dir);
+}
+
+TEST(RuntimeFailure, SurvivorsOfAHungMainThreadNameTheLaggard) {
+  // Rank 2's main thread hangs (its heartbeat goes on): the collectives time out and the others
+  // name the rank that never entered the step.
+  const std::string dir = temp_dir("fail_hang");
+  const int port = free_port();
+  const std::string args = "train --steps 500 --timeout 4 --fault 2:3:hang";
+  Rank r0 = spawn_rank(0, 3, port, args, dir + "/r0"), r1 = spawn_rank(1, 3, port, args, dir + "/r1"),
+       r2 = spawn_rank(2, 3, port, args, dir + "/r2");
+  wait_ranks({&r0, &r1}, 40);
+  reap(r2);
+  reap(r0);
+  reap(r1);
+  for (Rank* r : {&r0, &r1}) {
+    const std::string out = read_file(r->out);
+    EXPECT_EQ(r->status, 5) << out;
+    EXPECT_NE(out.find("rank 2 is behind"), std::string::npos) << out;
+  }
+  std::filesystem::remove_all(dir);
+}
+
+TEST(RuntimeFailure, LosingRankZeroAndItsStoreEndsTheOthers) {
+  const std::string dir = temp_dir("fail_rank0");
+  const int port = free_port();
+  const std::string args = "train --steps 500 --timeout 5 --fault 0:3:kill";
+  Rank r0 = spawn_rank(0, 2, port, args, dir + "/r0"), r1 = spawn_rank(1, 2, port, args, dir + "/r1");
+  wait_ranks({&r0, &r1}, 40);
+  reap(r0);
+  reap(r1);
+  const std::string out = read_file(r1.out);
+  EXPECT_EQ(r1.status, 5) << out;
+  EXPECT_NE(out.find("rank 0"), std::string::npos) << out;
+  std::filesystem::remove_all(dir);
+}
+
+// ---- bad input: errors before any process group is built ----
+
+TEST(RuntimeBadInput, PlanForAnotherWorldSizeFailsBeforeConnecting) {
+  const std::string dir = temp_dir("bad_world");
+  const std::string plan = write_plan(uniform(tiny_gpt(), 4, 1, strat(1, 4)), dir, "p");
+  // Rank 1 of 2 with no rank 0 anywhere: if it tried to connect it would wait for the timeout.
+  const RunResult r =
+      run("RANK=1 WORLD_SIZE=2 MASTER_PORT=" + std::to_string(free_port()) + " " + driver() + train_flags() +
+          " --plan " + plan);
+  EXPECT_EQ(r.status, 2) << r.output;
+  EXPECT_NE(r.output.find("made for 4 devices"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("WORLD_SIZE is 2"), std::string::npos) << r.output;
+  EXPECT_LT(r.seconds, 20);
+  std::filesystem::remove_all(dir);
+}
+
+TEST(RuntimeBadInput, PlanChecksNameFieldAndNumbers) {
+  const std::string dir = temp_dir("bad_plan");
+  struct Case {
+    Plan p;
+    std::string want;
+  };
+  Plan tp3 = uniform(tiny_gpt(), 3, 1, strat(3, 1));
+  Plan cp = uniform(tiny_gpt(), 2, 1, strat(1, 2));
+  cp.stages[0].layers[2].dp = 1;
+  cp.stages[0].layers[2].cp = 2;
+  Plan moe = uniform(tiny_gpt(), 1, 1, strat(1, 1));
+  moe.model.groups[0].shape.moe = MoeSpec{4, 2, 64, 0};
+  for (const auto& c : std::vector<Case>{{tp3, "does not divide 4 attention heads"},
+                                         {cp, "stages[0].layers[2].cp: context parallelism"},
+                                         {moe, "MoE layers"}}) {
+    const std::string plan = write_plan(c.p, dir, "p");
+    const RunResult r = run("RANK=0 WORLD_SIZE=" + std::to_string(c.p.world_size()) + " " + driver() +
+                            train_flags() + " --plan " + plan);
+    EXPECT_EQ(r.status, 2) << r.output;
+    EXPECT_NE(r.output.find(c.want), std::string::npos) << r.output;
+  }
+  // A --model that is not the plan's model.
+  const std::string plan = write_plan(uniform(tiny_gpt(), 1, 1, strat(1, 1)), dir, "q");
+  const std::string model = dir + "/m.json";
+  write_json_file(model, to_json(tiny_llama()));
+  const RunResult r = run(driver() + train_flags() + " --plan " + plan + " --model " + model);
+  EXPECT_EQ(r.status, 2) << r.output;
+  EXPECT_NE(r.output.find("differs from the model the plan"), std::string::npos) << r.output;
+  std::filesystem::remove_all(dir);
+}
+
+TEST(RuntimeBadInput, BadFlagsAndMissingData) {
+  RunResult r = run(driver() + " train --format xml");
+  EXPECT_EQ(r.status, 2);
+  EXPECT_NE(r.output.find("--format: expected text or json"), std::string::npos) << r.output;
+  r = run(driver() + " train --data /nonexistent/tokens.bin");
+  EXPECT_EQ(r.status, 4);
+  EXPECT_NE(r.output.find("/nonexistent/tokens.bin"), std::string::npos) << r.output;
+  r = run(driver() + " train --resume");
+  EXPECT_EQ(r.status, 2);
+  EXPECT_NE(r.output.find("--resume needs --checkpoint-dir"), std::string::npos) << r.output;
+}
+
+// ---- data files ----
+
+TEST(RuntimeData, DataParallelRanksReadTheirOwnShardOfATokenFile) {
+  // Two ranks reading their own samples of a uint16 file train exactly like one process reading
+  // the whole batch.
+  const std::string dir = temp_dir("data_dp");
+  const std::string data = dir + "/tokens.bin";
+  {
+    std::ofstream f(data, std::ios::binary);
+    uint64_t x = 1;
+    for (int i = 0; i < 5000; ++i) {
+      x = x * 6364136223846793005ULL + 1442695040888963407ULL;
+      const uint16_t v = static_cast<uint16_t>((x >> 33) % 64);
+      f.write(reinterpret_cast<const char*>(&v), 2);
+    }
+  }
+  const Plan dp = uniform(tiny_gpt(), 2, 1, strat(1, 2));
+  const RunResult a = train_plan(dp, dir, "dp", 4, " --data " + data);
+  const RunResult b = train_plan(reference_of(dp), dir, "one", 4, " --data " + data);
+  ASSERT_EQ(a.status, 0) << a.output;
+  ASSERT_EQ(b.status, 0) << b.output;
+  ASSERT_EQ(a.losses.size(), 4u);
+  ASSERT_EQ(b.losses.size(), 4u);
+  for (int i = 0; i < 4; ++i) EXPECT_NEAR(a.losses[i], b.losses[i], 1e-5 * b.losses[i]);
+  // Different data than the synthetic default.
+  const RunResult c = train_plan(reference_of(dp), dir, "synthetic", 4);
+  EXPECT_NE(c.losses, b.losses);
+  std::filesystem::remove_all(dir);
+}
+
+TEST(RuntimeData, PlainTextTrainsAsBytes) {
+  const std::string dir = temp_dir("data_text");
+  {
+    std::ofstream f(dir + "/corpus.txt");
+    for (int i = 0; i < 200; ++i) f << "the quick brown fox jumps over the lazy dog. ";
+  }
+  const RunResult r = run(driver() + " train --steps 20 --format json --data " + dir + "/corpus.txt");
+  ASSERT_EQ(r.status, 0) << r.output;
+  ASSERT_EQ(r.losses.size(), 20u);
+  EXPECT_LT(r.losses.back(), r.losses.front() - 1.0);
+  std::filesystem::remove_all(dir);
+}
+
+// ---- the launcher ----
+
+TEST(RuntimeLaunch, SetsTheTorchrunEnvironmentAndPrefixesLines) {
+  const RunResult r =
+      run(driver() + " launch -n 3 -- sh -c 'echo rank $RANK of $WORLD_SIZE local $LOCAL_RANK at $MASTER_ADDR'");
+  EXPECT_EQ(r.status, 0) << r.output;
+  for (int k = 0; k < 3; ++k)
+    EXPECT_NE(r.output.find("[" + std::to_string(k) + "] rank " + std::to_string(k) + " of 3 local " +
+                            std::to_string(k) + " at 127.0.0.1"),
+              std::string::npos)
+        << r.output;
+}
+
+TEST(RuntimeLaunch, PropagatesTheFirstFailureAndStopsTheRest) {
+  const RunResult r =
+      run(driver() + " launch -n 3 -- sh -c 'if [ $RANK = 1 ]; then exit 3; fi; sleep 60'");
+  EXPECT_EQ(r.status, 3) << r.output;
+  EXPECT_NE(r.output.find("rank 1 exited with code 3"), std::string::npos) << r.output;
+  EXPECT_LT(r.seconds, 20);
+}
+
+}  // namespace
+}  // namespace weft::rttest
