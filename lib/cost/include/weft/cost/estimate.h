@@ -36,7 +36,7 @@ StageContext stage_context(const Plan& p, int s);
 Estimate estimate(const Plan& p, const CostModel& cm);
 // Writes the estimate's figures into p.predicted and each stage's predicted fields.
 void annotate(Plan& p, const Estimate& e, const CostModel& cm);
-// JSON for `weft estimate --format json` (docs/cli.md): step_time_s, tokens_per_s,
+// JSON for `weft estimate --format json` (docs/search.md §8): step_time_s, tokens_per_s,
 // model_tflops_per_gpu, mfu, peak_memory_gib, memory_budget_gib, fits, stages[], breakdown.
 Json to_json(const Estimate& e);
 

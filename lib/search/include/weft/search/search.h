@@ -1,6 +1,16 @@
 // The plan search: pruning rules, a per-layer dynamic program with memory as state, a stage
 // partition minimising the bottleneck stage, and the micro-batch / schedule sweep.
-// A pure function of its inputs (the cost model is only read).
+// A pure function of its inputs (the cost model is only read). docs/search.md describes the
+// algorithm; weft/search/pruning.h lists every pruning rule.
+//
+// What the search assumes of the cost model (true of weft's analytic model and of the test fakes;
+// a model that breaks them is still costed exactly by estimate() in the final ranking, but the
+// search may then miss its optimum):
+//   - layer() depends on the layer index only through the layer's shape (its group), so layers of a
+//     group are costed once per (strategy, stage);
+//   - transition() and p2p() depend on strategies only through how they lay activations out
+//     (tp, sp, ulysses, cp, dp), not on ZeRO, recompute or ep, and transition() not on the stage;
+//   - every time and memory figure is >= 0.
 #pragma once
 
 #include <functional>
@@ -32,6 +42,23 @@ struct SearchOptions {
   // full or no recompute), 1F1B, no interleaving, fixed global batch.
   bool galvatron_space = false;
   double memory_step_mib = 64.0;           // memory discretisation of the layer DP
+  // Context parallelism, and tensor x Ulysses groups wider than a node, are considered only for
+  // sequences at least this long (rule "sequence-sharding-inside-node", weft/search/pruning.h).
+  int long_seq = 16384;
+  int max_vp = 4;                          // deepest interleaving considered (rule "interleave-depth")
+  // Cost middle pipeline stages by interpolating between the first and the last stage (checked on
+  // three strategies per stage; a stage that fails the check is costed in full). docs/search.md.
+  bool interpolate_stages = true;
+  // How many configurations (best by the search objective) are re-ranked with estimate(); 0 means
+  // max(2 * top_k, 8).
+  int rerank = 0;
+
+  // Replace the candidate generators (weft/search/strategy_space.h) when set: the candidates of a
+  // layer of `shape` / of the embedding on a stage of `stage_size` devices whose micro-batch holds
+  // `pmb` samples. Every returned strategy must be valid there (validate()). The per-layer rules of
+  // pruning.h are then not applied; the Pareto and bound rules are. For tests and experiments.
+  std::function<std::vector<LayerStrategy>(const LayerShape& shape, int stage_size, int pmb)> layer_space;
+  std::function<std::vector<LayerStrategy>(int stage_size, int pmb)> embedding_space;
 
   // Called with (done, total) from the search thread; may be empty.
   std::function<void(long long, long long)> progress;
@@ -41,6 +68,9 @@ struct SearchStats {
   long long configurations = 0;    // (pp, schedule, m, ...) combinations considered
   long long pruned = 0;            // removed by rules before costing
   long long layer_costs = 0;       // distinct layer costs computed (after memoisation)
+  long long searched = 0;          // configurations whose layer DP and stage partition ran
+  long long estimates = 0;         // full-plan estimate() calls in the final ranking
+  long long interpolation_fallbacks = 0;  // middle stages costed in full (interpolation check failed)
   double wall_s = 0;
   std::vector<std::string> rules;  // the pruning rules that fired, with counts
 };
@@ -48,7 +78,9 @@ struct SearchStats {
 struct SearchResult {
   std::vector<Plan> top;           // best first, each annotated with its prediction; empty if none fits
   std::optional<Plan> best_uniform;// best single-strategy plan (Megatron-style), if any fits
-  // When nothing fits: the plan that needs the least memory, and that memory per GPU.
+  // When nothing fits: the plan that needs the least memory (annotated), and the device memory per
+  // GPU in GiB that would make it fit: the smallest gpu.memory_gib at which the cost model's
+  // memory_budget() reaches the plan's peak (0 if no device size does).
   std::optional<Plan> closest;
   double min_memory_gib = 0;
   SearchStats stats;

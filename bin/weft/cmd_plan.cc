@@ -1,0 +1,470 @@
+// `weft plan` (search the best plan) and `weft estimate` (cost one uniform strategy, or a plan file).
+// docs/cli.md describes the flags; exit codes: 0 ok, 2 bad input, 3 nothing fits.
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "commands.h"
+#include "inputs.h"
+#include "weft/cost/estimate.h"
+#include "weft/plan/plan.h"
+#include "weft/search/search.h"
+#include "weft/search/uniform.h"
+#include "weft/spec/counts.h"
+#ifdef WEFT_CMD_GALVATRON
+#include "weft/galvatron/search.h"
+#include "weft/galvatron/setup.h"
+#endif
+
+namespace weft::cli {
+
+namespace {
+
+std::string S(long long x) { return std::to_string(x); }
+
+std::string fmt(const char* f, double x) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, f, x);
+  return buf;
+}
+
+// 1234567 -> "1,234,567".
+std::string grouped(double x) {
+  std::string d = std::to_string(static_cast<long long>(std::llround(x)));
+  std::string out;
+  const int n = static_cast<int>(d.size());
+  for (int i = 0; i < n; ++i) {
+    out += d[i];
+    if (d[i] != '-' && (n - 1 - i) % 3 == 0 && i != n - 1) out += ',';
+  }
+  return out;
+}
+
+std::string seconds(double s) {
+  if (s >= 100) return fmt("%.1f s", s);
+  if (s >= 1) return fmt("%.3f s", s);
+  return fmt("%.1f ms", s * 1e3);
+}
+
+std::string pipeline_text(const TrainSettings& t) {
+  std::string s = "pp" + S(t.pp) + " " + to_string(t.schedule);
+  if (t.vp > 1) s += " vp" + S(t.vp);
+  s += " m" + S(t.micro_batches);
+  return s;
+}
+
+std::string cluster_text(const ClusterSpec& c) {
+  return S(c.total_gpus()) + " x " + c.gpu.name + " (" + S(c.nodes) + (c.nodes == 1 ? " node" : " nodes") + " of " +
+         S(c.gpus_per_node) + ")";
+}
+
+// Runs of identical strategies over the whole model: (first layer, last layer, strategy).
+struct Run {
+  int first, last;
+  LayerStrategy s;
+};
+std::vector<Run> runs_of(const Stage& st) {
+  std::vector<Run> out;
+  for (int i = 0; i < st.num_layers(); ++i) {
+    const int layer = st.first_layer + i;
+    if (!out.empty() && out.back().s == st.layers[i]) out.back().last = layer;
+    else out.push_back({layer, layer, st.layers[i]});
+  }
+  return out;
+}
+
+std::string layers_text(int a, int b) { return a == b ? "layer " + S(a) : "layers " + S(a) + "-" + S(b); }
+
+// The per-stage listing of a plan: one line per run of identical strategies (80 columns).
+void print_layers(const Plan& p) {
+  std::printf("%-7s %-16s %-36s %8s\n", "stage", "layers", "strategy", "mem GiB");
+  for (size_t s = 0; s < p.stages.size(); ++s) {
+    const Stage& st = p.stages[s];
+    bool first = true;
+    for (const Run& r : runs_of(st)) {
+      std::printf("%-7s %-16s %-36s %8s\n", first ? S(static_cast<long long>(s)).c_str() : "",
+                  layers_text(r.first, r.last).c_str(), label(r.s).c_str(),
+                  first ? fmt("%.1f", st.predicted.memory_gib).c_str() : "");
+      first = false;
+    }
+  }
+}
+
+// The side-by-side summary of the best plan and the uniform baseline.
+void print_comparison(const Plan& best, const Plan* uniform, const Estimate& eb, const Estimate* eu) {
+  auto row = [&](const char* name, const std::string& a, const std::string& b) {
+    char buf[256];
+    std::snprintf(buf, sizeof buf, "%-20s %-29s %s", name, a.c_str(), b.c_str());
+    std::string line = buf;
+    while (!line.empty() && line.back() == ' ') line.pop_back();
+    std::printf("%s\n", line.c_str());
+  };
+  row("", "best plan", uniform ? "uniform baseline" : "uniform baseline: none fits");
+  row("pipeline", pipeline_text(best.train), uniform ? pipeline_text(uniform->train) : "");
+  row("layers", best.uniform() ? label(best.stages.front().layers.front()) : "per layer (below)",
+      uniform ? label(uniform->stages.front().layers.front()) : "");
+  row("embedding / LM head", label(best.embedding), uniform ? label(uniform->embedding) : "");
+  row("step time", seconds(eb.step_time.value()), eu ? seconds(eu->step_time.value()) : "");
+  row("tokens/s", grouped(eb.tokens_per_s), eu ? grouped(eu->tokens_per_s) : "");
+  row("model TFLOP/s / GPU", fmt("%.1f", eb.model_tflops_per_gpu), eu ? fmt("%.1f", eu->model_tflops_per_gpu) : "");
+  row("MFU", fmt("%.1f %%", 100 * eb.mfu), eu ? fmt("%.1f %%", 100 * eu->mfu) : "");
+  row("peak memory / GPU", fmt("%.1f GiB", to_gib(eb.peak_memory)) + fmt(" of %.1f", to_gib(eb.memory_budget)),
+      eu ? fmt("%.1f GiB", to_gib(eu->peak_memory)) : "");
+  if (eu && eu->step_time.value() > 0)
+    row("speed-up", fmt("%.3fx", eu->step_time.value() / eb.step_time.value()), "1.000x");
+}
+
+Json plan_entry(const Plan& p, const Estimate& e) {
+  Json j = to_json(e);
+  j["plan"] = to_json(p);
+  return j;
+}
+
+// --- weft plan --------------------------------------------------------------------------------
+
+struct PlanFlags {
+  InputFlags in;
+  int seq = 0;
+  int global_batch = 0;
+  int top = 3;
+  bool galvatron_space = false;  // --galvatron-space
+  std::string out;
+  std::string format = "table";
+};
+
+void run_plan(const PlanFlags& f) {
+  Inputs in = unwrap(load_inputs(f.in));
+  SearchOptions opt;
+  opt.seq = f.seq;
+  opt.global_batch = f.global_batch;
+  opt.top_k = f.top;
+  opt.galvatron_space = f.galvatron_space;
+  // Progress: only on a terminal, and only once the search has run for half a second.
+  const bool tty = isatty(fileno(stderr));
+  const auto t0 = std::chrono::steady_clock::now();
+  bool printed = false;
+  if (tty) {
+    opt.progress = [&](long long done, long long total) {
+      const double el = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      if (el < 0.5) return;
+      std::fprintf(stderr, "\rweft: searching %lld/%lld configurations (%.1f s)", done, total, el);
+      printed = true;
+    };
+  }
+#ifdef WEFT_CMD_GALVATRON
+  // Galvatron's model in Galvatron's space: its task loop, each plan scored with its exact accounting.
+  const galvatron::GalvatronCostModel* gcm = galvatron::as_galvatron(*in.cost);
+  SearchResult r = gcm && f.galvatron_space
+                       ? galvatron::to_search_result(unwrap(galvatron::search_galvatron_space(in.model, in.cluster, *gcm, opt)))
+                       : unwrap(search(in.model, in.cluster, *in.cost, opt));
+#else
+  SearchResult r = unwrap(search(in.model, in.cluster, *in.cost, opt));
+#endif
+  if (printed) std::fprintf(stderr, "\r%60s\r", "");
+
+  if (r.top.empty()) {
+    std::string msg = "nothing fits in " + fmt("%.1f", in.cluster.gpu.memory_gib) + " GiB per GPU";
+    if (r.closest) {
+      const Plan& c = *r.closest;
+      std::string layers = c.uniform() ? label(c.stages.front().layers.front()) : "per-layer strategies";
+      msg += ": the plan needing the least memory (" + pipeline_text(c.train) + ", " + layers +
+             ", embedding " + label(c.embedding) + ") needs " + fmt("%.1f", r.min_memory_gib) +
+             " GiB per GPU; try --memory-gb " + S(static_cast<long long>(std::ceil(r.min_memory_gib))) +
+             " or more GPUs";
+      if (!f.out.empty() && write_plan_file(f.out, c).ok()) msg += " (closest plan written to " + f.out + ")";
+    }
+    fail(Error{ErrorKind::kNoFit, msg});
+  }
+
+  const Plan& best = r.top.front();
+  const Estimate eb = estimate(best, *in.cost);
+  std::optional<Estimate> eu;
+  if (r.best_uniform) eu = estimate(*r.best_uniform, *in.cost);
+  if (!f.out.empty()) check(write_plan_file(f.out, best));
+
+  if (f.format == "json") {
+    Json j = plan_entry(best, eb);
+    Json top = Json::array();
+    for (const Plan& p : r.top) top.push_back(plan_entry(p, estimate(p, *in.cost)));
+    j["top"] = std::move(top);
+    j["uniform"] = r.best_uniform ? plan_entry(*r.best_uniform, *eu) : Json(nullptr);
+    Json rules = Json::object();
+    for (const auto& line : r.stats.rules) {
+      const size_t colon = line.rfind(": ");
+      rules[line.substr(0, colon)] = std::stoll(line.substr(colon + 2));
+    }
+    j["search"] = {{"wall_s", r.stats.wall_s},          {"configurations", r.stats.configurations},
+                   {"searched", r.stats.searched},      {"pruned", r.stats.pruned},
+                   {"layer_costs", r.stats.layer_costs}, {"estimates", r.stats.estimates},
+                   {"rules", rules}};
+    std::printf("%s\n", j.dump(2).c_str());
+    return;
+  }
+
+  std::printf("weft plan: %s on %s\n", in.model.name.c_str(), cluster_text(in.cluster).c_str());
+  std::printf("seq %d, global batch %d, %s; cost model %s (%s)\n", f.seq, f.global_batch,
+              to_string(best.train.dtype), in.cost->name().c_str(), in.cost->source().c_str());
+  std::printf("searched %lld configurations in %s\n\n", r.stats.configurations, seconds(r.stats.wall_s).c_str());
+  print_comparison(best, r.best_uniform ? &*r.best_uniform : nullptr, eb, eu ? &*eu : nullptr);
+  std::printf("\n");
+  print_layers(best);
+  if (r.top.size() > 1) {
+    std::printf("\n%-4s %-26s %-22s %10s %8s\n", "rank", "pipeline", "layers", "step", "vs best");
+    for (size_t i = 0; i < r.top.size(); ++i) {
+      const Plan& p = r.top[i];
+      const std::string layers = p.uniform() ? label(p.stages.front().layers.front()) : "per layer";
+      std::printf("%-4zu %-26s %-22s %10s %7.1f%%\n", i + 1, pipeline_text(p.train).c_str(), layers.c_str(),
+                  seconds(p.predicted.step_time_s).c_str(),
+                  100 * (p.predicted.step_time_s / best.predicted.step_time_s - 1));
+    }
+  }
+  if (!f.out.empty()) std::printf("\nplan written to %s\n", f.out.c_str());
+}
+
+// --- weft estimate ----------------------------------------------------------------------------
+
+struct EstimateFlags {
+  InputFlags in;
+  std::string plan;
+  int seq = 0, global_batch = 0, micro_batch = 0;
+  int tp = 0, pp = 0, dp = 0, cp = 1, ulysses = 1, ep = 1, vp = 1, zero = 0;
+  std::string recompute = "none";
+  bool sequence_parallel = false;
+  std::string schedule;
+  std::string dtype = "bf16";
+  std::string format = "table";
+  std::string out;
+};
+
+[[noreturn]] void bad(const std::string& m) { fail(Error{ErrorKind::kBadInput, m}); }
+
+// Checks the hand-given strategy against the model before building the plan, so messages name the
+// flag: "--tp: tp=3 does not divide 32 attention heads".
+void check_strategy(const EstimateFlags& f, const ModelSpec& m, int gpus) {
+  auto pos = [&](const char* flag, int v) {
+    if (v < 1) bad(std::string(flag) + ": must be >= 1, got " + S(v));
+  };
+  pos("--tp", f.tp);
+  pos("--pp", f.pp);
+  pos("--cp", f.cp);
+  pos("--ulysses", f.ulysses);
+  pos("--ep", f.ep);
+  pos("--vp", f.vp);
+  pos("--micro-batch", f.micro_batch);
+  if (f.seq < 1) bad("--seq: must be positive, got " + S(f.seq));
+  if (f.global_batch < 1) bad("--global-batch: must be positive, got " + S(f.global_batch));
+  if (f.zero < 0 || f.zero > 3) bad("--zero: must be 0, 1, 2 or 3, got " + S(f.zero));
+  if (f.sequence_parallel && f.tp == 1) bad("--sequence-parallel: needs --tp > 1 (tp=1)");
+  for (const auto& g : m.groups) {
+    const LayerShape& s = g.shape;
+    if (s.heads % f.tp != 0) bad("--tp: tp=" + S(f.tp) + " does not divide " + S(s.heads) + " attention heads");
+    if (s.heads % (f.tp * f.ulysses) != 0)
+      bad("--ulysses: tp*ulysses = " + S(f.tp) + "*" + S(f.ulysses) + " = " + S(f.tp * f.ulysses) +
+          " does not divide " + S(s.heads) + " attention heads");
+    const int tu = f.tp * f.ulysses;
+    if (s.kv_heads % tu != 0 && tu % s.kv_heads != 0)
+      bad("--tp: tp*ulysses = " + S(tu) + " and " + S(s.kv_heads) +
+          " key/value heads: one must divide the other (kv heads are split or replicated)");
+    const long long ffn = s.moe.enabled() ? s.moe.expert_ffn : s.ffn;
+    if (ffn % f.tp != 0)
+      bad("--tp: tp=" + S(f.tp) + " does not divide the FFN size " + S(ffn));
+    if (s.moe.enabled() && s.moe.experts % f.ep != 0)
+      bad("--ep: ep=" + S(f.ep) + " does not divide " + S(s.moe.experts) + " experts");
+  }
+  bool moe = false;
+  for (const auto& g : m.groups) moe = moe || g.shape.moe.enabled();
+  if (f.ep > 1 && !moe) bad("--ep: ep=" + S(f.ep) + " needs a mixture-of-experts model (" + m.name + " has none)");
+  if (f.seq % (f.ulysses * f.cp) != 0)
+    bad("--cp: ulysses*cp = " + S(f.ulysses * f.cp) + " does not divide sequence length " + S(f.seq));
+  if (gpus % f.pp != 0) bad("--pp: pp=" + S(f.pp) + " does not divide " + S(gpus) + " GPUs");
+}
+
+Plan plan_from_flags(const EstimateFlags& f, const Inputs& in) {
+  const int gpus = in.cluster.total_gpus();
+  check_strategy(f, in.model, gpus);
+  const long long inner = static_cast<long long>(f.tp) * f.pp * f.cp * f.ulysses;
+  int dp = f.dp;
+  if (dp == 0) {
+    if (gpus % inner != 0)
+      bad("--dp: tp*pp*cp*ulysses = " + S(f.tp) + "*" + S(f.pp) + "*" + S(f.cp) + "*" + S(f.ulysses) + " = " +
+          S(inner) + " does not divide " + S(gpus) + " GPUs");
+    dp = static_cast<int>(gpus / inner);
+  } else if (dp < 1) {
+    bad("--dp: must be >= 1, got " + S(dp));
+  } else if (inner * dp != gpus) {
+    bad("--dp: tp*pp*cp*ulysses*dp = " + S(inner * dp) + " but the cluster has " + S(gpus) + " GPUs");
+  }
+  const long long per_step = static_cast<long long>(dp) * f.micro_batch;
+  if (f.global_batch % per_step != 0)
+    bad("--global-batch: " + S(f.global_batch) + " is not a multiple of dp*micro-batch = " + S(dp) + "*" +
+        S(f.micro_batch) + " = " + S(per_step));
+  if (f.ep > 1 && (dp * f.cp) % f.ep != 0)
+    bad("--ep: ep=" + S(f.ep) + " does not divide dp*cp = " + S(dp * f.cp));
+  TrainSettings t;
+  t.seq = f.seq;
+  t.global_batch = f.global_batch;
+  t.micro_batches = static_cast<int>(f.global_batch / per_step);
+  t.pp = f.pp;
+  t.vp = f.vp;
+  if (f.schedule.empty()) t.schedule = f.vp > 1 ? Schedule::kInterleaved : Schedule::k1F1B;
+  else t.schedule = unwrap(schedule_from_string(f.schedule));
+  t.dtype = unwrap(dtype_from_string(f.dtype));
+  LayerStrategy s;
+  s.tp = f.tp;
+  s.sp = f.sequence_parallel;
+  s.ulysses = f.ulysses;
+  s.cp = f.cp;
+  s.dp = dp;
+  s.zero = f.zero;
+  s.recompute = unwrap(recompute_from_string(f.recompute));
+  s.ep = f.ep;
+  return unwrap(make_uniform_plan(in.model, in.cluster, t, s, embedding_for(s)));
+}
+
+void print_estimate_table(const Plan& p, const Estimate& e, const CostModel& cm) {
+  std::printf("weft estimate: %s on %s\n", p.model.name.c_str(), cluster_text(p.cluster).c_str());
+  std::printf("seq %d, global batch %d, %s, %s; cost model %s (%s)\n", p.train.seq, p.train.global_batch,
+              to_string(p.train.dtype), pipeline_text(p.train).c_str(), cm.name().c_str(), cm.source().c_str());
+  std::printf("layers %s, embedding %s\n\n", p.uniform() ? label(p.stages.front().layers.front()).c_str() : "per layer",
+              label(p.embedding).c_str());
+  std::printf("%-22s %s\n", "step time", seconds(e.step_time.value()).c_str());
+  std::printf("%-22s %s\n", "tokens/s", grouped(e.tokens_per_s).c_str());
+  std::printf("%-22s %.1f\n", "model TFLOP/s / GPU", e.model_tflops_per_gpu);
+  std::printf("%-22s %.1f %%\n", "MFU", 100 * e.mfu);
+  std::printf("%-22s %.1f GiB of %.1f GiB%s\n", "peak memory / GPU", to_gib(e.peak_memory), to_gib(e.memory_budget),
+              e.fits ? "" : "  DOES NOT FIT");
+  std::printf("\n%-6s %7s %10s %9s %9s %9s %9s %9s\n", "stage", "layers", "busy", "mem GiB", "weights", "grads",
+              "optim", "activ");
+  for (size_t s = 0; s < e.stages.size(); ++s) {
+    const auto& st = e.stages[s];
+    const auto& m = st.memory;
+    std::printf("%-6zu %7d %10s %9.1f %9.2f %9.2f %9.2f %9.2f%s\n", s, p.stages[s].num_layers(),
+                seconds(st.time.value()).c_str(), p.stages[s].predicted.memory_gib, to_gib(m.weights),
+                to_gib(m.grads), to_gib(m.optimizer), to_gib(m.activations), st.fits ? "" : " !");
+  }
+  const TimeBreakdown& b = e.breakdown;
+  const std::pair<const char*, double> parts[] = {
+      {"compute", b.compute.value()},       {"recompute", b.recompute.value()},   {"tp comm", b.tp_comm.value()},
+      {"ulysses comm", b.ulysses_comm.value()}, {"cp comm", b.cp_comm.value()}, {"ep comm", b.ep_comm.value()},
+      {"dp exposed", b.dp_exposed.value()}, {"zero3 gather", b.zero3_gather.value()}, {"p2p", b.p2p.value()},
+      {"redistribution", b.redistribution.value()}, {"embedding", b.embedding.value()},
+      {"bubble", b.bubble.value()},          {"optimizer", b.optimizer.value()}};
+  std::printf("\nbreakdown per step (all stages):");
+  int col = 0;
+  for (const auto& [name, v] : parts) {
+    if (v <= 0) continue;
+    std::printf("%s%-15s %10s", col % 2 == 0 ? "\n  " : "   ", name, seconds(v).c_str());
+    ++col;
+  }
+  std::printf("\n");
+}
+
+void run_estimate(const EstimateFlags& f, const CLI::App& cmd) {
+  Plan p;
+  std::unique_ptr<CostModel> cm;
+  if (!f.plan.empty()) {
+    for (const char* flag : {"--seq", "--global-batch", "--micro-batch", "--tp", "--pp", "--dp", "--cp", "--ulysses",
+                             "--ep", "--vp", "--zero", "--recompute", "--sequence-parallel", "--schedule", "--dtype"})
+      if (cmd.count(flag) > 0)
+        bad(std::string(flag) + ": not used with --plan (the plan file fixes the strategy; edit it instead)");
+    p = unwrap(read_plan_file(f.plan));
+    Inputs in = unwrap(load_inputs(f.in, &p.model, &p.cluster));
+    p.model = in.model;
+    p.cluster = in.cluster;
+    Status st = validate(p);
+    if (!st.ok()) fail(st.error().with_context(f.plan));
+    cm = std::move(in.cost);
+  } else {
+    for (const char* flag : {"--seq", "--global-batch", "--micro-batch", "--tp", "--pp"})
+      if (cmd.count(flag) == 0) bad(std::string(flag) + ": required (or give --plan FILE)");
+    Inputs in = unwrap(load_inputs(f.in));
+    p = plan_from_flags(f, in);
+    cm = std::move(in.cost);
+  }
+#ifdef WEFT_CMD_GALVATRON
+  // Galvatron's model: its exact accounting (the plan's own task and buffer).
+  const galvatron::GalvatronCostModel* gcm = galvatron::as_galvatron(*cm);
+  const Estimate e = gcm ? unwrap(gcm->estimate(p)) : estimate(p, *cm);
+#else
+  const Estimate e = estimate(p, *cm);
+#endif
+  annotate(p, e, *cm);
+  if (!f.out.empty()) check(write_plan_file(f.out, p));
+  if (f.format == "json") {
+#ifdef WEFT_CMD_GALVATRON
+    if (gcm) {
+      std::printf("%s\n", unwrap(galvatron::galvatron_estimate_json(*gcm, p)).dump(2).c_str());
+    } else {
+      std::printf("%s\n", to_json(e).dump(2).c_str());
+    }
+#else
+    std::printf("%s\n", to_json(e).dump(2).c_str());
+#endif
+  } else {
+    print_estimate_table(p, e, *cm);
+    if (!f.out.empty()) std::printf("\nplan written to %s\n", f.out.c_str());
+  }
+  if (!e.fits)
+    fail(Error{ErrorKind::kNoFit, "the plan needs " + fmt("%.1f", to_gib(e.peak_memory)) +
+                                      " GiB per GPU but the cost model allows " + fmt("%.1f", to_gib(e.memory_budget)) +
+                                      " GiB of the " + fmt("%.1f", p.cluster.gpu.memory_gib) + " GiB device"});
+}
+
+}  // namespace
+
+void register_plan_commands(CLI::App& app) {
+  {
+    auto fl = std::make_shared<PlanFlags>();
+    auto* cmd = app.add_subcommand("plan", "Search the fastest hybrid-parallel plan that fits");
+    add_input_flags(cmd, fl->in);
+    cmd->add_option("--seq", fl->seq, "Sequence length (tokens per sample)")->required();
+    cmd->add_option("--global-batch", fl->global_batch, "Samples per optimizer step")->required();
+    cmd->add_option("--top", fl->top, "How many plans to list")->capture_default_str();
+    cmd->add_flag("--galvatron-space", fl->galvatron_space,
+                  "Search only Galvatron's space (even stages, its strategy set, 1F1B, fixed global batch)");
+    cmd->add_option("--out", fl->out, "Write the best plan to this file (plan.json)");
+    cmd->add_option("--format", fl->format, "Output on stdout: table or json")
+        ->check(CLI::IsMember({"table", "json"}))
+        ->capture_default_str();
+    cmd->callback([fl] { run_plan(*fl); });
+  }
+  {
+    auto fl = std::make_shared<EstimateFlags>();
+    auto* cmd = app.add_subcommand("estimate", "Cost one uniform strategy, or a plan file");
+    add_input_flags(cmd, fl->in);
+    cmd->add_option("--plan", fl->plan, "Cost this plan file instead of a strategy given by flags");
+    cmd->add_option("--seq", fl->seq, "Sequence length");
+    cmd->add_option("--global-batch", fl->global_batch, "Samples per optimizer step");
+    cmd->add_option("--micro-batch", fl->micro_batch, "Samples per data-parallel replica per micro-batch");
+    cmd->add_option("--tp", fl->tp, "Tensor-parallel degree");
+    cmd->add_option("--pp", fl->pp, "Pipeline degree");
+    cmd->add_option("--dp", fl->dp, "Data-parallel degree (default: GPUs / (tp*pp*cp*ulysses))");
+    cmd->add_option("--cp", fl->cp, "Context-parallel degree")->capture_default_str();
+    cmd->add_option("--ulysses", fl->ulysses, "Ulysses sequence-parallel degree")->capture_default_str();
+    cmd->add_option("--ep", fl->ep, "Expert-parallel degree (MoE layers)")->capture_default_str();
+    cmd->add_option("--vp", fl->vp, "Virtual stages per device group (interleaved)")->capture_default_str();
+    cmd->add_option("--zero", fl->zero, "ZeRO stage 0-3")->capture_default_str();
+    cmd->add_option("--recompute", fl->recompute, "Activation recompute")
+        ->check(CLI::IsMember({"none", "selective", "full"}))
+        ->capture_default_str();
+    cmd->add_flag("--sequence-parallel", fl->sequence_parallel, "Megatron sequence parallelism on the tp group");
+    cmd->add_option("--schedule", fl->schedule, "gpipe, 1f1b or interleaved (default: 1f1b, interleaved if vp > 1)")
+        ->check(CLI::IsMember({"gpipe", "1f1b", "interleaved"}));
+    cmd->add_option("--dtype", fl->dtype, "Compute dtype")
+        ->check(CLI::IsMember({"fp32", "bf16", "fp16", "fp8"}))
+        ->capture_default_str();
+    cmd->add_option("--format", fl->format, "Output on stdout: table or json")
+        ->check(CLI::IsMember({"table", "json"}))
+        ->capture_default_str();
+    cmd->add_option("--out", fl->out, "Also write the costed plan to this file");
+    cmd->callback([fl, cmd] { run_estimate(*fl, *cmd); });
+  }
+}
+
+}  // namespace weft::cli

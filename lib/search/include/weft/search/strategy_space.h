@@ -1,0 +1,65 @@
+// The search space: pipeline configurations (pp, schedule, vp, micro-batch count) and the candidate
+// strategies of a layer or of the embedding on one stage, after the rules in pruning.h.
+#pragma once
+
+#include <vector>
+
+#include "weft/plan/plan.h"
+#include "weft/search/pruning.h"
+#include "weft/search/search.h"
+
+namespace weft::planner {
+
+// One point of the global sweep.
+struct PipelineConfig {
+  int pp = 1;
+  int vp = 1;
+  Schedule schedule = Schedule::k1F1B;
+  int m = 1;  // micro-batches per step
+  bool operator==(const PipelineConfig&) const = default;
+  int stages() const { return pp * vp; }
+  TrainSettings train(const SearchOptions& opt) const {
+    return TrainSettings{opt.seq, opt.global_batch, m, pp, vp, schedule, opt.dtype};
+  }
+};
+
+// All configurations that survive the configuration rules, in enumeration order (pp ascending,
+// then schedule gpipe / 1f1b / interleaved by vp, then m ascending). The GPipe-dominance rule needs
+// the cost model and is applied by the search, not here.
+// pp: divisors of the world size (or opt.pp_degrees) with pp*vp <= layers; m: divisors of the global
+// batch (or opt.micro_batches) with m >= pp (and m % pp == 0 when interleaved).
+std::vector<PipelineConfig> pipeline_configs(const ModelSpec& model, const ClusterSpec& cluster,
+                                             const SearchOptions& opt, RuleLog& log);
+
+// Candidate strategies for a layer of `shape` on a stage of `stage_size` devices whose micro-batch
+// holds `pmb` samples, in a fixed order (tp, sp, ulysses, cp, zero, recompute, ep ascending). Every
+// candidate passes validate()'s per-layer checks; rules remove the rest (counted in `log`).
+std::vector<LayerStrategy> layer_candidates(const LayerShape& shape, const ClusterSpec& cluster,
+                                            const SearchOptions& opt, int stage_size, int pmb, RuleLog& log);
+
+// Candidate strategies for the embedding / LM head: tp (vocab parallel), sp, ulysses, dp and ZeRO
+// stage under the same rules; no cp, no recompute, ep 1.
+std::vector<LayerStrategy> embedding_candidates(const ModelSpec& model, const ClusterSpec& cluster,
+                                                const SearchOptions& opt, int stage_size, int pmb, RuleLog& log);
+
+// The activation layout of a strategy: strategies with equal layouts exchange activations with a
+// neighbour at equal cost (the search's assumption, search.h).
+struct Layout {
+  int tp = 1;
+  bool sp = false;
+  int ulysses = 1, cp = 1, dp = 1;
+  bool operator==(const Layout&) const = default;
+};
+inline Layout layout_of(const LayerStrategy& s) { return {s.tp, s.sp, s.ulysses, s.cp, s.dp}; }
+// A representative strategy of a layout (ZeRO 0, no recompute, ep 1).
+inline LayerStrategy representative(const Layout& l) {
+  LayerStrategy s;
+  s.tp = l.tp;
+  s.sp = l.sp;
+  s.ulysses = l.ulysses;
+  s.cp = l.cp;
+  s.dp = l.dp;
+  return s;
+}
+
+}  // namespace weft::planner

@@ -1,0 +1,188 @@
+// `weft plan` and `weft estimate` (bin/weft/cmd_plan.cc) driven through CLI11 in-process: outputs,
+// files, and every bad-input path with its exit code.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "commands.h"
+#include "weft/core/json.h"
+#include "weft/plan/plan.h"
+
+namespace weft::cli {
+
+// main.cc's definition, repeated here because this test links cmd_plan.cc without main.cc.
+void fail(const Error& e) {
+  std::fprintf(stderr, "weft: error: %s\n", e.message.c_str());
+  throw CliExit{exit_code(e.kind)};
+}
+
+namespace {
+
+struct CliRun {
+  int code = 0;
+  std::string out, err;
+};
+
+CliRun run(std::vector<std::string> args) {
+  CLI::App app{"weft"};
+  app.require_subcommand(1);
+  register_plan_commands(app);
+  std::vector<const char*> argv{"weft"};
+  for (const auto& a : args) argv.push_back(a.c_str());
+  CliRun r;
+  testing::internal::CaptureStdout();
+  testing::internal::CaptureStderr();
+  try {
+    app.parse(static_cast<int>(argv.size()), const_cast<char**>(argv.data()));
+  } catch (const CliExit& e) {
+    r.code = e.code;
+  } catch (const CLI::ParseError& e) {
+    r.code = 2;  // what main() returns for a flag error
+  }
+  std::fflush(stdout);
+  r.out = testing::internal::GetCapturedStdout();
+  r.err = testing::internal::GetCapturedStderr();
+  return r;
+}
+
+const std::vector<std::string> k7b{"--model", "llama-2-7b", "--cluster", "a100-80gb", "--seq", "4096",
+                                   "--global-batch", "512"};
+
+std::vector<std::string> with(std::vector<std::string> a, const std::vector<std::string>& more) {
+  a.insert(a.end(), more.begin(), more.end());
+  return a;
+}
+
+std::string tmp(const std::string& name) { return std::string(WEFT_BINARY_DIR) + "/" + name; }
+
+TEST(CliPlan, TableFitsIn80Columns) {
+  auto args = with({"plan"}, k7b);
+  CliRun r = run(args);
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("best plan"), std::string::npos);
+  EXPECT_NE(r.out.find("uniform baseline"), std::string::npos);
+  EXPECT_NE(r.out.find("tokens/s"), std::string::npos);
+  EXPECT_NE(r.out.find("MFU"), std::string::npos);
+  EXPECT_NE(r.out.find("mem GiB"), std::string::npos);
+  size_t start = 0;
+  while (start < r.out.size()) {
+    size_t end = r.out.find('\n', start);
+    if (end == std::string::npos) end = r.out.size();
+    EXPECT_LE(end - start, 80u) << r.out.substr(start, end - start);
+    start = end + 1;
+  }
+}
+
+TEST(CliPlan, JsonAndPlanFileRoundTripThroughEstimate) {
+  const std::string out = tmp("cli_plan_test_plan.json");
+  CliRun r = run(with(with({"plan"}, k7b), {"--format", "json", "--top", "2", "--out", out}));
+  ASSERT_EQ(r.code, 0) << r.err;
+  const Json j = Json::parse(r.out);
+  for (const char* key : {"step_time_s", "tokens_per_s", "model_tflops_per_gpu", "mfu", "peak_memory_gib",
+                          "stages", "breakdown", "fits", "plan", "top", "uniform", "search"})
+    EXPECT_TRUE(j.contains(key)) << key;
+  EXPECT_TRUE(j["fits"].get<bool>());
+  EXPECT_LE(j["top"].size(), 2u);
+  EXPECT_EQ(j["plan"]["format_version"], 1);
+  // The plan file is the best plan; `weft estimate --plan` costs it to the same step time.
+  auto p = read_plan_file(out);
+  ASSERT_TRUE(p.ok()) << p.error().message;
+  EXPECT_TRUE(validate(*p).ok());
+  CliRun e = run({"estimate", "--plan", out, "--format", "json"});
+  ASSERT_EQ(e.code, 0) << e.err;
+  const Json je = Json::parse(e.out);
+  EXPECT_DOUBLE_EQ(je["step_time_s"].get<double>(), j["step_time_s"].get<double>());
+  std::remove(out.c_str());
+}
+
+TEST(CliPlan, NothingFitsExitsWith3AndNamesTheMemoryNeeded) {
+  CliRun r = run({"plan", "--model", "llama-2-70b", "--cluster", "a100-80gb", "--seq", "4096", "--global-batch",
+                  "512"});
+  EXPECT_EQ(r.code, 3);
+  EXPECT_NE(r.err.find("nothing fits in 80.0 GiB per GPU"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("GiB per GPU; try --memory-gb"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("the plan needing the least memory (pp"), std::string::npos) << r.err;
+}
+
+TEST(CliPlan, BadInputExitsWith2) {
+  auto expect2 = [](std::vector<std::string> args, const std::string& part) {
+    CliRun r = run(args);
+    EXPECT_EQ(r.code, 2) << part << "\n" << r.out;
+    if (!part.empty()) EXPECT_NE(r.err.find(part), std::string::npos) << r.err;
+  };
+  expect2({"plan", "--model", "no-such-model", "--cluster", "a100-80gb", "--seq", "4096", "--global-batch", "8"},
+          "no-such-model");
+  expect2(with({"plan"}, {"--model", "llama-2-7b", "--cluster", "a100-80gb", "--seq", "0", "--global-batch", "8"}),
+          "seq: must be positive, got 0");
+  expect2({"plan", "--model", "llama-2-7b", "--cluster", "a100-80gb", "--global-batch", "8"}, "");  // --seq missing
+  expect2(with(with({"plan"}, k7b), {"--format", "xml"}), "");
+  expect2(with(with({"plan"}, k7b), {"--top", "0"}), "top: must be >= 1, got 0");
+}
+
+TEST(CliEstimate, UniformStrategyTableAndJson) {
+  auto args = with({"estimate"}, k7b);
+  CliRun r = run(with(args, {"--micro-batch", "1", "--tp", "2", "--pp", "2", "--sequence-parallel", "--zero", "1"}));
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("tp2+sp dp2 z1"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("pp2 1f1b m256"), std::string::npos) << r.out;  // m = 512 / (dp 2 * b 1)
+  CliRun j = run(with(args, {"--micro-batch", "1", "--tp", "1", "--pp", "1", "--zero", "1", "--format", "json"}));
+  ASSERT_EQ(j.code, 0) << j.err;
+  const Json e = Json::parse(j.out);
+  for (const char* key : {"step_time_s", "tokens_per_s", "model_tflops_per_gpu", "mfu", "peak_memory_gib",
+                          "stages", "breakdown", "fits"})
+    EXPECT_TRUE(e.contains(key)) << key;
+  ASSERT_EQ(e["stages"].size(), 1u);
+  EXPECT_TRUE(e["stages"][0].contains("memory_gib"));
+  EXPECT_TRUE(e["stages"][0].contains("time_s"));
+  // --vp > 1 selects the interleaved schedule; --out writes the plan with its prediction.
+  const std::string out = tmp("cli_estimate_test_plan.json");
+  CliRun v = run(with(args, {"--micro-batch", "1", "--tp", "1", "--pp", "2", "--vp", "2", "--zero", "1", "--out", out}));
+  ASSERT_EQ(v.code, 0) << v.err;
+  auto p = read_plan_file(out);
+  ASSERT_TRUE(p.ok());
+  EXPECT_EQ(p->train.schedule, Schedule::kInterleaved);
+  EXPECT_EQ(p->train.micro_batches, 128);
+  EXPECT_EQ(p->stages.size(), 4u);
+  EXPECT_GT(p->predicted.step_time_s, 0);
+  std::remove(out.c_str());
+}
+
+TEST(CliEstimate, DoesNotFitExitsWith3) {
+  CliRun r = run({"estimate", "--model", "llama-2-70b", "--cluster", "a100-80gb", "--seq", "4096", "--global-batch",
+                  "512", "--micro-batch", "1", "--tp", "1", "--pp", "1", "--format", "json"});
+  EXPECT_EQ(r.code, 3);
+  EXPECT_FALSE(Json::parse(r.out)["fits"].get<bool>());
+  EXPECT_NE(r.err.find("GiB per GPU but the cost model allows 72.0 GiB of the 80.0 GiB device"), std::string::npos)
+      << r.err;
+}
+
+TEST(CliEstimate, BadInputNamesTheFlagAndNumbers) {
+  const auto base = with({"estimate"}, k7b);
+  auto expect2 = [&](const std::vector<std::string>& more, const std::string& part) {
+    CliRun r = run(with(base, more));
+    EXPECT_EQ(r.code, 2) << part;
+    EXPECT_NE(r.err.find(part), std::string::npos) << r.err;
+  };
+  expect2({"--micro-batch", "1", "--tp", "3", "--pp", "1"}, "--tp: tp=3 does not divide 32 attention heads");
+  expect2({"--micro-batch", "3", "--tp", "1", "--pp", "1"},
+          "--global-batch: 512 is not a multiple of dp*micro-batch = 8*3 = 24");
+  expect2({"--micro-batch", "1", "--tp", "1", "--pp", "3"}, "--pp: pp=3 does not divide 8 GPUs");
+  expect2({"--micro-batch", "1", "--tp", "2", "--pp", "1", "--dp", "2"},
+          "--dp: tp*pp*cp*ulysses*dp = 4 but the cluster has 8 GPUs");
+  expect2({"--micro-batch", "1", "--tp", "1", "--pp", "1", "--zero", "4"}, "--zero: must be 0, 1, 2 or 3, got 4");
+  expect2({"--micro-batch", "1", "--tp", "1", "--pp", "1", "--sequence-parallel"},
+          "--sequence-parallel: needs --tp > 1");
+  expect2({"--micro-batch", "1", "--tp", "1", "--pp", "1", "--ep", "2"}, "--ep: ep=2 needs a mixture-of-experts");
+  expect2({"--micro-batch", "1", "--tp", "1", "--pp", "1", "--ulysses", "64"},
+          "--ulysses: tp*ulysses = 1*64 = 64 does not divide 32 attention heads");
+  expect2({"--micro-batch", "1", "--tp", "1", "--pp", "2", "--vp", "2", "--schedule", "1f1b"}, "vp");
+  expect2({"--tp", "1", "--pp", "1"}, "--micro-batch: required");
+  CliRun r = run({"estimate", "--plan", "/nonexistent/plan.json"});
+  EXPECT_NE(r.code, 0);
+  EXPECT_NE(r.err.find("/nonexistent/plan.json"), std::string::npos) << r.err;
+}
+
+}  // namespace
+}  // namespace weft::cli

@@ -1,0 +1,255 @@
+// search(): memory limits, nothing-fits, top-k and uniform results, statistics and bad input.
+#include <gtest/gtest.h>
+
+#include "test_util.h"
+
+namespace weft {
+namespace {
+
+using testing::FakeCostModel;
+using testing::FakeParams;
+
+struct Scenario {
+  ModelSpec model = testing::small_model({{8, testing::dense_shape(2048, 16, 16)}});
+  ClusterSpec cluster = testing::small_cluster(8, 8);
+  FakeParams fake;
+  SearchOptions opt;
+  Scenario() {
+    opt.seq = 4096;
+    opt.global_batch = 32;
+    opt.memory_step_mib = fake.unit_mib;
+    opt.top_k = 3;
+  }
+};
+
+TEST(Search, EveryPlanFitsTheMemoryBudget) {
+  for (int budget : {300, 500, 1000, 4000}) {
+    Scenario s;
+    s.fake.budget_units = budget;
+    const FakeCostModel cm(s.fake);
+    auto r = search(s.model, s.cluster, cm, s.opt);
+    ASSERT_TRUE(r.ok()) << r.error().message;
+    ASSERT_FALSE(r->top.empty()) << "budget " << budget;
+    const double budget_gib = to_gib(cm.memory_budget(s.cluster));
+    for (const Plan& p : r->top) {
+      EXPECT_TRUE(validate(p).ok());
+      const Estimate e = estimate(p, cm);
+      EXPECT_TRUE(e.fits);
+      EXPECT_LE(to_gib(e.peak_memory), budget_gib);
+      EXPECT_DOUBLE_EQ(p.predicted.peak_memory_gib, to_gib(e.peak_memory));
+      for (const Stage& st : p.stages) EXPECT_LE(st.predicted.memory_gib, budget_gib + 1e-12);
+    }
+  }
+}
+
+TEST(Search, TighterMemoryNeverMakesThePlanFaster) {
+  double prev = 0;
+  for (int budget : {4000, 1000, 500, 300}) {
+    Scenario s;
+    s.fake.budget_units = budget;
+    const FakeCostModel cm(s.fake);
+    auto r = search(s.model, s.cluster, cm, s.opt);
+    ASSERT_TRUE(r.ok());
+    ASSERT_FALSE(r->top.empty()) << budget;
+    const double t = r->top.front().predicted.step_time_s;
+    EXPECT_GE(t, prev * (1 - 1e-9)) << budget;
+    prev = t;
+  }
+}
+
+TEST(Search, TopKIsSortedDistinctAndAnnotated) {
+  Scenario s;
+  const FakeCostModel cm(s.fake);
+  auto r = search(s.model, s.cluster, cm, s.opt);
+  ASSERT_TRUE(r.ok());
+  ASSERT_EQ(r->top.size(), 3u);
+  for (size_t i = 0; i + 1 < r->top.size(); ++i) {
+    EXPECT_LE(r->top[i].predicted.step_time_s, r->top[i + 1].predicted.step_time_s);
+    EXPECT_FALSE(r->top[i] == r->top[i + 1]);
+  }
+  for (const Plan& p : r->top) {
+    EXPECT_EQ(p.predicted.cost_model, "fake");
+    EXPECT_GT(p.predicted.tokens_per_s, 0);
+    EXPECT_NEAR(p.predicted.tokens_per_s, 32.0 * 4096 / p.predicted.step_time_s, 1e-6 * p.predicted.tokens_per_s);
+  }
+  ASSERT_TRUE(r->best_uniform.has_value());
+  EXPECT_TRUE(r->best_uniform->uniform());
+  EXPECT_LE(r->top.front().predicted.step_time_s, r->best_uniform->predicted.step_time_s);
+  // Statistics.
+  EXPECT_GT(r->stats.configurations, 0);
+  EXPECT_GT(r->stats.layer_costs, 0);
+  EXPECT_GT(r->stats.searched, 0);
+  EXPECT_GE(r->stats.estimates, 3);
+  EXPECT_GT(r->stats.wall_s, 0);
+  EXPECT_FALSE(r->stats.rules.empty());
+}
+
+TEST(Search, UniformOnlyWhenNotLayerwise) {
+  Scenario s;
+  s.opt.layerwise = false;
+  const FakeCostModel cm(s.fake);
+  auto r = search(s.model, s.cluster, cm, s.opt);
+  ASSERT_TRUE(r.ok());
+  ASSERT_FALSE(r->top.empty());
+  for (const Plan& p : r->top) EXPECT_TRUE(p.uniform());
+  EXPECT_EQ(r->stats.searched, 0);
+  ASSERT_TRUE(r->best_uniform);
+  EXPECT_EQ(r->top.front(), *r->best_uniform);
+}
+
+TEST(Search, RestrictionsAreHonoured) {
+  Scenario s;
+  s.opt.pp_degrees = {2};
+  s.opt.schedules = {Schedule::kInterleaved};
+  s.opt.micro_batches = {8};
+  s.fake.budget_units = 1000;
+  const FakeCostModel cm(s.fake);
+  auto r = search(s.model, s.cluster, cm, s.opt);
+  ASSERT_TRUE(r.ok()) << r.error().message;
+  ASSERT_FALSE(r->top.empty());
+  for (const Plan& p : r->top) {
+    EXPECT_EQ(p.train.pp, 2);
+    EXPECT_EQ(p.train.schedule, Schedule::kInterleaved);
+    EXPECT_GT(p.train.vp, 1);
+    EXPECT_EQ(p.train.micro_batches, 8);
+  }
+}
+
+TEST(Search, NothingFitsGivesTheClosestPlanAndTheMemoryItNeeds) {
+  Scenario s;
+  s.fake.budget_units = 12;  // less than one layer's states under any strategy
+  const FakeCostModel cm(s.fake);
+  auto r = search(s.model, s.cluster, cm, s.opt);
+  ASSERT_TRUE(r.ok());
+  EXPECT_TRUE(r->top.empty());
+  EXPECT_FALSE(r->best_uniform.has_value());
+  ASSERT_TRUE(r->closest.has_value());
+  EXPECT_TRUE(validate(*r->closest).ok());
+  const double budget_gib = to_gib(cm.memory_budget(s.cluster));
+  // The memory needed: the device size at which the fake's budget (proportional to the device)
+  // reaches the closest plan's peak.
+  const double peak = r->closest->predicted.peak_memory_gib;
+  EXPECT_GT(peak, budget_gib);
+  EXPECT_NEAR(r->min_memory_gib, 80.0 * peak / budget_gib, 1e-4);
+  // On a device that large the closest plan fits, and a search finds a plan.
+  const ClusterSpec bigger = testing::small_cluster(8, 8);
+  ClusterSpec big = bigger;
+  big.gpu.memory_gib = r->min_memory_gib;
+  Plan c = *r->closest;
+  c.cluster = big;
+  EXPECT_TRUE(estimate(c, cm).fits);
+  const FakeCostModel& cm2 = cm;
+  s.cluster = big;
+  auto r2 = search(s.model, s.cluster, cm2, s.opt);
+  ASSERT_TRUE(r2.ok());
+  EXPECT_FALSE(r2->top.empty());
+}
+
+TEST(Search, ProgressIsReported) {
+  Scenario s;
+  long long calls = 0, last_done = -1, last_total = 0;
+  s.opt.progress = [&](long long done, long long total) {
+    ++calls;
+    EXPECT_GE(done, last_done);
+    EXPECT_LE(done, total);
+    last_done = done;
+    last_total = total;
+  };
+  const FakeCostModel cm(s.fake);
+  auto r = search(s.model, s.cluster, cm, s.opt);
+  ASSERT_TRUE(r.ok());
+  EXPECT_GT(calls, 0);
+  EXPECT_EQ(last_done, last_total);
+}
+
+TEST(Search, BadInputNamesTheFieldAndNumbers) {
+  Scenario s;
+  const FakeCostModel cm(s.fake);
+  auto expect_error = [&](SearchOptions o, const std::string& part) {
+    auto r = search(s.model, s.cluster, cm, o);
+    ASSERT_FALSE(r.ok()) << part;
+    EXPECT_EQ(r.error().kind, ErrorKind::kBadInput);
+    EXPECT_NE(r.error().message.find(part), std::string::npos) << r.error().message;
+  };
+  SearchOptions o = s.opt;
+  o.seq = 0;
+  expect_error(o, "seq: must be positive, got 0");
+  o = s.opt;
+  o.global_batch = -4;
+  expect_error(o, "global_batch: must be positive, got -4");
+  o = s.opt;
+  o.pp_degrees = {3};
+  expect_error(o, "pp: 3 must divide the 8 GPUs");
+  o = s.opt;
+  o.micro_batches = {5};
+  expect_error(o, "micro_batches: 5 does not divide global batch 32");
+  o = s.opt;
+  o.global_batch = 1;
+  o.max_tp = 1;
+  o.allow_ulysses = false;
+  expect_error(o, "no valid strategy for global batch 1 on 8 GPUs");
+  ModelSpec bad = s.model;
+  bad.groups[0].shape.kv_heads = 5;
+  auto r = search(bad, s.cluster, cm, s.opt);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.error().message.find("kv_heads"), std::string::npos) << r.error().message;
+}
+
+// Middle stages are interpolated between the first and the last (docs/search.md); the result is the
+// same as costing every stage, and a model whose memory is not affine in the micro-batches in
+// flight is detected and costed in full.
+// Full recompute keeps at most 2 micro-batches' inputs whatever is in flight: memory is no longer
+// one common factor of the stage times a per-strategy constant.
+class CappedRecompute : public FakeCostModel {
+ public:
+  using FakeCostModel::FakeCostModel;
+  LayerCost layer(const LayerContext& ctx, const LayerStrategy& s) const override {
+    LayerCost c = FakeCostModel::layer(ctx, s);
+    if (s.recompute == Recompute::kFull)
+      c.memory.activations = c.memory.activations / in_flight(ctx) * std::min(2, in_flight(ctx));
+    return c;
+  }
+};
+
+TEST(Search, StageInterpolationIsExactOrFallsBack) {
+  Scenario s;
+  s.opt.pp_degrees = {4};
+  s.fake.budget_units = 400;
+  {
+    const FakeCostModel cm(s.fake);
+    SearchOptions full = s.opt;
+    full.interpolate_stages = false;
+    auto a = search(s.model, s.cluster, cm, s.opt);
+    auto b = search(s.model, s.cluster, cm, full);
+    ASSERT_TRUE(a.ok() && b.ok());
+    ASSERT_FALSE(a->top.empty());
+    EXPECT_EQ(a->stats.interpolation_fallbacks, 0);
+    EXPECT_LT(a->stats.layer_costs, b->stats.layer_costs);
+    EXPECT_DOUBLE_EQ(a->top.front().predicted.step_time_s, b->top.front().predicted.step_time_s);
+  }
+  {
+    const CappedRecompute cm(s.fake);
+    SearchOptions full = s.opt;
+    full.interpolate_stages = false;
+    auto a = search(s.model, s.cluster, cm, s.opt);
+    auto b = search(s.model, s.cluster, cm, full);
+    ASSERT_TRUE(a.ok() && b.ok());
+    ASSERT_FALSE(b->top.empty());
+    EXPECT_GT(a->stats.interpolation_fallbacks, 0);
+    ASSERT_FALSE(a->top.empty());
+    EXPECT_DOUBLE_EQ(a->top.front().predicted.step_time_s, b->top.front().predicted.step_time_s);
+  }
+}
+
+TEST(Search, IsDeterministic) {
+  Scenario s;
+  const FakeCostModel cm(s.fake);
+  auto a = search(s.model, s.cluster, cm, s.opt);
+  auto b = search(s.model, s.cluster, cm, s.opt);
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_EQ(a->top, b->top);
+  EXPECT_EQ(a->best_uniform, b->best_uniform);
+}
+
+}  // namespace
+}  // namespace weft
