@@ -1,5 +1,5 @@
 // `weft plan` (search the best plan) and `weft estimate` (cost one uniform strategy, or a plan file).
-// docs/cli.md describes the flags; exit codes: 0 ok, 2 bad input, 3 nothing fits.
+// docs/search.md §8 describes the flags; exit codes: 0 ok, 2 bad input, 3 nothing fits.
 #include <unistd.h>
 
 #include <chrono>
@@ -20,6 +20,10 @@
 #ifdef WEFT_CMD_GALVATRON
 #include "weft/galvatron/search.h"
 #include "weft/galvatron/setup.h"
+#include "weft/galvatron/strategy.h"
+#endif
+#ifdef WEFT_CMD_REPORT
+#include "weft/report/html.h"
 #endif
 
 namespace weft::cli {
@@ -136,6 +140,8 @@ struct PlanFlags {
   bool galvatron_space = false;  // --galvatron-space
   std::string out;
   std::string format = "table";
+  std::string report;         // --report FILE: the HTML report of the result
+  std::string galvatron_out;  // --galvatron-out FILE: the best plan as a Galvatron strategy
 };
 
 void run_plan(const PlanFlags& f) {
@@ -187,7 +193,26 @@ void run_plan(const PlanFlags& f) {
   std::optional<Estimate> eu;
   if (r.best_uniform) eu = estimate(*r.best_uniform, *in.cost);
   if (!f.out.empty()) check(write_plan_file(f.out, best));
+  if (!f.report.empty()) {
+#ifdef WEFT_CMD_REPORT
+    check(write_html_report(f.report, unwrap(make_report_input(r.top, r.best_uniform, *in.cost))));
+#else
+    fail(Error{ErrorKind::kBadInput, "--report: this build has no report support"});
+#endif
+  }
 
+  if (!f.galvatron_out.empty()) {
+#ifdef WEFT_CMD_GALVATRON
+    Json strategy = unwrap(galvatron::export_strategy(best));
+    auto written = catch_errors([&] {
+      write_text_file(f.galvatron_out, galvatron::dump_strategy(strategy));
+      return 0;
+    });
+    if (!written.ok()) fail(written.error());
+#else
+    fail(Error{ErrorKind::kBadInput, "--galvatron-out: this build has no Galvatron support"});
+#endif
+  }
   if (f.format == "json") {
     Json j = plan_entry(best, eb);
     Json top = Json::array();
@@ -429,6 +454,8 @@ void register_plan_commands(CLI::App& app) {
     cmd->add_flag("--galvatron-space", fl->galvatron_space,
                   "Search only Galvatron's space (even stages, its strategy set, 1F1B, fixed global batch)");
     cmd->add_option("--out", fl->out, "Write the best plan to this file (plan.json)");
+    cmd->add_option("--report", fl->report, "Write the HTML report of the result to this file");
+    cmd->add_option("--galvatron-out", fl->galvatron_out, "Write the best plan as a Galvatron strategy JSON");
     cmd->add_option("--format", fl->format, "Output on stdout: table or json")
         ->check(CLI::IsMember({"table", "json"}))
         ->capture_default_str();

@@ -97,6 +97,30 @@ TEST(CliPlan, JsonAndPlanFileRoundTripThroughEstimate) {
   std::remove(out.c_str());
 }
 
+#if defined(WEFT_CMD_REPORT) && defined(WEFT_CMD_GALVATRON)
+TEST(CliPlan, WritesReportAndGalvatronStrategy) {
+  const std::string html = tmp("cli_plan_test_report.html"), strat = tmp("cli_plan_test_strategy.json");
+  std::remove(html.c_str());
+  std::remove(strat.c_str());
+  // Galvatron's 36 GB setting: the best plan uses only what Galvatron can express.
+  const std::vector<std::string> g{"--model", "llama-2-7b", "--cluster", "a100-80gb", "--gpus", "8", "--seq", "2048",
+                                   "--global-batch", "64", "--memory-gb", "36"};
+  CliRun r = run(with(with({"plan"}, g), {"--report", html, "--galvatron-out", strat}));
+  ASSERT_EQ(r.code, 0) << r.err;
+  const std::string page = read_text_file(html);
+  EXPECT_NE(page.find("<svg"), std::string::npos);
+  const Json sj = read_json_file(strat);
+  EXPECT_TRUE(sj.contains("pp_deg"));
+  EXPECT_TRUE(sj.contains("tp_sizes_enc"));
+  // The 7B default at 80 GB picks ZeRO-1, which Galvatron lacks: refused, naming it, exit 2.
+  CliRun z = run(with(with({"plan"}, k7b), {"--galvatron-out", strat}));
+  EXPECT_EQ(z.code, 2);
+  EXPECT_NE(z.err.find("ZeRO-1"), std::string::npos) << z.err;
+  std::remove(html.c_str());
+  std::remove(strat.c_str());
+}
+#endif
+
 TEST(CliPlan, NothingFitsExitsWith3AndNamesTheMemoryNeeded) {
   CliRun r = run({"plan", "--model", "llama-2-70b", "--cluster", "a100-80gb", "--seq", "4096", "--global-batch",
                   "512"});
