@@ -1,7 +1,12 @@
 #include "inputs.h"
 
+#include "weft/calibration/calibrated.h"
 #include "weft/cost/analytic.h"
 #include "weft/spec/presets.h"
+#ifdef WEFT_CMD_GALVATRON
+#include "weft/galvatron/model_config.h"
+#include "weft/galvatron/setup.h"
+#endif
 
 namespace weft::cli {
 
@@ -23,9 +28,19 @@ void add_input_flags(CLI::App* cmd, InputFlags& f) {
 
 Result<std::unique_ptr<CostModel>> make_cost_model(const InputFlags& f, const ModelSpec& m, const ClusterSpec& c) {
   if (f.cost_model == "weft" && f.galvatron_profiles.empty()) {
+    // --- measured profiles (weft profile hardware / model): weft's model calibrated by them ---
+    if (!f.hardware_profile.empty() || !f.model_profile.empty())
+      return make_calibrated_cost_model(f.hardware_profile, f.model_profile, m, c);
     return std::unique_ptr<CostModel>(std::make_unique<AnalyticCostModel>());
   }
   // --- Galvatron profiles (cost model "galvatron", or weft's model calibrated from them) ---
+#ifdef WEFT_CMD_GALVATRON
+  {
+    auto pc = galvatron::make_profile_cost_model(f.cost_model, f.galvatron_profiles, f.galvatron_model, m, c);
+    if (!pc.ok()) return pc.error();
+    return std::move(pc->cost);
+  }
+#endif
   return Error{ErrorKind::kBadInput, "--cost-model " + f.cost_model + " with --galvatron-profiles is not available in this build"};
 }
 
@@ -37,6 +52,14 @@ Result<Inputs> load_inputs(const InputFlags& f, const ModelSpec* fallback_model,
     in.model = std::move(m).value();
   } else if (fallback_model) {
     in.model = *fallback_model;
+#ifdef WEFT_CMD_GALVATRON
+  } else if (!f.galvatron_model.empty()) {  // Galvatron's model YAML
+    auto mc = galvatron::read_model_yaml(f.galvatron_model);
+    if (!mc.ok()) return mc.error();
+    auto m = galvatron::to_model_spec(*mc);
+    if (!m.ok()) return m.error();
+    in.model = std::move(m).value();
+#endif
   } else {
     return Error{ErrorKind::kBadInput, "--model: required (a preset name from `weft models`, or a file)"};
   }
@@ -46,12 +69,32 @@ Result<Inputs> load_inputs(const InputFlags& f, const ModelSpec* fallback_model,
     in.cluster = std::move(c).value();
   } else if (fallback_cluster) {
     in.cluster = *fallback_cluster;
+  } else if (!f.hardware_profile.empty()) {  // the machine `weft profile hardware` measured
+    auto c = read_profile_cluster(f.hardware_profile);
+    if (!c.ok()) return c.error();
+    in.cluster = std::move(c).value();
+#ifdef WEFT_CMD_GALVATRON
+  } else if (!f.galvatron_profiles.empty()) {  // Galvatron's profiles were measured on A100s
+    auto c = load_cluster("a100-80gb");
+    if (!c.ok()) return c.error();
+    in.cluster = std::move(c).value();
+#endif
   } else {
     return Error{ErrorKind::kBadInput, "--cluster: required (a preset name from `weft clusters`, or a file)"};
   }
   auto c = apply_overrides(in.cluster, f.overrides);
   if (!c.ok()) return c.error();
   in.cluster = std::move(c).value();
+#ifdef WEFT_CMD_GALVATRON
+  if (!f.galvatron_profiles.empty() || f.cost_model == "galvatron") {
+    auto pc = galvatron::make_profile_cost_model(f.cost_model, f.galvatron_profiles, f.galvatron_model, in.model,
+                                                 in.cluster);
+    if (!pc.ok()) return pc.error();
+    in.cluster = pc->cluster;  // weft's calibrated model: link figures from the measurements
+    in.cost = std::move(pc->cost);
+    return in;
+  }
+#endif
   auto cm = make_cost_model(f, in.model, in.cluster);
   if (!cm.ok()) return cm.error();
   in.cost = std::move(cm).value();

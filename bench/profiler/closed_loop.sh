@@ -1,0 +1,192 @@
+#!/usr/bin/env bash
+# The closed loop: profile this machine (2 and 4 local ranks) and a small model, cost several plans
+# with the measured profiles (weft estimate / weft plan), train each with `weft train`, and compare
+# predicted with measured step time and peak memory per rank.
+#
+#   bench/profiler/closed_loop.sh              # everything; about 10 minutes on 2 cores
+#   WORLDS=4 STEPS=20 bench/profiler/closed_loop.sh
+#
+# Environment: BUILD (a build with -DWEFT_WITH_TORCH=ON; default build-profiler), OUT (work folder,
+# default /tmp/weft-closed-loop), WORLDS ("2 4"), STEPS (12 optimizer steps per run; the runtime's
+# mean leaves out the first), SEQ (128), BATCH (16 samples per step), REUSE=1 (keep profiles found
+# in OUT). Measured memory is the peak resident set size (RSS) of each rank's process, from
+# /usr/bin/time; predicted memory is the cost model's peak per device.
+set -euo pipefail
+
+here=$(cd "$(dirname "$0")" && pwd)
+root=$(cd "$here/../.." && pwd)
+BUILD=${BUILD:-$root/build-profiler}
+WEFT=$(cd "$BUILD/bin" && pwd)/weft
+PREDICT=$(cd "$BUILD/bin" && pwd)/weft_profile_predict
+OUT=${OUT:-/tmp/weft-closed-loop}
+WORLDS=${WORLDS:-"2 4"}
+STEPS=${STEPS:-12}
+SEQ=${SEQ:-128}
+BATCH=${BATCH:-16}
+REUSE=${REUSE:-0}
+MODEL=$here/bench-gpt.json
+
+for tool in "$WEFT" "$PREDICT" /usr/bin/time jq; do
+  command -v "$tool" >/dev/null || { echo "closed_loop: missing $tool" >&2; exit 2; }
+done
+mkdir -p "$OUT/plans" "$OUT/runs"
+say() { echo "closed_loop: $*" >&2; }
+load() { cut -d' ' -f1-3 /proc/loadavg; }
+# Other processes on the machine distort both the profiles and the runs (on 2 cores one busy
+# compiler halves a rank's speed). Before each measurement wait (up to QUIET_WAIT seconds) until
+# the machine is idle: fewer than QUIET runnable tasks on average over 2 s (sampled from
+# /proc/loadavg's running count, this script's own sampler excluded).
+QUIET=${QUIET:-0.5}
+QUIET_WAIT=${QUIET_WAIT:-300}
+busy() {
+  local sum=0 i l1 l5 l15 run rest
+  for i in 1 2 3 4 5 6 7 8 9 10; do
+    read -r l1 l5 l15 run rest </proc/loadavg  # a builtin: the sampler adds only itself
+    sum=$((sum + ${run%/*} - 1))
+    sleep 0.2
+  done
+  awk -v s="$sum" -v q="$QUIET" 'BEGIN { exit !(s / 10 >= q) }'
+}
+quiet() {
+  local waited=0
+  while busy && ((waited < QUIET_WAIT)); do
+    sleep 3
+    waited=$((waited + 5))
+  done
+  ((waited == 0)) || say "waited ${waited}s for an idle machine"
+}
+say "machine: $(nproc) cores, load average $(load)"
+
+# --- 1. profiles -------------------------------------------------------------------------------
+if [[ $REUSE != 1 || ! -f $OUT/layers.json ]]; then
+  say "profiling the model's layers"
+  quiet
+  "$WEFT" profile model --model "$MODEL" --tp 1,2,4 --seq 64,128 --micro-batch 1,2,4,8,16 \
+    --out "$OUT/layers.json" --progress off
+fi
+for n in $WORLDS; do
+  if [[ $REUSE != 1 || ! -f $OUT/hw$n.json ]]; then
+    say "profiling the hardware with $n ranks"
+    quiet
+    "$WEFT" launch -n "$n" -- weft profile hardware --out "$OUT/hw$n.json" --cluster-out "$OUT/cluster$n.json" \
+      --progress off
+  fi
+done
+if [[ " $WORLDS " == *" 4 "* && ( $REUSE != 1 || ! -f $OUT/hw4-2nodes.json ) ]]; then
+  say "profiling 4 ranks as 2 virtual nodes of 2 (tables for groups spanning nodes)"
+  quiet
+  "$WEFT" launch -n 4 -- weft profile hardware --gpus-per-node 2 --out "$OUT/hw4-2nodes.json" --progress off
+fi
+
+# --- 2. plans ----------------------------------------------------------------------------------
+# uniform NAME WORLD TP PP ESTIMATE-FLAGS...: a uniform plan costed with the measured profiles.
+uniform() {
+  local name=$1 n=$2 tp=$3 pp=$4
+  shift 4
+  "$WEFT" estimate --model "$MODEL" --cluster "$OUT/cluster$n.json" --seq "$SEQ" --global-batch "$BATCH" \
+    --tp "$tp" --pp "$pp" \
+    --dtype fp32 --hardware-profile "$OUT/hw$n.json" --model-profile "$OUT/layers.json" "$@" \
+    --out "$OUT/plans/$name.json" --format json >/dev/null
+  echo "$name $n" >>"$OUT/cases"
+}
+# layerwise NAME WORLD BASE JQ-FILTER: BASE's plan with layers changed by the filter, re-costed.
+layerwise() {
+  local name=$1 n=$2 base=$3 filter=$4
+  jq "$filter" "$OUT/plans/$base.json" >"$OUT/plans/$name.raw.json"
+  "$WEFT" estimate --plan "$OUT/plans/$name.raw.json" --hardware-profile "$OUT/hw$n.json" \
+    --model-profile "$OUT/layers.json" --out "$OUT/plans/$name.json" --format json >/dev/null
+  echo "$name $n" >>"$OUT/cases"
+}
+# planner NAME WORLD: weft plan's best plan for the measured machine.
+planner() {
+  local name=$1 n=$2
+  if "$WEFT" plan --model "$MODEL" --hardware-profile "$OUT/hw$n.json" --model-profile "$OUT/layers.json" \
+    --seq "$SEQ" --global-batch "$BATCH" --out "$OUT/plans/$name.raw.json" --format json >"$OUT/plans/$name.search.json"; then
+    # Re-cost as fp32, the dtype the CPU runtime trains in (the search's default is bf16).
+    jq '.train.dtype = "fp32"' "$OUT/plans/$name.raw.json" >"$OUT/plans/$name.fp32.json"
+    "$WEFT" estimate --plan "$OUT/plans/$name.fp32.json" --hardware-profile "$OUT/hw$n.json" \
+      --model-profile "$OUT/layers.json" --out "$OUT/plans/$name.json" --format json >/dev/null
+    echo "$name $n" >>"$OUT/cases"
+  else
+    say "weft plan failed for $n ranks; no planner case"
+  fi
+}
+
+rm -f "$OUT/cases"
+for n in $WORLDS; do
+  h=$((BATCH / n))
+  uniform "w$n-dp$n" "$n" 1 1 --micro-batch "$h"
+  uniform "w$n-dp$n-zero1-m2" "$n" 1 1 --micro-batch $((h / 2)) --zero 1
+  uniform "w$n-dp$n-zero3" "$n" 1 1 --micro-batch "$h" --zero 3
+  uniform "w$n-dp$n-recompute-full" "$n" 1 1 --micro-batch "$h" --recompute full
+  uniform "w$n-dp$n-recompute-sel" "$n" 1 1 --micro-batch "$h" --recompute selective
+  uniform "w$n-tp$n-sp" "$n" "$n" 1 --sequence-parallel --micro-batch "$BATCH"
+  uniform "w$n-pp2-m4" "$n" 1 2 --micro-batch $((BATCH * 2 / n / 4))
+  if ((n == 4)); then
+    uniform "w4-tp2-dp2" 4 2 1 --micro-batch $((BATCH / 2))
+    # layer-wise: the first two layers tp2 x dp2, the last two dp4 with ZeRO-1
+    layerwise "w4-layerwise" 4 "w4-tp2-dp2" \
+      '.stages[0].layers |= [.[0], .[1], (.[2] | .tp = 1 | .sp = false | .dp = 4 | .zero = 1), (.[3] | .tp = 1 | .sp = false | .dp = 4 | .zero = 1)]'
+  else
+    uniform "w2-tp2" 2 2 1 --micro-batch "$BATCH"
+  fi
+  planner "w$n-planner" "$n"
+done
+
+# --- 3. runs -----------------------------------------------------------------------------------
+while read -r name n; do
+  quiet
+  say "training $name on $n ranks ($STEPS steps; load $(load))"
+  "$WEFT" launch -n "$n" -- /usr/bin/time -f "weft-maxrss-kb %M" "$WEFT" train --plan "$OUT/plans/$name.json" \
+    --steps "$STEPS" --format json --progress off >"$OUT/runs/$name.log" 2>&1 ||
+    say "$name failed: $(tail -n 3 "$OUT/runs/$name.log")"
+  "$PREDICT" "$OUT/plans/$name.json" "$OUT/hw$n.json" "$OUT/layers.json" >"$OUT/runs/$name.predict.json"
+done <"$OUT/cases"
+
+# --- 4. report ---------------------------------------------------------------------------------
+printf '\n%-26s %5s %11s %11s %8s   %-22s %-30s\n' case ranks "pred step" "meas step" error \
+  "pred MiB/rank (stage)" "meas peak RSS MiB/rank"
+sum=0
+count=0
+worst=0
+best_name=""
+best_time=""
+for_report=$(mktemp)
+while read -r name n; do
+  log=$OUT/runs/$name.log
+  pred=$(jq '.predicted.step_time_s' "$OUT/plans/$name.json")
+  meas=$(grep -h '"summary"' "$log" | sed 's/^\[[0-9]*\] //' | jq '.mean_step_time_s' 2>/dev/null || true)
+  pp=$(jq '.train.pp' "$OUT/plans/$name.json")
+  pmem=$(jq -r '[.stages[].predicted.memory_gib * 1024 | round | tostring] | join("/")' "$OUT/plans/$name.json")
+  rss=$(grep -h 'weft-maxrss-kb' "$log" | sed 's/^\[\([0-9]*\)\] weft-maxrss-kb /\1 /' | sort -n |
+    awk '{printf "%s%d", (NR > 1 ? "/" : ""), $2 / 1024}')
+  if [[ -z $meas || $meas == null ]]; then
+    printf '%-26s %5s %11.4f %11s %8s   %-22s %-30s\n' "$name" "$n" "$pred" failed - "$pmem" "$rss"
+    continue
+  fi
+  err=$(awk -v p="$pred" -v m="$meas" 'BEGIN { printf "%.1f", (p - m) / m * 100 }')
+  printf '%-26s %5s %11.4f %11.4f %7s%%   %-22s %-30s\n' "$name" "$n" "$pred" "$meas" "$err" "$pmem" "$rss"
+  echo "$name $n $pred $meas $err" >>"$for_report"
+done <"$OUT/cases"
+echo
+awk '{ a = $5 < 0 ? -$5 : $5; s += a; if (a > w) w = a; n++ } END {
+  if (n) printf "step time: mean |error| %.1f %% over %d cases, worst %.1f %% (targets: mean <= 10 %%, each <= 20 %%)\n", s / n, n, w }' \
+  "$for_report"
+for n in $WORLDS; do
+  awk -v n="$n" '$2 == n { if (best == "" || $4 < bt) { best = $1; bt = $4 } if ($1 ~ /planner$/) { pn = $1; pt = $4 }
+                           if (pbest == "" || $3 < pbt) { pbest = $1; pbt = $3 } }
+    END {
+      if (pn == "") { printf "%s ranks: no planner case\n", n; exit }
+      if (pn == best || pt <= bt) printf "%s ranks: the planner'"'"'s plan was the fastest measured (%.4f s)\n", n, pt
+      else printf "%s ranks: the planner'"'"'s plan took %.4f s, the fastest measured (%s) %.4f s: missed by %.1f %%\n", n, pt, best, bt, (pt - bt) / bt * 100
+      printf "%s ranks: lowest prediction among the cases: %s\n", n, pbest
+    }' "$for_report"
+done
+echo
+echo "analytic fall-backs per case (weft_profile_predict):"
+while read -r name n; do
+  jq -r --arg c "$name" '"  \($c): source \(.source); " + (if (.fallbacks | length) == 0 then "none" else (.fallbacks | join("; ")) end)' \
+    "$OUT/runs/$name.predict.json"
+done <"$OUT/cases"
+say "load average at the end: $(load); files in $OUT"
+rm -f "$for_report"

@@ -1,0 +1,463 @@
+// `weft profile hardware`: collectives over every group shape the planner uses, the overlap
+// slow-down, compute sharing and machine facts, through the runtime's own Comm (the Gloo
+// workarounds the training runs with are what gets timed).
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <cstdlib>
+#include <dlfcn.h>
+#include <map>
+#include <thread>
+
+#include "comm.h"
+#include "machine.h"
+#include "weft/calibration/hardware_profile.h"
+#include "weft/profiler/profiler.h"
+#include "weft/runtime/support.h"
+
+namespace weft::profiler {
+
+using runtime::Comm;
+using runtime::GroupSet;
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+void set_threads(int n) {
+  at::set_num_threads(n);
+  using SetThreads = void (*)(int);  // OpenBLAS's own pool would oversubscribe shared cores
+  if (auto f = reinterpret_cast<SetThreads>(dlsym(RTLD_DEFAULT, "openblas_set_num_threads"))) f(n);
+}
+
+std::string mib(double bytes) {
+  char buf[32];
+  if (bytes >= 1048576) std::snprintf(buf, sizeof buf, "%.0f MiB", bytes / 1048576);
+  else std::snprintf(buf, sizeof buf, "%.0f KiB", bytes / 1024);
+  return buf;
+}
+
+// A group shape: `size` ranks `stride` apart; the world is cut into world/size such groups.
+struct Shape {
+  int size = 2, stride = 1;
+  Placement placement = Placement::kIntraNode;
+  int ranks_per_node = 2;
+  int groups = 1;  // groups running at once
+};
+
+std::vector<int> group_of(int rank, const Shape& s) {
+  const int block = s.size * s.stride;
+  const int base = rank / block * block, j = rank % s.stride;
+  std::vector<int> g;
+  for (int i = 0; i < s.size; ++i) g.push_back(base + j + i * s.stride);
+  return g;
+}
+
+std::vector<std::vector<int>> all_groups(int world, const Shape& s) {
+  std::vector<std::vector<int>> out;
+  for (int r = 0; r < world; ++r) {
+    auto g = group_of(r, s);
+    if (g.front() == r) out.push_back(g);
+  }
+  return out;
+}
+
+// Every (size, placement, ranks per node) the planner's groups can take on `world` ranks with `G`
+// per node: sizes and strides powers of two, the first stride of each distinct placement kept.
+std::vector<Shape> group_shapes(int world, int G) {
+  std::vector<Shape> out;
+  for (int n = 2; n <= world; n *= 2) {
+    for (int s = 1; n * s <= world; s *= 2) {
+      if (world % (n * s) != 0) continue;
+      Shape sh;
+      sh.size = n;
+      sh.stride = s;
+      const auto g = group_of(0, sh);
+      std::map<int, int> per_node;
+      for (int r : g) ++per_node[r / G];
+      sh.ranks_per_node = per_node.begin()->second;
+      sh.placement = per_node.size() > 1 ? Placement::kInterNode : Placement::kIntraNode;
+      sh.groups = world / n;
+      bool seen = false;
+      for (const auto& o : out)
+        seen = seen || (o.size == sh.size && o.placement == sh.placement && o.ranks_per_node == sh.ranks_per_node);
+      if (!seen) out.push_back(sh);
+    }
+  }
+  return out;
+}
+
+double max_over(Comm& world, double v) {
+  at::Tensor t = at::full({1}, v, at::kDouble);
+  world.allreduce_max(t);
+  return t.item<double>();
+}
+
+// The world agrees on a yes/no: true only if every rank says true.
+bool all_agree(Comm& world, bool ok) { return max_over(world, ok ? 0.0 : 1.0) == 0.0; }
+
+// A compute workload of roughly `target_s` seconds alone: square fp32 GEMMs plus an elementwise
+// pass, the mix of a transformer layer.
+struct Workload {
+  int n = 256;
+  int reps = 1;
+  at::Tensor a, b, c;
+  Workload() {
+    a = at::rand({n, n}, at::kFloat);
+    b = at::rand({n, n}, at::kFloat);
+    c = at::empty({n, n}, at::kFloat);
+  }
+  void run_once() {
+    at::mm_out(c, a, b);
+    c.mul_(0.5).add_(a);
+  }
+  void run() {
+    for (int i = 0; i < reps; ++i) run_once();
+  }
+};
+
+struct Ctx {
+  GroupSet& gs;
+  Comm& world;
+  int rank, world_size, G;
+  const HardwareOptions& o;
+  Progress& progress;
+  double local_ranks;  // processes sharing this machine's memory
+};
+
+// Bytes one rank allocates to time kind k with per-rank buffer S on n ranks (inputs, outputs and
+// the runtime's temporary copies), so the memory check can refuse sizes that would not fit.
+double footprint(Collective k, double S, int n) {
+  switch (k) {
+    case Collective::kAllReduce: return 2 * S;
+    case Collective::kAllGather: return S / n + 2 * S;
+    case Collective::kReduceScatter: return 4 * S;
+    case Collective::kAllToAll: return 3 * S;
+    case Collective::kSendRecv: return 2 * S;
+  }
+  return 4 * S;
+}
+
+// Times one collective of kind k on this rank's group of shape sh over the message sizes; every
+// rank of the world runs this together (the groups of the partition run at once).
+CollectiveEntry time_collective(Ctx& cx, Collective k, const Shape& sh, std::vector<std::string>& skipped) {
+  CollectiveEntry e;
+  e.kind = k;
+  e.group_size = sh.size;
+  e.placement = sh.placement;
+  e.ranks_per_node = sh.ranks_per_node;
+  e.concurrent_groups = sh.groups;
+  Comm& g = cx.gs.get(group_of(cx.rank, sh));
+  const int n = sh.size;
+  for (double S = cx.o.min_bytes; S <= cx.o.max_bytes * 1.0001; S *= 4) {
+    const int64_t floats = static_cast<int64_t>(std::ceil(S / 4.0 / n)) * n;
+    const double bytes = 4.0 * static_cast<double>(floats);
+    const std::string what = std::string(profile_name(k)) + " " + std::to_string(n) + " ranks " + mib(bytes);
+    const double need = footprint(k, bytes, n) * cx.local_ranks;
+    if (!all_agree(cx.world, need < 0.5 * memory_available_bytes())) {
+      skipped.push_back(std::string(profile_name(k)) + " over " + std::to_string(n) + " ranks (" + to_string(sh.placement) +
+                        ") at " + mib(bytes) + ": needs " + mib(need) + " on this machine, more than half of the " +
+                        mib(memory_available_bytes()) + " available");
+      cx.progress.tick(what + " (skipped)");
+      continue;
+    }
+    std::function<void()> call;
+    at::Tensor buf, out;
+    if (k == Collective::kAllReduce) {
+      buf = at::zeros({floats}, at::kFloat);
+      call = [&] { g.allreduce_sum(buf); };
+    } else if (k == Collective::kAllGather) {
+      buf = at::zeros({floats / n}, at::kFloat);
+      call = [&] { out = g.allgather(buf); };
+    } else if (k == Collective::kReduceScatter) {
+      buf = at::zeros({floats}, at::kFloat);
+      call = [&] { out = g.reduce_scatter(buf); };
+    } else if (k == Collective::kAllToAll) {
+      buf = at::zeros({n, floats / n}, at::kFloat);
+      call = [&] { out = g.alltoall(buf); };
+    } else {  // ping-pong between the two members: two one-way messages per call
+      buf = at::zeros({floats}, at::kFloat);
+      call = [&] {
+        if (g.rank() == 0) {
+          g.send(buf, 1, 1).wait();
+          g.recv(buf, 1, 2);
+        } else {
+          g.recv(buf, 0, 1);
+          g.send(buf, 0, 2).wait();
+        }
+      };
+    }
+    call();  // warm-up: connections, first-touch of the buffers
+    cx.world.barrier();
+    auto t0 = Clock::now();
+    call();
+    const double pilot = max_over(cx.world, since(t0));
+    const int iters = std::clamp(static_cast<int>(std::ceil(cx.o.time_per_point_s / std::max(pilot, 1e-6))), 2, 200);
+    cx.world.barrier();
+    t0 = Clock::now();
+    for (int i = 0; i < iters; ++i) call();
+    double mean = since(t0) / iters;
+    if (k == Collective::kSendRecv) mean /= 2;
+    e.samples.push_back({bytes, max_over(cx.world, mean)});
+    out = at::Tensor();
+    cx.progress.tick(what);
+  }
+  if (!e.samples.empty()) e.fit = fit_alpha_beta(e.kind, e.group_size, e.samples);
+  return e;
+}
+
+Shape p2p_shape(int world, int G, bool inter) {
+  Shape sh;
+  sh.size = 2;
+  sh.stride = inter ? G : 1;
+  sh.placement = inter ? Placement::kInterNode : Placement::kIntraNode;
+  sh.ranks_per_node = inter ? 1 : 2;
+  sh.groups = world / 2;
+  return sh;
+}
+
+}  // namespace
+
+Status profile_hardware(const HardwareOptions& o) {
+  auto bad = [](const std::string& m) { return Status(Error{ErrorKind::kBadInput, m}); };
+  if (o.out.empty()) return bad("--out: required (the hardware profile to write)");
+  if (!(o.min_bytes >= 4)) return bad("--min-bytes: must be >= 4, got " + std::to_string(o.min_bytes));
+  if (!(o.max_bytes >= o.min_bytes))
+    return bad("--max-bytes: " + std::to_string(o.max_bytes) + " is below --min-bytes " + std::to_string(o.min_bytes));
+  if (o.threads < 1) return bad("--threads: must be >= 1, got " + std::to_string(o.threads));
+  if (o.progress != "auto" && o.progress != "on" && o.progress != "off")
+    return bad("--progress: expected auto, on or off, got \"" + o.progress + "\"");
+  auto env_r = runtime::read_dist_env();
+  if (!env_r.ok()) return env_r.error();
+  const runtime::DistEnv env = env_r.value();
+  int local = env.world;
+  if (const char* lw = std::getenv("LOCAL_WORLD_SIZE")) local = std::max(1, std::atoi(lw));
+  const int G = o.gpus_per_node > 0 ? o.gpus_per_node : std::min(local, env.world);
+  if (env.world % G != 0)
+    return bad("--gpus-per-node: " + std::to_string(G) + " does not divide the " + std::to_string(env.world) +
+               " ranks of the job");
+  if (env.world < 2 && env.rank == 0)
+    std::fprintf(stderr, "weft profile: one rank: no collectives to time (run under `weft launch -n N`)\n");
+  set_threads(o.threads);
+
+  HardwareProfile hp;
+  MachineFacts& m = hp.machine;
+  m.hostname = host_name();
+  m.device = "cpu";
+  m.cores = cpu_cores();
+  m.device_name = cpu_model() + " (" + std::to_string(m.cores) + " cores)";
+  m.backend = "gloo";
+  m.dtype = "fp32";
+  m.world_size = env.world;
+  m.ranks_per_node = G;
+  m.nodes = env.world / G;
+  m.threads_per_rank = o.threads;
+  m.created = utc_now();
+  const double local_ranks = std::min(local, env.world);
+  m.memory_per_rank_gib = memory_total_bytes() / local_ranks / 1073741824.0;
+
+  runtime::CommConfig cfg;
+  cfg.rank = env.rank;
+  cfg.world = env.world;
+  cfg.master_addr = env.master_addr;
+  cfg.master_port = env.master_port;
+  cfg.timeout = std::chrono::milliseconds(static_cast<int64_t>(o.timeout_s * 1000));
+  try {
+    GroupSet gs(cfg);
+    const std::vector<Shape> shapes = env.world > 1 ? group_shapes(env.world, G) : std::vector<Shape>{};
+    std::vector<Shape> p2p;
+    if (env.world % 2 == 0 && G >= 2) p2p.push_back(p2p_shape(env.world, G, false));
+    if (env.world > G && env.world % (2 * G) == 0) p2p.push_back(p2p_shape(env.world, G, true));
+    std::vector<std::vector<int>> groups;
+    for (const auto& sh : shapes)
+      for (auto& g : all_groups(env.world, sh)) groups.push_back(g);
+    for (const auto& sh : p2p)
+      for (auto& g : all_groups(env.world, sh)) groups.push_back(g);
+    gs.build(groups);
+    Comm& world = gs.world();
+    // Runtime overhead: resident memory once libtorch, the process groups and the compute
+    // libraries' own buffers (a GEMM and a backward pass warm them up) are in place.
+    {
+      Workload w;
+      w.run_once();
+      at::Tensor x = at::rand({64, 64}, at::kFloat).requires_grad_(true);
+      at::mm(x, x).sum().backward();
+    }
+    world.barrier();
+    m.runtime_overhead_gib = max_over(world, resident_bytes()) / 1073741824.0;
+
+    int sizes = 0;
+    for (double S = o.min_bytes; S <= o.max_bytes * 1.0001; S *= 4) ++sizes;
+    const long steps = static_cast<long>(sizes) * (4 * static_cast<long>(shapes.size()) + static_cast<long>(p2p.size())) + 4;
+    Progress progress("weft profile hardware", steps, o.progress, env.rank == 0);
+    Ctx cx{gs, world, env.rank, env.world, G, o, progress, local_ranks};
+
+    // --- machine facts, rank 0 alone: matmul rate and streaming memory rate
+    {
+      double tflops = 0, gbps = 0;
+      if (env.rank == 0) {
+        const int64_t n = 512;
+        at::Tensor a = at::rand({n, n}, at::kFloat), b = at::rand({n, n}, at::kFloat), c = at::empty({n, n}, at::kFloat);
+        at::mm_out(c, a, b);
+        int reps = 0;
+        auto t0 = Clock::now();
+        while (since(t0) < 0.3 || reps < 3) at::mm_out(c, a, b), ++reps;
+        tflops = 2.0 * n * n * n * reps / since(t0) / 1e12;
+        const int64_t len = 8 << 20;  // 32 MiB per array
+        at::Tensor x = at::rand({len}, at::kFloat), y = at::rand({len}, at::kFloat), z = at::empty({len}, at::kFloat);
+        at::add_out(z, x, y);
+        reps = 0;
+        t0 = Clock::now();
+        while (since(t0) < 0.3 || reps < 3) at::add_out(z, x, y), ++reps;
+        gbps = 3.0 * 4 * static_cast<double>(len) * reps / since(t0) / 1e9;
+      }
+      m.matmul_tflops = max_over(world, tflops);
+      m.memory_gbps = max_over(world, gbps);
+      progress.tick("machine facts");
+    }
+
+    // --- compute sharing: the workload on k ranks of every node at once, over rank 0 alone
+    {
+      Workload w;
+      w.run_once();
+      double alone = 0;
+      if (env.rank == 0) {
+        auto t0 = Clock::now();
+        w.run_once();
+        w.reps = std::max(1, static_cast<int>(0.25 / std::max(since(t0), 1e-6)));
+      }
+      w.reps = static_cast<int>(max_over(world, w.reps));
+      world.barrier();
+      if (env.rank == 0) {
+        auto t0 = Clock::now();
+        w.run();
+        alone = since(t0);
+      }
+      alone = max_over(world, alone);
+      std::vector<int> counts;
+      for (int k = 1; k < G; k *= 2) counts.push_back(k);
+      counts.push_back(G);
+      for (int k : counts) {
+        world.barrier();
+        double t = 0;
+        if (env.rank % G < k) {
+          auto t0 = Clock::now();
+          w.run();
+          t = since(t0);
+        }
+        t = max_over(world, t);
+        // One rank per node on a single real node (G == world) is the measurement alone.
+        if (k == 1 && m.nodes == 1) continue;
+        hp.sharing.push_back({k, std::max(1.0, t / alone)});
+      }
+      progress.tick("compute sharing");
+      for (const auto& s : hp.sharing)
+        progress.note("weft profile: compute sharing: " + std::to_string(s.ranks) + " rank(s) per node at once: x" +
+                      std::to_string(s.slowdown).substr(0, 4));
+    }
+
+    // --- collectives
+    for (const auto& sh : shapes) {
+      for (Collective k : {Collective::kAllReduce, Collective::kAllGather, Collective::kReduceScatter,
+                           Collective::kAllToAll}) {
+        CollectiveEntry e = time_collective(cx, k, sh, hp.skipped);
+        if (e.samples.empty()) continue;
+        progress.note("weft profile: " + std::string(profile_name(k)) + " over " + std::to_string(sh.size) + " ranks (" +
+                      to_string(sh.placement) + ", " + std::to_string(sh.ranks_per_node) + " per node): latency " +
+                      std::to_string(static_cast<int>(e.fit.latency_s * 1e6)) + " us, bus " +
+                      std::to_string(e.fit.bus_gbps).substr(0, 5) + " GB/s");
+        hp.collectives.push_back(std::move(e));
+      }
+    }
+    for (const auto& sh : p2p) {
+      CollectiveEntry e = time_collective(cx, Collective::kSendRecv, sh, hp.skipped);
+      if (e.samples.empty()) continue;
+      progress.note("weft profile: p2p (" + std::string(to_string(sh.placement)) + "): latency " +
+                    std::to_string(static_cast<int>(e.fit.latency_s * 1e6)) + " us, " +
+                    std::to_string(e.fit.bus_gbps).substr(0, 5) + " GB/s");
+      hp.collectives.push_back(std::move(e));
+    }
+    if (env.world > G && G < 2) hp.skipped.push_back("p2p inside a node: one rank per node");
+    if (env.world <= G) hp.skipped.push_back("groups spanning nodes: the job has one node (use --gpus-per-node)");
+
+    // --- overlap: the workload while all-reduces of 4 MiB run on the widest group inside a node
+    if (!shapes.empty()) {
+      const Shape* sh = &shapes.front();
+      for (const auto& s : shapes)
+        if (s.placement == Placement::kIntraNode && s.stride == 1 && s.size > sh->size) sh = &s;
+      Comm& g = gs.get(group_of(env.rank, *sh));
+      const int64_t floats = 1 << 20;
+      at::Tensor buf = at::zeros({floats}, at::kFloat);
+      Workload w;
+      w.run_once();
+      // Alone: compute, then communication.
+      world.barrier();
+      auto t0 = Clock::now();
+      w.reps = 1;
+      w.run_once();
+      w.reps = static_cast<int>(max_over(world, std::max(1, static_cast<int>(0.25 / std::max(since(t0), 1e-6)))));
+      world.barrier();
+      t0 = Clock::now();
+      w.run();
+      const double compute_alone = max_over(world, since(t0));
+      world.barrier();
+      t0 = Clock::now();
+      g.allreduce_sum(buf);
+      g.allreduce_sum(buf);
+      const double one = max_over(world, since(t0) / 2);
+      const int calls = std::clamp(static_cast<int>(std::ceil(compute_alone / std::max(one, 1e-6))), 1, 500);
+      // Together: a thread runs exactly `calls` all-reduces while this thread computes.
+      world.barrier();
+      double comm_with = 0;
+      std::thread comm([&] {
+        auto c0 = Clock::now();
+        for (int i = 0; i < calls; ++i) g.allreduce_sum(buf);
+        comm_with = since(c0);
+      });
+      t0 = Clock::now();
+      w.run();
+      const double compute_with = since(t0);
+      comm.join();
+      hp.overlap.compute_slowdown = std::max(1.0, max_over(world, compute_with) / compute_alone);
+      hp.overlap.comm_slowdown = std::max(1.0, max_over(world, comm_with) / (calls * one));
+      hp.overlap.message_bytes = 4.0 * floats;
+      hp.overlap.group_size = sh->size;
+      progress.tick("overlap");
+      progress.note("weft profile: overlap: compute x" + std::to_string(hp.overlap.compute_slowdown).substr(0, 4) +
+                    " with all-reduces in flight, all-reduce x" + std::to_string(hp.overlap.comm_slowdown).substr(0, 4) +
+                    " with compute running");
+    } else {
+      hp.skipped.push_back("overlap: one rank, no communication");
+    }
+    world.barrier();
+    progress.finish();
+  } catch (const std::exception& e) {
+    std::string msg = e.what();
+    if (auto nl = msg.find('\n'); nl != std::string::npos) msg = msg.substr(0, nl);
+    return Error{ErrorKind::kRuntime, "rank " + std::to_string(env.rank) + ": " + msg};
+  }
+
+  if (env.rank != 0) return {};
+  Status st = write_hardware_profile(o.out, hp);
+  if (!st.ok()) return st;
+  std::fprintf(stderr, "weft profile: wrote %s (%zu collective tables, %zu skipped)\n", o.out.c_str(),
+               hp.collectives.size(), hp.skipped.size());
+  if (!o.cluster_out.empty()) {
+    auto c = cluster_from_hardware_profile(hp);
+    if (!c.ok()) return c.error();
+    auto w = catch_errors([&]() -> Result<bool> {
+      write_json_file(o.cluster_out, to_json(c.value()));
+      return true;
+    });
+    if (!w.ok()) return w.error();
+    std::fprintf(stderr, "weft profile: wrote %s (the measured machine as a cluster spec)\n", o.cluster_out.c_str());
+  }
+  return {};
+}
+
+}  // namespace weft::profiler

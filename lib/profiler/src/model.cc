@@ -1,0 +1,388 @@
+// `weft profile model`: forward and backward time and saved activation memory of the runtime's own
+// layers (runtime/model.h), the embedding and the LM head, in this process alone. A tp degree t is
+// measured on the shard one rank of a t-way group holds: a model whose layer has heads / t heads
+// (kv heads / t, or one when t exceeds them), ffn / t and vocab / t, run without process groups, so
+// the figures hold compute only; the hardware profile prices the collectives.
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+#include <torch/autograd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <dlfcn.h>
+#include <set>
+
+#include "machine.h"
+#include "model.h"
+#include "optim.h"
+#include "weft/calibration/model_profile.h"
+#include "weft/cost/memory.h"
+#include "weft/profiler/profiler.h"
+#include "weft/runtime/support.h"
+#include "weft/spec/counts.h"
+#include "weft/spec/presets.h"
+
+namespace weft::profiler {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+constexpr uint64_t kSeed = 1234;
+
+void set_threads(int n) {
+  at::set_num_threads(n);
+  using SetThreads = void (*)(int);
+  if (auto f = reinterpret_cast<SetThreads>(dlsym(RTLD_DEFAULT, "openblas_set_num_threads"))) f(n);
+}
+
+std::string gib(double b) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.2f GiB", b / 1073741824.0);
+  return buf;
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+// The layer shard one rank of a tp-way group holds, as a one-layer model of its own.
+ModelSpec shard_model(const ModelSpec& m, const LayerGroup& g, int tp) {
+  ModelSpec s = m;
+  LayerGroup one = g;
+  one.count = 1;
+  LayerShape& sh = one.shape;
+  sh.heads = g.shape.heads / tp;
+  sh.kv_heads = g.shape.kv_heads % tp == 0 ? g.shape.kv_heads / tp : 1;
+  sh.ffn = g.shape.ffn / tp;
+  s.groups = {one};
+  s.vocab = (m.vocab + tp - 1) / tp;
+  return s;
+}
+
+// Why tp does not apply to group g, or "" when it does.
+std::string tp_problem(const LayerGroup& g, int tp) {
+  const auto& s = g.shape;
+  if (s.moe.enabled()) return "MoE layers are not run by the weft runtime";
+  if (s.kind != LayerKind::kDecoder) return std::string(to_string(s.kind)) + " layers are not run by the weft runtime";
+  if (s.heads % tp != 0) return "tp " + std::to_string(tp) + " does not divide " + std::to_string(s.heads) + " heads";
+  if (s.ffn % tp != 0) return "tp " + std::to_string(tp) + " does not divide ffn " + std::to_string(s.ffn);
+  if (s.kv_heads % tp != 0 && tp % s.kv_heads != 0)
+    return "tp " + std::to_string(tp) + " and " + std::to_string(s.kv_heads) + " kv heads: neither divides the other";
+  return "";
+}
+
+Plan one_layer_plan(const ModelSpec& m, int mb, int seq, Recompute rc) {
+  Plan p;
+  p.model = m;
+  p.cluster.name = "profile";
+  p.cluster.nodes = 1;
+  p.cluster.gpus_per_node = 1;
+  p.cluster.gpu.name = "cpu";
+  p.cluster.gpu.tflops_fp32 = 1;
+  p.cluster.gpu.memory_gib = std::max(1.0, memory_total_bytes() / 1073741824.0);
+  p.cluster.gpu.hbm_gbps = 1;
+  p.cluster.intra.gbps = 1;
+  p.cluster.inter.gbps = 1;
+  p.train.seq = seq;
+  p.train.global_batch = mb;
+  p.train.micro_batches = 1;
+  p.train.pp = 1;
+  p.train.dtype = DType::kFp32;
+  Stage st;
+  st.first_layer = 0;
+  LayerStrategy s;
+  s.recompute = rc;
+  st.layers = {s};
+  p.stages = {st};
+  return p;
+}
+
+// One model instance of a plan on a single rank (no process group).
+struct Rig {
+  runtime::GroupSet groups;
+  std::unique_ptr<runtime::Model> model;
+  explicit Rig(const Plan& p) : groups(runtime::CommConfig{}) {
+    groups.build(runtime::plan_groups(p));
+    model = std::make_unique<runtime::Model>(p, 0, groups, kSeed);
+  }
+};
+
+struct Timed {
+  double fwd = 0, bwd = 0, act = 0;
+};
+
+// Runs `iteration` (which returns forward s, backward s, activation bytes) once to warm up, then
+// until `budget` seconds and at least `min_iters` times; medians.
+template <class F>
+Timed repeat(F iteration, double budget, int min_iters) {
+  (void)iteration();
+  std::vector<double> f, b, a;
+  const auto t0 = Clock::now();
+  while (static_cast<int>(f.size()) < min_iters || (since(t0) < budget && f.size() < 1000)) {
+    const Timed t = iteration();
+    f.push_back(t.fwd);
+    b.push_back(t.bwd);
+    a.push_back(t.act);
+  }
+  return {median(f), median(b), median(a)};
+}
+
+Timed time_layer(runtime::Model& model, int mb, int seq, int64_t H, const ModelOptions& o) {
+  return repeat(
+      [&] {
+        at::Tensor x = at::randn({mb, seq, H}, at::kFloat).requires_grad_(true);
+        at::Tensor dy = at::randn({mb, seq, H}, at::kFloat);
+        const double before = heap_in_use_bytes();
+        auto t0 = Clock::now();
+        at::Tensor y = model.forward_layers(x);
+        const double f = since(t0);
+        const double act = heap_in_use_bytes() - before;
+        t0 = Clock::now();
+        torch::autograd::backward({y}, {dy});
+        return Timed{f, since(t0), std::max(0.0, act)};
+      },
+      o.time_per_point_s, o.min_iters);
+}
+
+Timed time_embedding(runtime::Model& model, int mb, int seq, int64_t V, int64_t H, const ModelOptions& o) {
+  return repeat(
+      [&] {
+        at::Tensor tokens = at::randint(V, {mb, seq}, at::kLong);
+        at::Tensor dx = at::randn({mb, seq, H}, at::kFloat);
+        const double before = heap_in_use_bytes();
+        auto t0 = Clock::now();
+        at::Tensor x = model.embed(tokens);
+        const double f = since(t0);
+        const double act = heap_in_use_bytes() - before;
+        t0 = Clock::now();
+        torch::autograd::backward({x}, {dx});
+        return Timed{f, since(t0), std::max(0.0, act)};
+      },
+      o.time_per_point_s, o.min_iters);
+}
+
+Timed time_head(runtime::Model& model, int mb, int seq, int64_t V, int64_t H, const ModelOptions& o) {
+  return repeat(
+      [&] {
+        at::Tensor x = at::randn({mb, seq, H}, at::kFloat).requires_grad_(true);
+        at::Tensor targets = at::randint(V, {mb, seq}, at::kLong);
+        const double before = heap_in_use_bytes();
+        auto t0 = Clock::now();
+        at::Tensor loss = model.head_loss(x, targets) / static_cast<double>(mb * seq);
+        const double f = since(t0);
+        const double act = heap_in_use_bytes() - before;
+        t0 = Clock::now();
+        loss.backward();
+        return Timed{f, since(t0), std::max(0.0, act)};
+      },
+      o.time_per_point_s, o.min_iters);
+}
+
+// Bytes a point may need at its peak: model states (24 bytes per parameter in the runtime: weights,
+// gradients, two moments, two masks) plus twice the analytic activation estimate (forward
+// temporaries and the backward's gradients of them) and the logits of the head.
+double point_need(const ModelSpec& sm, int mb, int seq, Recompute rc) {
+  const LayerShape& L = sm.groups[0].shape;
+  const double params = layer_params(L).total() + embedding_params(sm) + lm_head_params(sm);
+  ActivationOptions ao;
+  ao.samples = mb;
+  ao.seq = seq;
+  ao.elem_bytes = 4;
+  ao.flash_attention = false;
+  (void)rc;  // recompute saves memory: the estimate without it is an upper bound
+  const double act = layer_activation_bytes(L, LayerStrategy{}, ao).value();
+  const double logits = 4.0 * mb * seq * static_cast<double>(sm.vocab) * 3;
+  return 24 * params + 2 * act + logits;
+}
+
+}  // namespace
+
+Status profile_model(const ModelOptions& o) {
+  auto bad = [](const std::string& m) { return Status(Error{ErrorKind::kBadInput, m}); };
+  if (o.out.empty()) return bad("--out: required (the model profile to write)");
+  if (o.model.empty()) return bad("--model: required (a preset name, weft model JSON or HF config.json)");
+  auto positive = [&](const std::vector<int>& v, const char* flag) -> Status {
+    if (v.empty()) return bad(std::string(flag) + ": needs at least one value");
+    for (int x : v)
+      if (x < 1) return bad(std::string(flag) + ": values must be >= 1, got " + std::to_string(x));
+    return {};
+  };
+  if (Status s = positive(o.tp, "--tp"); !s.ok()) return s;
+  if (Status s = positive(o.seq, "--seq"); !s.ok()) return s;
+  if (Status s = positive(o.micro_batch, "--micro-batch"); !s.ok()) return s;
+  std::vector<Recompute> rcs;
+  for (const auto& r : o.recompute) {
+    auto rc = recompute_from_string(r);
+    if (!rc.ok()) return bad("--recompute: " + rc.error().message);
+    rcs.push_back(rc.value());
+  }
+  if (rcs.empty()) return bad("--recompute: needs at least one of none, selective, full");
+  if (o.threads < 1) return bad("--threads: must be >= 1, got " + std::to_string(o.threads));
+  if (!(o.memory_fraction > 0 && o.memory_fraction <= 1))
+    return bad("--memory-fraction: must be in (0, 1], got " + std::to_string(o.memory_fraction));
+  if (o.progress != "auto" && o.progress != "on" && o.progress != "off")
+    return bad("--progress: expected auto, on or off, got \"" + o.progress + "\"");
+  auto mr = load_model(o.model);
+  if (!mr.ok()) return mr.error();
+  const ModelSpec m = std::move(mr).value();
+  if (m.position == PositionKind::kLearned && m.max_seq > 0)
+    for (int s : o.seq)
+      if (s > m.max_seq)
+        return bad("--seq: " + std::to_string(s) + " exceeds the model's learned position table of " +
+                   std::to_string(m.max_seq));
+  set_threads(o.threads);
+
+  ModelProfile prof;
+  prof.model = m;
+  prof.device = "cpu";
+  prof.device_name = cpu_model();
+  prof.hostname = host_name();
+  prof.threads = o.threads;
+  prof.created = utc_now();
+  prof.runtime.grad_sync_overlaps_backward = false;
+  prof.runtime.dtype = "fp32";
+
+  // Distinct layer shapes (groups of one shape are measured once).
+  std::vector<const LayerGroup*> groups;
+  for (const auto& g : m.groups) {
+    bool seen = false;
+    for (const auto* h : groups) seen = seen || h->shape == g.shape;
+    if (!seen) groups.push_back(&g);
+  }
+  std::vector<int> tps = o.tp, seqs = o.seq, mbs = o.micro_batch;
+  for (auto* v : {&tps, &seqs, &mbs}) {
+    std::sort(v->begin(), v->end());
+    v->erase(std::unique(v->begin(), v->end()), v->end());
+  }
+  const long points = static_cast<long>(tps.size() * seqs.size() * mbs.size() * (groups.size() * rcs.size() + 1)) + 1;
+  Progress progress("weft profile model", points, o.progress, true);
+
+  auto skip = [&](const std::string& what, const std::string& why) {
+    prof.skipped.push_back(what + ": " + why);
+    progress.note("weft profile: skipped " + what + ": " + why);
+  };
+  try {
+    for (const LayerGroup* g : groups) {
+      LayerProfile lp;
+      lp.group = g->name;
+      lp.shape = g->shape;
+      for (int tp : tps) {
+        const std::string problem = tp_problem(*g, tp);
+        for (Recompute rc : rcs) {
+          for (int seq : seqs) {
+            for (int mb : mbs) {
+              const std::string what = "layer " + g->name + " tp " + std::to_string(tp) + " recompute " + to_string(rc) +
+                                       " micro-batch " + std::to_string(mb) + " seq " + std::to_string(seq);
+              if (!problem.empty()) {
+                if (rc == rcs.front() && seq == seqs.front() && mb == mbs.front()) skip("layer " + g->name + " tp " + std::to_string(tp), problem);
+                progress.tick(what);
+                continue;
+              }
+              const ModelSpec sm = shard_model(m, *g, tp);
+              const double need = point_need(sm, mb, seq, rc), avail = memory_available_bytes();
+              if (need > o.memory_fraction * avail) {
+                skip(what, "needs about " + gib(need) + ", " + gib(avail) + " available");
+                progress.tick(what);
+                continue;
+              }
+              const Plan p = one_layer_plan(sm, mb, seq, rc);
+              if (Status s = runtime::check_supported(p); !s.ok()) {
+                skip(what, s.error().message);
+                progress.tick(what);
+                continue;
+              }
+              Rig rig(p);
+              const Timed t = time_layer(*rig.model, mb, seq, m.hidden, o);
+              PhaseSample ps;
+              ps.tp = tp;
+              ps.recompute = rc;
+              ps.micro_batch = mb;
+              ps.seq = seq;
+              ps.forward_s = t.fwd;
+              ps.backward_s = t.bwd;
+              ps.activation_bytes = t.act;
+              lp.samples.push_back(ps);
+              progress.tick(what);
+            }
+          }
+        }
+      }
+      prof.layers.push_back(std::move(lp));
+    }
+
+    // Embedding and head (on the first group's shard; they do not depend on it).
+    const LayerGroup& g0 = *groups.front();
+    for (int tp : tps) {
+      for (int seq : seqs) {
+        for (int mb : mbs) {
+          const std::string what = "embedding and head tp " + std::to_string(tp) + " micro-batch " + std::to_string(mb) +
+                                   " seq " + std::to_string(seq);
+          ModelSpec em = shard_model(m, g0, 1);  // the layer is not timed here
+          em.vocab = (m.vocab + tp - 1) / tp;     // the vocab-parallel shard (the last may be shorter)
+          const double need = point_need(em, mb, seq, Recompute::kNone), avail = memory_available_bytes();
+          if (need > o.memory_fraction * avail) {
+            skip(what, "needs about " + gib(need) + ", " + gib(avail) + " available");
+            progress.tick(what);
+            continue;
+          }
+          Rig rig(one_layer_plan(em, mb, seq, Recompute::kNone));
+          const Timed e = time_embedding(*rig.model, mb, seq, em.vocab, m.hidden, o);
+          const Timed h = time_head(*rig.model, mb, seq, em.vocab, m.hidden, o);
+          PhaseSample ps;
+          ps.tp = tp;
+          ps.micro_batch = mb;
+          ps.seq = seq;
+          ps.forward_s = e.fwd;
+          ps.backward_s = e.bwd;
+          ps.activation_bytes = e.act;
+          prof.embedding.push_back(ps);
+          ps.forward_s = h.fwd;
+          ps.backward_s = h.bwd;
+          ps.activation_bytes = h.act;
+          prof.head.push_back(ps);
+          progress.tick(what);
+        }
+      }
+    }
+
+    // Optimizer step cost and model-state bytes per parameter: the full tp=1 one-layer model
+    // (embedding, one layer, head), the smallest point.
+    {
+      const Plan p = one_layer_plan(shard_model(m, g0, 1), mbs.front(), seqs.front(), Recompute::kNone);
+      const double before = heap_in_use_bytes();
+      Rig rig(p);
+      runtime::Optimizer opt(*rig.model, runtime::AdamWConfig{});
+      const double params = static_cast<double>(rig.model->local_param_count());
+      prof.runtime.state_bytes_per_param = std::max(0.0, heap_in_use_bytes() - before) / params;
+      const Timed t = repeat(
+          [&] {
+            auto t0 = Clock::now();
+            opt.zero_grad();
+            (void)opt.local_norm_sq();
+            opt.step(1e-4, 1.0);
+            return Timed{since(t0), 0, 0};
+          },
+          o.time_per_point_s, o.min_iters);
+      prof.runtime.optimizer_s_per_param = t.fwd / params;
+      progress.tick("optimizer");
+    }
+  } catch (const std::exception& e) {
+    std::string msg = e.what();
+    if (auto nl = msg.find('\n'); nl != std::string::npos) msg = msg.substr(0, nl);
+    return Error{ErrorKind::kRuntime, "profiling " + m.name + ": " + msg};
+  }
+  progress.finish();
+  Status st = write_model_profile(o.out, prof);
+  if (!st.ok()) return st;
+  size_t n = prof.embedding.size();
+  for (const auto& l : prof.layers) n += l.samples.size();
+  std::fprintf(stderr, "weft profile: wrote %s (%zu measured points, %zu skipped)\n", o.out.c_str(), n,
+               prof.skipped.size());
+  return {};
+}
+
+}  // namespace weft::profiler

@@ -1,0 +1,51 @@
+// Exports of a plan to the frameworks people already run (docs/report.md, "Exports"):
+//  - Megatron-LM command-line flags, one per line;
+//  - a DeepSpeed config JSON, for plain DeepSpeed (data parallel + ZeRO) or for Megatron-DeepSpeed
+//    (which takes tp / pp / Ulysses from its own flags and ZeRO from this config).
+// Both express one strategy for every layer. A plan they cannot express is refused with an Error
+// (kBadInput) that names what differs and where: the layers whose strategies differ, uneven stages,
+// ZeRO-2/3 under Megatron-LM, tensor or pipeline parallelism under plain DeepSpeed, ...
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "weft/core/error.h"
+#include "weft/core/json.h"
+#include "weft/plan/plan.h"
+
+namespace weft {
+
+struct MegatronArgs {
+  std::vector<std::string> lines;   // "--tensor-model-parallel-size 4", "--sequence-parallel", ...
+  std::vector<std::string> notes;   // what the flags leave to the user (tokenizer, data, ...)
+  std::string text() const;         // the lines joined with '\n', ending with '\n'
+};
+
+// Megatron-LM flags for plan p (which must pass validate()). Expressible: one layer strategy (up to
+// full recompute of the first k layers of every stage, Megatron's "block" method), equal stages or,
+// without interleaving, different first / last stages; ZeRO 0 or 1 (--use-distributed-optimizer);
+// Ulysses and ring context parallelism through --context-parallel-size and --cp-comm-type; the
+// embedding on the layers' tensor-parallel degree; one decoder or encoder layer shape (MoE and
+// dense layers may mix).
+Result<MegatronArgs> megatron_args(const Plan& p);
+
+enum class DeepSpeedTarget {
+  kDeepSpeed,          // plain DeepSpeed: data parallel + ZeRO only
+  kMegatronDeepSpeed,  // Megatron-DeepSpeed: tp / pp / Ulysses from its flags, ZeRO <= 1 with pp > 1
+};
+
+struct DeepSpeedConfig {
+  Json config;
+  std::vector<std::string> notes;
+};
+
+// DeepSpeed config for plan p: train_batch_size, train_micro_batch_size_per_gpu,
+// gradient_accumulation_steps, zero_optimization.stage, bf16 / fp16, activation_checkpointing.
+Result<DeepSpeedConfig> deepspeed_config(const Plan& p, DeepSpeedTarget target = DeepSpeedTarget::kDeepSpeed);
+
+// "layers 0-11: tp4+sp dp2 z1; layers 12-23: tp2 dp4" (runs of equal strategies, at most
+// max_runs of them, then "... and N more runs"). Used in the refusals above.
+std::string describe_layer_runs(const Plan& p, int max_runs = 6);
+
+}  // namespace weft

@@ -1,0 +1,236 @@
+// The event-level step simulator (model in weft/report/schedule.h).
+#include "weft/report/schedule.h"
+
+#include <algorithm>
+#include <map>
+#include <tuple>
+
+#include "weft/cost/analytic.h"
+#include "weft/cost/estimate.h"
+
+namespace weft {
+
+const char* to_string(EventKind k) {
+  switch (k) {
+    case EventKind::kForward: return "forward";
+    case EventKind::kBackward: return "backward";
+    case EventKind::kRecompute: return "recompute";
+    case EventKind::kP2p: return "p2p";
+    case EventKind::kGradSync: return "grad sync";
+    case EventKind::kOptimizer: return "optimizer";
+  }
+  return "?";
+}
+
+namespace {
+
+std::string S(long long x) { return std::to_string(x); }
+
+struct Op {
+  bool forward = true;
+  int stage = 0;
+  int micro_batch = 0;
+};
+
+// The order in which device group g runs its forward and backward ops.
+std::vector<Op> device_order(const ScheduleSpec& sp, int g) {
+  const int m = sp.micro_batches, pp = sp.pp, vp = sp.vp;
+  std::vector<Op> ops;
+  if (sp.schedule == Schedule::kGpipe) {
+    for (int j = 0; j < m; ++j) ops.push_back({true, g, j});
+    for (int j = 0; j < m; ++j) ops.push_back({false, g, j});
+    return ops;
+  }
+  if (sp.schedule == Schedule::k1F1B || vp == 1) {
+    const int warmup = std::min(pp - g - 1, m);
+    for (int j = 0; j < warmup; ++j) ops.push_back({true, g, j});
+    for (int i = 0; i < m - warmup; ++i) {
+      ops.push_back({true, g, warmup + i});
+      ops.push_back({false, g, i});
+    }
+    for (int j = m - warmup; j < m; ++j) ops.push_back({false, g, j});
+    return ops;
+  }
+  // Interleaved 1F1B (Narayanan et al. 2021, as Megatron-LM orders it): the k-th forward of a
+  // device works on chunk (k / pp) % vp and micro-batch (k / (pp*vp)) * pp + k % pp; backwards walk
+  // the chunks in reverse. Warm-up: (pp - g - 1) * 2 + (vp - 1) * pp forwards, or all of them when
+  // m == pp.
+  const int total = m * vp;
+  auto nth = [&](int k, bool fwd) {
+    int chunk = (k / pp) % vp;
+    if (!fwd) chunk = vp - 1 - chunk;
+    return Op{fwd, chunk * pp + g, (k / (pp * vp)) * pp + k % pp};
+  };
+  int warmup = (m == pp) ? total : std::min(total, (pp - g - 1) * 2 + (vp - 1) * pp);
+  for (int k = 0; k < warmup; ++k) ops.push_back(nth(k, true));
+  for (int k = 0; k < total - warmup; ++k) {
+    ops.push_back(nth(warmup + k, true));
+    ops.push_back(nth(k, false));
+  }
+  for (int k = total - warmup; k < total; ++k) ops.push_back(nth(k, false));
+  return ops;
+}
+
+void check_inputs(const ScheduleSpec& sp, const std::vector<StageTiming>& st) {
+  require(sp.pp >= 1, "schedule.pp: must be >= 1, got " + S(sp.pp));
+  require(sp.vp >= 1, "schedule.vp: must be >= 1, got " + S(sp.vp));
+  require(sp.overlap_slowdown >= 1.0,
+          "schedule.overlap_slowdown: must be >= 1, got " + std::to_string(sp.overlap_slowdown));
+  require(sp.micro_batches >= 1, "schedule.micro_batches: must be >= 1, got " + S(sp.micro_batches));
+  require(sp.vp == 1 || sp.schedule == Schedule::kInterleaved,
+          "schedule.vp: " + S(sp.vp) + " virtual stages need the interleaved schedule");
+  require(st.size() == static_cast<size_t>(sp.pp) * sp.vp,
+          "stages: " + S(st.size()) + " stage timings but pp*vp = " + S(sp.pp * sp.vp));
+  for (size_t s = 0; s < st.size(); ++s) {
+    const auto& t = st[s];
+    const std::string w = "stages[" + S(s) + "]";
+    for (auto [name, v] : {std::pair{"fwd", t.fwd}, {"bwd", t.bwd}, {"recompute", t.recompute}, {"p2p", t.p2p},
+                           {"grad_sync", t.grad_sync}, {"optimizer", t.optimizer}})
+      require(v.value() >= 0, w + "." + name + ": negative duration " + std::to_string(v.value()) + " s");
+    require(t.recompute <= t.bwd, w + ".recompute: " + std::to_string(t.recompute.value()) +
+                                      " s exceeds the backward it is part of (" + std::to_string(t.bwd.value()) +
+                                      " s)");
+  }
+}
+
+Simulation run(const ScheduleSpec& sp, const std::vector<StageTiming>& st) {
+  check_inputs(sp, st);
+  const int pp = sp.pp, m = sp.micro_batches;
+  const int nstages = pp * sp.vp;
+  Simulation sim;
+  sim.spec = sp;
+  sim.busy_s.assign(pp, 0.0);
+  sim.compute_end_s.assign(pp, 0.0);
+  sim.bubble_s.assign(pp, 0.0);
+
+  std::vector<std::vector<Op>> order(pp);
+  for (int g = 0; g < pp; ++g) order[g] = device_order(sp, g);
+  // done[(forward, stage, mb)] = time its result (after the send block) is available.
+  std::map<std::tuple<bool, int, int>, double> done;
+  // Start of each stage's last backward (device order), for the overlapped gradient sync.
+  std::vector<double> last_bwd_start(nstages, 0.0);
+  std::vector<size_t> next(pp, 0);
+  std::vector<double> free_at(pp, 0.0);
+  size_t remaining = 0;
+  for (const auto& o : order) remaining += o.size();
+
+  auto emit = [&](EventKind k, int g, int s, int j, double start, double dur) {
+    if (dur <= 0) return start;
+    sim.events.push_back({k, g, s, j, start, start + dur});
+    sim.busy_s[g] += dur;
+    return start + dur;
+  };
+
+  while (remaining > 0) {
+    bool progress = false;
+    for (int g = 0; g < pp; ++g) {
+      while (next[g] < order[g].size()) {
+        const Op op = order[g][next[g]];
+        double ready = 0;
+        if (op.forward) {
+          if (op.stage > 0) {
+            auto it = done.find({true, op.stage - 1, op.micro_batch});
+            if (it == done.end()) break;
+            ready = it->second;
+          }
+        } else {
+          auto it = (op.stage == nstages - 1) ? done.find({true, op.stage, op.micro_batch})
+                                              : done.find({false, op.stage + 1, op.micro_batch});
+          if (it == done.end()) break;
+          ready = it->second;
+        }
+        const StageTiming& t = st[op.stage];
+        double at = std::max(free_at[g], ready);
+        if (op.forward) {
+          at = emit(EventKind::kForward, g, op.stage, op.micro_batch, at, t.fwd.value());
+        } else {
+          last_bwd_start[op.stage] = at;
+          at = emit(EventKind::kRecompute, g, op.stage, op.micro_batch, at, t.recompute.value());
+          at = emit(EventKind::kBackward, g, op.stage, op.micro_batch, at, (t.bwd - t.recompute).value());
+        }
+        at = emit(EventKind::kP2p, g, op.stage, op.micro_batch, at, t.p2p.value() / 2);
+        done[{op.forward, op.stage, op.micro_batch}] = at;
+        free_at[g] = at;
+        ++next[g];
+        --remaining;
+        progress = true;
+      }
+    }
+    // Every order above is deadlock-free by construction; a stall is a bug in device_order.
+    assert(progress && "pipeline schedule deadlocked");
+    if (!progress) throw InputError("schedule: the pipeline order deadlocked (pp=" + S(pp) + " vp=" + S(sp.vp) +
+                                    " m=" + S(m) + ")");
+  }
+
+  for (int g = 0; g < pp; ++g) {
+    sim.compute_end_s[g] = free_at[g];
+    sim.bubble_s[g] = free_at[g] - sim.busy_s[g];
+    // Gradient syncs of this device's stages, one after another on its communication stream.
+    std::vector<std::pair<double, int>> syncs;
+    double opt = 0;
+    for (int s = g; s < nstages; s += pp) {
+      syncs.push_back({sp.overlap_grad_sync ? last_bwd_start[s] : free_at[g], s});
+      opt += st[s].optimizer.value();
+    }
+    std::sort(syncs.begin(), syncs.end());
+    double comm_free = 0, syncs_end = 0, hidden = 0;
+    for (auto [ready, s] : syncs) {
+      const double dur = st[s].grad_sync.value();
+      if (dur <= 0) continue;
+      const double start = std::max(comm_free, ready);
+      sim.events.push_back({EventKind::kGradSync, g, s, -1, start, start + dur});
+      comm_free = syncs_end = start + dur;
+      hidden += std::max(0.0, std::min(syncs_end, free_at[g]) - start);
+    }
+    const double opt_start = std::max(free_at[g], syncs_end) + (sp.overlap_slowdown - 1.0) * hidden;
+    const double end = emit(EventKind::kOptimizer, g, g, -1, opt_start, opt);
+    sim.makespan_s = std::max(sim.makespan_s, std::max(end, syncs_end));
+  }
+  std::stable_sort(sim.events.begin(), sim.events.end(), [](const ScheduleEvent& a, const ScheduleEvent& b) {
+    return std::tie(a.device_group, a.start_s) < std::tie(b.device_group, b.start_s);
+  });
+  return sim;
+}
+
+}  // namespace
+
+Result<Simulation> simulate_schedule(const ScheduleSpec& spec, const std::vector<StageTiming>& stages) {
+  return catch_errors([&]() -> Result<Simulation> { return run(spec, stages); });
+}
+
+std::vector<StageTiming> stage_timings(const Plan& p, const CostModel& cm) {
+  std::vector<StageTiming> out;
+  for (const StageSums& s : stage_sums(p, cm)) {
+    StageTiming t;
+    t.fwd = s.fwd;
+    t.bwd = s.bwd;
+    t.recompute = std::clamp(s.time.recompute, Seconds(0), s.bwd);
+    t.p2p = s.p2p;
+    t.grad_sync = s.grad_sync;
+    t.optimizer = s.optimizer;
+    t.detail = s.time;
+    out.push_back(t);
+  }
+  return out;
+}
+
+ScheduleSpec schedule_spec(const Plan& p, const CostModel& cm) {
+  ScheduleSpec sp;
+  sp.schedule = p.train.schedule;
+  sp.pp = p.train.pp;
+  sp.vp = p.train.vp;
+  sp.micro_batches = p.train.micro_batches;
+  if (const auto* a = dynamic_cast<const AnalyticCostModel*>(&cm)) {
+    sp.overlap_grad_sync = a->options().overlap_grad_sync;
+    sp.overlap_slowdown = std::max(1.0, a->options().overlap_slowdown);
+  }
+  return sp;
+}
+
+Result<Simulation> simulate_plan(const Plan& p, const CostModel& cm) {
+  Status v = validate(p);
+  if (!v.ok()) return v.error();
+  return simulate_schedule(schedule_spec(p, cm), stage_timings(p, cm));
+}
+
+}  // namespace weft

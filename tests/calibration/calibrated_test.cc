@@ -1,0 +1,245 @@
+// CalibratedCostModel: measured figures replace analytic ones exactly where a profile covers the
+// case (values derived by hand from hand-made profiles), and the analytic model fills the rest.
+#include "weft/calibration/calibrated.h"
+
+#include <gtest/gtest.h>
+
+#include "weft/cost/estimate.h"
+
+namespace weft {
+namespace {
+
+// h 8, 2 heads of 4, ffn 32 (GELU), no biases: attention 4*8*8 = 256, ffn 2*8*32 = 512,
+// norms 2*8 = 16 -> 784 parameters per layer; fp32 gradients: 3136 bytes.
+ModelSpec tiny_model(int layers = 1) {
+  ModelSpec m;
+  m.name = "tiny";
+  m.vocab = 16;
+  m.hidden = 8;
+  m.norm = NormKind::kLayerNorm;
+  m.position = PositionKind::kLearned;
+  m.max_seq = 64;
+  LayerGroup g;
+  g.name = "decoder";
+  g.count = layers;
+  g.shape.hidden = 8;
+  g.shape.heads = 2;
+  g.shape.kv_heads = 2;
+  g.shape.head_dim = 4;
+  g.shape.ffn = 32;
+  m.groups.push_back(g);
+  return m;
+}
+
+ClusterSpec two_rank_node() {
+  ClusterSpec c;
+  c.name = "test";
+  c.nodes = 1;
+  c.gpus_per_node = 2;
+  c.gpu.name = "cpu";
+  c.gpu.tflops_fp32 = c.gpu.tflops_tf32 = c.gpu.tflops_bf16 = c.gpu.tflops_fp16 = 0.05;
+  c.gpu.memory_gib = 8;
+  c.gpu.hbm_gbps = 10;
+  c.intra.gbps = 1;
+  c.inter.gbps = 1;
+  return c;
+}
+
+PhaseSample at(int tp, Recompute rc, int mb, int seq, double f, double b, double act) {
+  PhaseSample s;
+  s.tp = tp;
+  s.recompute = rc;
+  s.micro_batch = mb;
+  s.seq = seq;
+  s.forward_s = f;
+  s.backward_s = b;
+  s.activation_bytes = act;
+  return s;
+}
+
+ModelProfile layers_profile() {
+  ModelProfile p;
+  p.model = tiny_model();
+  p.runtime.optimizer_s_per_param = 1e-8;
+  LayerProfile l;
+  l.group = "decoder";
+  l.shape = p.model.groups[0].shape;
+  l.samples = {at(1, Recompute::kNone, 2, 64, 0.010, 0.020, 1e6), at(1, Recompute::kFull, 2, 64, 0.010, 0.031, 2e5)};
+  p.layers.push_back(l);
+  p.embedding = {at(1, Recompute::kNone, 2, 64, 0.001, 0.002, 1e4)};
+  p.head = {at(1, Recompute::kNone, 2, 64, 0.003, 0.004, 3e4)};
+  return p;
+}
+
+CollectiveEntry table(Collective k) {
+  // 1000 B -> 200 us, 5000 B -> 600 us (line: 100 us + S * 1e-7 s/B).
+  CollectiveEntry e;
+  e.kind = k;
+  e.group_size = 2;
+  e.placement = Placement::kIntraNode;
+  e.ranks_per_node = 2;
+  e.samples = {{1000, 2e-4}, {5000, 6e-4}};
+  e.fit = fit_alpha_beta(k, 2, e.samples);
+  return e;
+}
+
+HardwareProfile hw_profile() {
+  HardwareProfile h;
+  h.machine.world_size = 2;
+  h.machine.ranks_per_node = 2;
+  h.machine.memory_per_rank_gib = 8;
+  h.collectives = {table(Collective::kAllReduce), table(Collective::kReduceScatter), table(Collective::kAllGather)};
+  return h;
+}
+
+// A 2-rank data-parallel plan of the tiny model: micro-batch of 4 samples (2 per rank), seq 64.
+Plan dp_plan(int zero = 0, Recompute rc = Recompute::kNone) {
+  Plan p;
+  p.model = tiny_model();
+  p.cluster = two_rank_node();
+  p.train.seq = 64;
+  p.train.global_batch = 4;
+  p.train.micro_batches = 1;
+  p.train.pp = 1;
+  p.train.dtype = DType::kFp32;
+  p.embedding.dp = 2;
+  p.embedding.zero = zero;
+  LayerStrategy s;
+  s.dp = 2;
+  s.zero = zero;
+  s.recompute = rc;
+  Stage st;
+  st.first_layer = 0;
+  st.layers = {s};
+  p.stages = {st};
+  EXPECT_TRUE(validate(p).ok()) << validate(p).error().message;
+  return p;
+}
+
+LayerContext layer_ctx(const Plan& p, int layer) {
+  LayerContext ctx;
+  static_cast<StageContext&>(ctx) = stage_context(p, 0);
+  ctx.layer = layer;
+  return ctx;
+}
+
+// The all-reduce table at the byte counts used below (interpolation / extension by hand).
+constexpr double kLayerGrads = 2e-4 + (3136.0 - 1000) * 1e-7;  // 3136 B, inside the table
+constexpr double kWte = 2e-4 - (1000 - 512.0) * 1e-7;          // 16*8 params * 4 B, below
+constexpr double kWpe = 2e-4 + (2048.0 - 1000) * 1e-7;         // 64*8 * 4 B
+constexpr double kHead = 2e-4 - (1000 - 576.0) * 1e-7;         // (2*8 + 16*8) * 4 B
+constexpr double kStats = 2e-4 - (1000 - 16.0) * 1e-7;         // the per-step loss/norm all-reduce
+
+TEST(Calibrated, LayerUsesTheMeasuredFigures) {
+  const Plan p = dp_plan();
+  CalibratedCostModel cm(hw_profile(), layers_profile(), p.model, p.cluster);
+  const LayerCost c = cm.layer(layer_ctx(p, 0), p.stages[0].layers[0]);
+  EXPECT_DOUBLE_EQ(c.fwd.value(), 0.010);
+  EXPECT_DOUBLE_EQ(c.bwd.value(), 0.020);
+  EXPECT_NEAR(c.grad_sync.value(), kLayerGrads, 1e-15);
+  EXPECT_NEAR(c.optimizer.value(), 784 * 1e-8, 1e-18);
+  EXPECT_DOUBLE_EQ(c.memory.activations.value(), 1e6);  // one micro-batch in flight
+  EXPECT_EQ(cm.source(), "measured");
+  EXPECT_TRUE(cm.coverage(p).empty()) << cm.coverage(p).front();
+}
+
+TEST(Calibrated, ZeroOneAndRecomputeUseTheirTables) {
+  const Plan p = dp_plan(1, Recompute::kFull);
+  CalibratedCostModel cm(hw_profile(), layers_profile(), p.model, p.cluster);
+  const LayerCost c = cm.layer(layer_ctx(p, 0), p.stages[0].layers[0]);
+  EXPECT_DOUBLE_EQ(c.bwd.value(), 0.031);
+  EXPECT_NEAR(c.time.recompute.value(), 0.011, 1e-15);  // full-recompute backward minus plain backward
+  // reduce-scatter of 3136 B of gradients + all-gather of 3136 B of weights (same tables).
+  EXPECT_NEAR(c.grad_sync.value(), 2 * kLayerGrads, 1e-15);
+  // ZeRO-1 over 2 ranks: each rank updates half of the 784 parameters.
+  EXPECT_NEAR(c.optimizer.value(), 392 * 1e-8, 1e-18);
+}
+
+TEST(Calibrated, WholeStepFromHandMadeProfiles) {
+  const Plan p = dp_plan();
+  CalibratedCostModel cm(hw_profile(), layers_profile(), p.model, p.cluster);
+  const Estimate e = estimate(p, cm);
+  // One micro-batch: layer 0.010 + 0.020, embedding and head 0.004 + 0.006; the runtime reduces
+  // gradients after backward without overlap (wte, wpe, layer, head buckets), then the optimizer
+  // over 784 + 128 + 512 + 144 parameters, then the loss/norm all-reduce.
+  const double compute = 0.010 + 0.020 + 0.001 + 0.002 + 0.003 + 0.004;
+  const double sync = kLayerGrads + kWte + kWpe + kHead;
+  const double opt = (784 + 128 + 512 + 144) * 1e-8;
+  EXPECT_NEAR(e.step_time.value(), compute + sync + opt + kStats, 1e-12);
+  Plan annotated = p;
+  annotate(annotated, e, cm);
+  EXPECT_EQ(annotated.predicted.source, "measured");
+}
+
+TEST(Calibrated, ComputeSharingScalesMeasuredCompute) {
+  const Plan p = dp_plan();
+  HardwareProfile hw = hw_profile();
+  hw.sharing = {{2, 1.5}};
+  CalibratedCostModel cm(hw, layers_profile(), p.model, p.cluster);
+  const LayerCost c = cm.layer(layer_ctx(p, 0), p.stages[0].layers[0]);
+  EXPECT_DOUBLE_EQ(c.fwd.value(), 0.015);
+  EXPECT_DOUBLE_EQ(c.bwd.value(), 0.030);
+}
+
+TEST(Calibrated, FallsBackToAnalyticWithoutProfiles) {
+  const Plan p = dp_plan();
+  AnalyticOptions ao;
+  ao.overlap_grad_sync = false;
+  CalibratedCostModel cm(std::nullopt, std::nullopt, p.model, p.cluster, ao);
+  AnalyticCostModel an(ao);
+  EXPECT_EQ(cm.source(), "analytic");
+  const LayerContext ctx = layer_ctx(p, 0);
+  const LayerCost c = cm.layer(ctx, p.stages[0].layers[0]);
+  const LayerCost a = an.layer(ctx, p.stages[0].layers[0]);
+  // Nothing to communicate inside the layer at dp 2 / zero 0: the same forward + backward.
+  EXPECT_NEAR((c.fwd + c.bwd).value(), (a.fwd + a.bwd).value(), 1e-15);
+  EXPECT_NEAR(c.grad_sync.value(), a.grad_sync.value(), 1e-15);
+  EXPECT_EQ(c.memory.activations, a.memory.activations);
+  EXPECT_FALSE(cm.coverage(p).empty());
+}
+
+TEST(Calibrated, UncoveredCasesFallBackPerTerm) {
+  Plan p = dp_plan();
+  // tp 2 instead of dp 2: the model profile has no tp=2 samples, the hardware profile has the
+  // all-reduce over 2 ranks.
+  p.stages[0].layers[0].dp = 1;
+  p.stages[0].layers[0].tp = 2;
+  ASSERT_TRUE(validate(p).ok()) << validate(p).error().message;
+  CalibratedCostModel cm(hw_profile(), layers_profile(), p.model, p.cluster);
+  const auto notes = cm.coverage(p);
+  bool compute_note = false;
+  for (const auto& n : notes) compute_note = compute_note || n.find("compute analytic: no tp=2") != std::string::npos;
+  EXPECT_TRUE(compute_note);
+  // Its 2 forward and 2 backward all-reduces of the [4 samples x 64 tokens x 8] fp32 activation
+  // (8192 B, beyond the table) are measured: 600 us + 3192 * 0.1 us each.
+  const LayerCost c = cm.layer(layer_ctx(p, 0), p.stages[0].layers[0]);
+  EXPECT_NEAR(c.time.tp_comm.value(), 4 * (6e-4 + 3192 * 1e-7), 1e-15);
+
+  // A bf16 plan run by the fp32 runtime that measured the profile: the messages are fp32.
+  Plan half = p;
+  half.train.dtype = DType::kBf16;
+  CalibratedCostModel ch(hw_profile(), layers_profile(), half.model, half.cluster);
+  EXPECT_NEAR(ch.layer(layer_ctx(half, 0), half.stages[0].layers[0]).time.tp_comm.value(), 4 * (6e-4 + 3192 * 1e-7),
+              1e-15);
+
+  // A hardware profile without the all-gather table: ZeRO-1's all-gather falls back.
+  HardwareProfile hw = hw_profile();
+  hw.collectives.pop_back();
+  const Plan z = dp_plan(1);
+  CalibratedCostModel cz(hw, layers_profile(), z.model, z.cluster);
+  bool ag_note = false;
+  for (const auto& n : cz.coverage(z)) ag_note = ag_note || n.find("all_gather over 2 ranks") != std::string::npos;
+  EXPECT_TRUE(ag_note);
+}
+
+TEST(Calibrated, SourceSaysMixedWhenAProfileIsMissingOrPartial) {
+  const Plan p = dp_plan();
+  EXPECT_EQ(CalibratedCostModel(hw_profile(), std::nullopt, p.model, p.cluster).source(), "mixed");
+  EXPECT_EQ(CalibratedCostModel(std::nullopt, layers_profile(), p.model, p.cluster).source(), "mixed");
+  ModelSpec other = p.model;
+  other.groups[0].shape.ffn = 64;
+  EXPECT_EQ(CalibratedCostModel(hw_profile(), layers_profile(), other, p.cluster).source(), "mixed");
+}
+
+}  // namespace
+}  // namespace weft

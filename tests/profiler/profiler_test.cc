@@ -1,0 +1,182 @@
+// The profiler end to end on tiny sizes: what `weft profile model` and `weft profile hardware`
+// write reads back, holds the points asked for, and behaves as the measured quantities must
+// (recompute keeps less, a tp shard keeps less, collectives take longer for larger messages);
+// memory limits skip points instead of failing; bad flags are refused naming the flag.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include "weft/calibration/hardware_profile.h"
+#include "weft/calibration/model_profile.h"
+
+namespace weft {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct Outcome {
+  int code = -1;
+  std::string output;
+};
+
+Outcome run(const std::string& args) {
+  const std::string cmd = std::string(WEFT_PROF_DRIVER) + " " + args + " 2>&1";
+  Outcome r;
+  FILE* p = popen(cmd.c_str(), "r");
+  if (!p) return r;
+  char buf[4096];
+  while (size_t n = fread(buf, 1, sizeof buf, p)) r.output.append(buf, n);
+  const int st = pclose(p);
+  r.code = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+  return r;
+}
+
+fs::path work_dir(const std::string& name) {
+  fs::path d = fs::temp_directory_path() / ("weft_profiler_test_" + name);
+  fs::remove_all(d);
+  fs::create_directories(d);
+  return d;
+}
+
+// A one-group GPT-2-style model small enough to profile in a second.
+std::string tiny_model(const fs::path& dir) {
+  const fs::path p = dir / "tiny.json";
+  std::ofstream(p) << R"({"name": "tiny", "vocab": 64, "hidden": 32, "tied_embeddings": false,
+    "norm": "layernorm", "position": "learned", "max_seq": 32,
+    "groups": [{"name": "decoder", "count": 2, "kind": "decoder", "hidden": 32, "heads": 4,
+                "kv_heads": 4, "head_dim": 8, "ffn": 64, "ffn_kind": "gelu", "bias": true}]})";
+  return p.string();
+}
+
+const PhaseSample* find(const std::vector<PhaseSample>& v, int tp, Recompute rc, int mb, int seq) {
+  for (const auto& s : v)
+    if (s.tp == tp && s.recompute == rc && s.micro_batch == mb && s.seq == seq) return &s;
+  return nullptr;
+}
+
+TEST(ProfileModel, WritesEveryPointAndTheMeasuresBehave) {
+  const fs::path dir = work_dir("model");
+  const std::string out = (dir / "layers.json").string();
+  const Outcome r = run("profile model --model " + tiny_model(dir) +
+                    " --tp 1,2 --seq 16,32 --micro-batch 1,4 --recompute none,full --time-per-point 0.02"
+                    " --progress off --out " + out);
+  ASSERT_EQ(r.code, 0) << r.output;
+  auto p = read_model_profile(out);
+  ASSERT_TRUE(p.ok()) << p.error().message;
+  ASSERT_EQ(p->layers.size(), 1u);
+  EXPECT_EQ(p->layers[0].group, "decoder");
+  EXPECT_EQ(p->layers[0].samples.size(), 16u);  // 2 tp x 2 recompute x 2 seq x 2 micro-batch
+  EXPECT_EQ(p->embedding.size(), 8u);
+  EXPECT_EQ(p->head.size(), 8u);
+  EXPECT_TRUE(p->skipped.empty());
+  for (int tp : {1, 2}) {
+    const PhaseSample* none = find(p->layers[0].samples, tp, Recompute::kNone, 4, 32);
+    const PhaseSample* full = find(p->layers[0].samples, tp, Recompute::kFull, 4, 32);
+    ASSERT_TRUE(none && full);
+    // Full recompute keeps only the layer's output; without it attention scores, MLP activations...
+    EXPECT_LT(full->activation_bytes * 3, none->activation_bytes);
+    // The layer output alone: 4 x 32 x 32 fp32 = 16 KiB.
+    EXPECT_GE(full->activation_bytes, 4 * 32 * 32 * 4);
+  }
+  // The tp=2 shard holds half the heads and half the FFN: less saved than tp=1.
+  EXPECT_LT(find(p->layers[0].samples, 2, Recompute::kNone, 4, 32)->activation_bytes,
+            find(p->layers[0].samples, 1, Recompute::kNone, 4, 32)->activation_bytes);
+  // Four times the samples keep (about) four times the activations.
+  const double a1 = find(p->layers[0].samples, 1, Recompute::kNone, 1, 32)->activation_bytes;
+  const double a4 = find(p->layers[0].samples, 1, Recompute::kNone, 4, 32)->activation_bytes;
+  EXPECT_GT(a4, 3 * a1);
+  EXPECT_LT(a4, 5 * a1);
+  EXPECT_GT(p->runtime.optimizer_s_per_param, 0);
+  EXPECT_GT(p->runtime.state_bytes_per_param, 16);  // weights, grads, two moments, masks: fp32
+  EXPECT_FALSE(p->runtime.grad_sync_overlaps_backward);
+}
+
+TEST(ProfileModel, SkipsPointsThatDoNotFitAndRecordsThem) {
+  const fs::path dir = work_dir("nofit");
+  const std::string out = (dir / "layers.json").string();
+  const Outcome r = run("profile model --model " + tiny_model(dir) +
+                    " --seq 16 --micro-batch 1 --recompute none --memory-fraction 1e-12 --progress off --out " + out);
+  ASSERT_EQ(r.code, 0) << r.output;
+  auto p = read_model_profile(out);
+  ASSERT_TRUE(p.ok()) << p.error().message;
+  EXPECT_TRUE(p->layers[0].samples.empty());
+  ASSERT_FALSE(p->skipped.empty());
+  EXPECT_NE(p->skipped[0].find("available"), std::string::npos) << p->skipped[0];
+}
+
+TEST(ProfileModel, BadFlagsNameTheFlag) {
+  const fs::path dir = work_dir("badflags");
+  Outcome r = run("profile model --model " + tiny_model(dir) + " --tp 0 --out " + (dir / "x.json").string());
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.output.find("--tp: values must be >= 1, got 0"), std::string::npos) << r.output;
+  r = run("profile model --model " + tiny_model(dir) + " --seq 64 --out " + (dir / "x.json").string());
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.output.find("--seq: 64 exceeds the model's learned position table of 32"), std::string::npos)
+      << r.output;
+  r = run("profile model --model " + tiny_model(dir) + " --recompute some --out " + (dir / "x.json").string());
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.output.find("--recompute"), std::string::npos) << r.output;
+}
+
+TEST(ProfileHardware, TwoRanksWriteAReadableProfile) {
+  const fs::path dir = work_dir("hw");
+  const std::string out = (dir / "hw.json").string(), cluster = (dir / "cluster.json").string();
+  const Outcome r = run(std::string("launch -n 2 -- ") + WEFT_PROF_DRIVER +
+                    " profile hardware --max-bytes 262144 --time-per-size 0.02 --progress off --out " + out +
+                    " --cluster-out " + cluster);
+  ASSERT_EQ(r.code, 0) << r.output;
+  auto p = read_hardware_profile(out);
+  ASSERT_TRUE(p.ok()) << p.error().message;
+  EXPECT_EQ(p->machine.world_size, 2);
+  EXPECT_EQ(p->machine.ranks_per_node, 2);
+  for (Collective k : {Collective::kAllReduce, Collective::kAllGather, Collective::kReduceScatter,
+                       Collective::kAllToAll, Collective::kSendRecv}) {
+    const CollectiveEntry* e = p->find(k, 2, Placement::kIntraNode);
+    ASSERT_NE(e, nullptr) << profile_name(k);
+    ASSERT_EQ(e->samples.size(), 4u) << profile_name(k);  // 4, 16, 64, 256 KiB
+    EXPECT_EQ(e->samples.front().bytes, 4096);
+    for (const auto& s : e->samples) EXPECT_GT(s.seconds, 0);
+  }
+  EXPECT_EQ(p->find(Collective::kAllReduce, 2, Placement::kInterNode), nullptr);
+  EXPECT_GT(p->machine.matmul_tflops, 0);
+  EXPECT_GT(p->machine.memory_gbps, 0);
+  EXPECT_GT(p->machine.runtime_overhead_gib, 0);
+  EXPECT_GE(p->overlap.compute_slowdown, 1.0);
+  ASSERT_EQ(p->sharing.size(), 1u);  // 2 ranks of the one node at once
+  EXPECT_EQ(p->sharing[0].ranks, 2);
+  EXPECT_TRUE(fs::exists(cluster));
+}
+
+TEST(ProfileHardware, VirtualNodesGiveSpanningTables) {
+  const fs::path dir = work_dir("hw_nodes");
+  const std::string out = (dir / "hw.json").string();
+  const Outcome r = run(std::string("launch -n 2 -- ") + WEFT_PROF_DRIVER +
+                    " profile hardware --gpus-per-node 1 --max-bytes 16384 --time-per-size 0.02 --progress off"
+                    " --out " + out);
+  ASSERT_EQ(r.code, 0) << r.output;
+  auto p = read_hardware_profile(out);
+  ASSERT_TRUE(p.ok()) << p.error().message;
+  EXPECT_EQ(p->machine.nodes, 2);
+  const CollectiveEntry* e = p->find(Collective::kAllReduce, 2, Placement::kInterNode);
+  ASSERT_NE(e, nullptr);
+  EXPECT_EQ(e->ranks_per_node, 1);
+  EXPECT_NE(p->find(Collective::kSendRecv, 2, Placement::kInterNode), nullptr);
+  EXPECT_EQ(p->find(Collective::kAllReduce, 2, Placement::kIntraNode), nullptr);
+  ASSERT_FALSE(p->sharing.empty());
+  EXPECT_EQ(p->sharing[0].ranks, 1);  // measured: the other virtual node computes at the same time
+}
+
+TEST(ProfileHardware, RefusesANodeSizeThatDoesNotDivideTheJob) {
+  const fs::path dir = work_dir("hw_bad");
+  const Outcome r = run(std::string("launch -n 2 -- ") + WEFT_PROF_DRIVER + " profile hardware --gpus-per-node 3 --out " +
+                    (dir / "hw.json").string());
+  EXPECT_NE(r.code, 0);
+  EXPECT_NE(r.output.find("--gpus-per-node: 3 does not divide the 2 ranks"), std::string::npos) << r.output;
+}
+
+}  // namespace
+}  // namespace weft

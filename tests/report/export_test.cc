@@ -1,0 +1,215 @@
+// Megatron-LM and DeepSpeed exports: the expected flags for uniform plans (written out here from
+// Megatron-LM's argument names, not from the exporter's output) and refusals that name what differs.
+#include <gtest/gtest.h>
+
+#include "report_test_util.h"
+#include "weft/report/export.h"
+
+namespace weft {
+namespace {
+
+using report_test::cluster;
+using report_test::gpt;
+using report_test::llama;
+using report_test::plan;
+using report_test::train;
+
+bool contains(const std::string& s, const std::string& x) { return s.find(x) != std::string::npos; }
+
+// 16 GPUs, pp=2 x vp=2 interleaved, 8 micro-batches of 8 samples, tp4+sp dp2 ZeRO-1, selective.
+Plan interleaved_tp_plan() {
+  return plan(gpt(8), cluster(2, 8), train(2, 8, 64, Schedule::kInterleaved, 2),
+              LayerStrategy{.tp = 4, .sp = true, .dp = 2, .zero = 1, .recompute = Recompute::kSelective});
+}
+
+TEST(Megatron, UniformPlanGivesExactFlags) {
+  Plan p = interleaved_tp_plan();
+  ASSERT_TRUE(validate(p).ok()) << validate(p).error().message;
+  auto a = megatron_args(p);
+  ASSERT_TRUE(a.ok()) << a.error().message;
+  const std::vector<std::string> expected{
+      "--num-layers 8",
+      "--hidden-size 1024",
+      "--ffn-hidden-size 4096",
+      "--num-attention-heads 16",
+      "--seq-length 2048",
+      "--max-position-embeddings 2048",
+      "--untie-embeddings-and-output-weights",
+      "--micro-batch-size 4",       // 64 samples / 8 micro-batches / dp 2
+      "--global-batch-size 64",
+      "--tensor-model-parallel-size 4",
+      "--pipeline-model-parallel-size 2",
+      "--num-layers-per-virtual-pipeline-stage 2",  // 8 layers / (pp 2 * vp 2)
+      "--sequence-parallel",
+      "--recompute-granularity selective",
+      "--use-distributed-optimizer",
+      "--overlap-grad-reduce",
+      "--bf16",
+  };
+  EXPECT_EQ(a->lines, expected);
+  // Megatron derives the micro-batch count as global / (micro * dp): it must give the plan's m.
+  EXPECT_EQ(64 / (4 * 2), p.train.micro_batches);
+  EXPECT_EQ(a->text().substr(0, 15), "--num-layers 8\n");
+}
+
+TEST(Megatron, LlamaWithUlyssesRingAndFullRecompute) {
+  // 32 GPUs, pp=4, stage of 8 = tp2 x ulysses2 x cp2 x dp1, full recompute, no ZeRO.
+  Plan p = plan(llama(8), cluster(4, 8), train(4, 32, 32, Schedule::k1F1B, 1, 4096),
+                LayerStrategy{.tp = 2, .ulysses = 2, .cp = 2, .dp = 1, .recompute = Recompute::kFull});
+  ASSERT_TRUE(validate(p).ok()) << validate(p).error().message;
+  auto a = megatron_args(p);
+  ASSERT_TRUE(a.ok()) << a.error().message;
+  const std::vector<std::string> expected{
+      "--num-layers 8",
+      "--hidden-size 4096",
+      "--ffn-hidden-size 11008",
+      "--num-attention-heads 32",
+      "--group-query-attention",
+      "--num-query-groups 8",
+      "--seq-length 4096",
+      "--max-position-embeddings 4096",
+      "--position-embedding-type rope",
+      "--normalization RMSNorm",
+      "--swiglu",
+      "--disable-bias-linear",
+      "--untie-embeddings-and-output-weights",
+      "--micro-batch-size 1",
+      "--global-batch-size 32",
+      "--tensor-model-parallel-size 2",
+      "--pipeline-model-parallel-size 4",
+      "--context-parallel-size 4",  // Ulysses 2 x ring 2
+      "--cp-comm-type a2a+p2p",
+      "--hierarchical-context-parallel-sizes 2 2",
+      "--recompute-granularity full",
+      "--recompute-method uniform",
+      "--recompute-num-layers 1",
+      "--overlap-grad-reduce",
+      "--bf16",
+  };
+  EXPECT_EQ(a->lines, expected);
+}
+
+TEST(Megatron, FullRecomputeOfFirstLayersPerStageIsBlockMethod) {
+  Plan p = plan(gpt(8), cluster(1, 8), train(2, 4, 16), LayerStrategy{.tp = 2, .dp = 2});
+  for (auto& st : p.stages) st.layers[0].recompute = Recompute::kFull;  // first layer of each stage
+  auto a = megatron_args(p);
+  ASSERT_TRUE(a.ok()) << a.error().message;
+  const auto& l = a->lines;
+  EXPECT_NE(std::find(l.begin(), l.end(), "--recompute-method block"), l.end());
+  EXPECT_NE(std::find(l.begin(), l.end(), "--recompute-num-layers 1"), l.end());
+  // A recomputed layer in the middle of a stage is not "the first k": refused, naming the layers.
+  p.stages[1].layers[0].recompute = Recompute::kNone;
+  p.stages[1].layers[2].recompute = Recompute::kFull;
+  auto r = megatron_args(p);
+  ASSERT_FALSE(r.ok());
+  EXPECT_TRUE(contains(r.error().message, "layer 6: recompute full")) << r.error().message;
+}
+
+TEST(Megatron, LayerwisePlanIsRefusedNamingTheLayers) {
+  Plan p = plan(gpt(8), cluster(1, 8), train(2, 4, 16), LayerStrategy{.tp = 4, .sp = true, .dp = 1, .zero = 1});
+  for (auto& l : p.stages[1].layers) l = LayerStrategy{.tp = 2, .dp = 2, .zero = 1};
+  ASSERT_TRUE(validate(p).ok()) << validate(p).error().message;
+  auto r = megatron_args(p);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.error().kind, ErrorKind::kBadInput);
+  const std::string& m = r.error().message;
+  EXPECT_TRUE(contains(m, "layer-wise")) << m;
+  EXPECT_TRUE(contains(m, "layers 0-3: tp4+sp z1")) << m;
+  EXPECT_TRUE(contains(m, "layers 4-7: tp2 dp2 z1")) << m;
+}
+
+TEST(Megatron, RefusesZero2AndMixedSelectiveRecompute) {
+  Plan z2 = plan(gpt(8), cluster(1, 8), train(1, 4, 32), LayerStrategy{.dp = 8, .zero = 2});
+  auto r = megatron_args(z2);
+  ASSERT_FALSE(r.ok());
+  EXPECT_TRUE(contains(r.error().message, "ZeRO-2")) << r.error().message;
+  EXPECT_TRUE(contains(r.error().message, "--use-distributed-optimizer")) << r.error().message;
+
+  Plan sel = plan(gpt(8), cluster(1, 8), train(1, 4, 32), LayerStrategy{.dp = 8});
+  sel.stages[0].layers[3].recompute = Recompute::kSelective;
+  auto r2 = megatron_args(sel);
+  ASSERT_FALSE(r2.ok());
+  EXPECT_TRUE(contains(r2.error().message, "layer 3: recompute selective")) << r2.error().message;
+}
+
+TEST(Megatron, UnevenStages) {
+  // 8 layers over 3 stages as 2, 3, 3: only the first differs.
+  Plan p = plan(gpt(8), cluster(3, 2), train(3, 6, 12), LayerStrategy{.tp = 2});
+  ASSERT_TRUE(validate(p).ok()) << validate(p).error().message;
+  auto a = megatron_args(p);
+  ASSERT_TRUE(a.ok()) << a.error().message;
+  const auto& l = a->lines;
+  EXPECT_NE(std::find(l.begin(), l.end(), "--decoder-first-pipeline-num-layers 2"), l.end());
+  EXPECT_EQ(std::find_if(l.begin(), l.end(), [](const std::string& x) { return contains(x, "last-pipeline"); }),
+            l.end());
+  // 1, 3, 2, 2 over 4 stages: the middle stages differ, Megatron cannot split that way.
+  Plan q = plan(gpt(8), cluster(4, 2), train(4, 8, 16), LayerStrategy{.tp = 2}, {1, 3, 2, 2});
+  ASSERT_TRUE(validate(q).ok()) << validate(q).error().message;
+  auto r = megatron_args(q);
+  ASSERT_FALSE(r.ok());
+  EXPECT_TRUE(contains(r.error().message, "hold 1, 3, 2, 2 layers")) << r.error().message;
+}
+
+TEST(DeepSpeed, DataParallelZeroPlan) {
+  // 8 GPUs, dp 8, ZeRO-2, 4 micro-batches of 32 samples: 4 per GPU, accumulation 4.
+  Plan p = plan(gpt(8), cluster(1, 8), train(1, 4, 128), LayerStrategy{.dp = 8, .zero = 2});
+  auto c = deepspeed_config(p);
+  ASSERT_TRUE(c.ok()) << c.error().message;
+  const Json& j = c->config;
+  EXPECT_EQ(j["train_batch_size"], 128);
+  EXPECT_EQ(j["train_micro_batch_size_per_gpu"], 4);
+  EXPECT_EQ(j["gradient_accumulation_steps"], 4);
+  EXPECT_EQ(j["zero_optimization"]["stage"], 2);
+  EXPECT_EQ(j["bf16"]["enabled"], true);
+  EXPECT_FALSE(j.contains("fp16"));
+  EXPECT_FALSE(j.contains("activation_checkpointing"));
+  // DeepSpeed's own invariant: train_batch_size = micro * accumulation * data-parallel ranks.
+  EXPECT_EQ(4 * 4 * 8, 128);
+
+  Plan f = plan(gpt(8), cluster(1, 8), train(1, 2, 16), LayerStrategy{.dp = 8, .zero = 3, .recompute = Recompute::kFull});
+  f.train.dtype = DType::kFp16;
+  auto c3 = deepspeed_config(f);
+  ASSERT_TRUE(c3.ok()) << c3.error().message;
+  EXPECT_EQ(c3->config["zero_optimization"]["stage"], 3);
+  EXPECT_EQ(c3->config["fp16"]["enabled"], true);
+  EXPECT_TRUE(c3->config.contains("activation_checkpointing"));
+}
+
+TEST(DeepSpeed, TensorAndPipelineNeedMegatronDeepSpeed) {
+  Plan p = plan(gpt(8), cluster(2, 8), train(2, 8, 64), LayerStrategy{.tp = 4, .dp = 2, .zero = 1});
+  auto r = deepspeed_config(p);
+  ASSERT_FALSE(r.ok());
+  EXPECT_TRUE(contains(r.error().message, "tp=4, pp=2")) << r.error().message;
+  EXPECT_TRUE(contains(r.error().message, "Megatron-DeepSpeed")) << r.error().message;
+  auto m = deepspeed_config(p, DeepSpeedTarget::kMegatronDeepSpeed);
+  ASSERT_TRUE(m.ok()) << m.error().message;
+  EXPECT_EQ(m->config["zero_optimization"]["stage"], 1);
+  EXPECT_EQ(m->config["train_micro_batch_size_per_gpu"], 4);
+  EXPECT_EQ(m->config["gradient_accumulation_steps"], 8);
+  // DeepSpeed's pipeline engine takes ZeRO-0/1 only.
+  Plan z2 = plan(gpt(8), cluster(2, 8), train(2, 8, 64), LayerStrategy{.tp = 4, .dp = 2, .zero = 2});
+  auto r2 = deepspeed_config(z2, DeepSpeedTarget::kMegatronDeepSpeed);
+  ASSERT_FALSE(r2.ok());
+  EXPECT_TRUE(contains(r2.error().message, "zero=2 with pp=2")) << r2.error().message;
+}
+
+TEST(DeepSpeed, LayerwisePlanIsRefused) {
+  Plan p = plan(gpt(8), cluster(1, 8), train(1, 4, 32), LayerStrategy{.dp = 8, .zero = 1});
+  p.stages[0].layers[5].zero = 3;
+  auto r = deepspeed_config(p);
+  ASSERT_FALSE(r.ok());
+  EXPECT_TRUE(contains(r.error().message, "layers 0-4: dp8 z1; layer 5: dp8 z3; layers 6-7: dp8 z1"))
+      << r.error().message;
+}
+
+TEST(Export, InvalidPlanIsAnErrorNotACrash) {
+  Plan p = interleaved_tp_plan();
+  p.stages[0].layers[0].tp = 3;
+  auto r = megatron_args(p);
+  ASSERT_FALSE(r.ok());
+  EXPECT_TRUE(contains(r.error().message, "stages[0].layers[0]")) << r.error().message;
+  EXPECT_FALSE(deepspeed_config(p).ok());
+}
+
+}  // namespace
+}  // namespace weft

@@ -1,0 +1,288 @@
+// The step simulator against schedules worked out by hand and against the textbook pipeline
+// formulas (GPipe: Huang et al. 2019; 1F1B and interleaved 1F1B: Narayanan et al. 2021).
+#include <gtest/gtest.h>
+
+#include <map>
+#include <random>
+#include <tuple>
+
+#include "weft/report/schedule.h"
+
+namespace weft {
+namespace {
+
+StageTiming timing(double f, double b, double p2p = 0, double grad = 0, double opt = 0, double rc = 0) {
+  StageTiming t;
+  t.fwd = sec(f);
+  t.bwd = sec(b);
+  t.p2p = sec(p2p);
+  t.grad_sync = sec(grad);
+  t.optimizer = sec(opt);
+  t.recompute = sec(rc);
+  return t;
+}
+
+ScheduleSpec spec(Schedule s, int pp, int m, int vp = 1, bool overlap = true) {
+  ScheduleSpec sp;
+  sp.schedule = s;
+  sp.pp = pp;
+  sp.vp = vp;
+  sp.micro_batches = m;
+  sp.overlap_grad_sync = overlap;
+  return sp;
+}
+
+Simulation sim_ok(const ScheduleSpec& sp, const std::vector<StageTiming>& st) {
+  auto r = simulate_schedule(sp, st);
+  EXPECT_TRUE(r.ok()) << (r.ok() ? "" : r.error().message);
+  return r.ok() ? std::move(r).value() : Simulation{};
+}
+
+// Equal stages: both GPipe and 1F1B take (m + p - 1)(f + b); the first stage idles (p - 1)(f + b).
+TEST(Schedule, EqualStagesMatchTextbookFormula) {
+  for (Schedule s : {Schedule::kGpipe, Schedule::k1F1B}) {
+    std::vector<StageTiming> st(4, timing(1.0, 2.0));
+    Simulation sim = sim_ok(spec(s, 4, 8), st);
+    EXPECT_DOUBLE_EQ(sim.makespan_s, (8 + 4 - 1) * 3.0) << to_string(s);
+    EXPECT_DOUBLE_EQ(sim.bubble_s[0], (4 - 1) * 3.0) << to_string(s);
+    EXPECT_DOUBLE_EQ(sim.busy_s[0], 8 * 3.0);
+    // The last stage starts after p - 1 forwards and finishes its last backward p - 1 backwards early.
+    EXPECT_DOUBLE_EQ(sim.compute_end_s[3], 33.0 - 3 * 2.0);
+  }
+}
+
+// pp=2, m=2, stage 0: f=1 b=2, stage 1: f=2 b=4, worked out by hand (times in seconds):
+//   1F1B  dev0: F0[0,1] F1[1,2] B0[7,9] B1[13,15]   dev1: F0[1,3] B0[3,7] F1[7,9] B1[9,13]
+//   GPipe dev0: F0[0,1] F1[1,2] B0[9,11] B1[13,15]  dev1: F0[1,3] F1[3,5] B0[5,9] B1[9,13]
+TEST(Schedule, UnequalStagesByHand) {
+  std::vector<StageTiming> st{timing(1, 2), timing(2, 4)};
+  using Row = std::tuple<EventKind, int, int, double, double>;  // kind, stage, mb, start, end
+  auto rows = [](const Simulation& s) {
+    std::vector<Row> r;
+    for (const auto& e : s.events) r.emplace_back(e.kind, e.stage, e.micro_batch, e.start_s, e.end_s);
+    return r;
+  };
+  const auto F = EventKind::kForward, B = EventKind::kBackward;
+  Simulation a = sim_ok(spec(Schedule::k1F1B, 2, 2), st);
+  EXPECT_DOUBLE_EQ(a.makespan_s, 15);
+  EXPECT_EQ(rows(a), (std::vector<Row>{{F, 0, 0, 0, 1}, {F, 0, 1, 1, 2}, {B, 0, 0, 7, 9}, {B, 0, 1, 13, 15},
+                                       {F, 1, 0, 1, 3}, {B, 1, 0, 3, 7}, {F, 1, 1, 7, 9}, {B, 1, 1, 9, 13}}));
+  Simulation g = sim_ok(spec(Schedule::kGpipe, 2, 2), st);
+  EXPECT_DOUBLE_EQ(g.makespan_s, 15);
+  EXPECT_EQ(rows(g), (std::vector<Row>{{F, 0, 0, 0, 1}, {F, 0, 1, 1, 2}, {B, 0, 0, 9, 11}, {B, 0, 1, 13, 15},
+                                       {F, 1, 0, 1, 3}, {F, 1, 1, 3, 5}, {B, 1, 0, 5, 9}, {B, 1, 1, 9, 13}}));
+  // The bottleneck formula (m - 1) max_s(f+b) + sum_s(f+b) holds here: 1*6 + 9 = 15.
+}
+
+// p2p is blocking busy time, half after each forward and half after each backward:
+// pp=2, m=1, f=1 b=2 p2p=1: F0[0,1] send[1,1.5] | F0[1.5,2.5] send[2.5,3] B0[3,5] send[5,5.5] |
+// B0[5.5,7.5] send[7.5,8] -> 8 = (m + p - 1)(f + b + p2p).
+TEST(Schedule, PointToPointIsBlockingBusyTime) {
+  std::vector<StageTiming> st(2, timing(1, 2, 1));
+  Simulation s = sim_ok(spec(Schedule::k1F1B, 2, 1), st);
+  EXPECT_DOUBLE_EQ(s.makespan_s, 8);
+  int p2p = 0;
+  for (const auto& e : s.events)
+    if (e.kind == EventKind::kP2p) {
+      ++p2p;
+      EXPECT_DOUBLE_EQ(e.duration(), 0.5);
+    }
+  EXPECT_EQ(p2p, 4);
+  Simulation big = sim_ok(spec(Schedule::k1F1B, 2, 6), st);
+  EXPECT_DOUBLE_EQ(big.makespan_s, (6 + 2 - 1) * 4.0);
+}
+
+// pp=1, m=2, f=1 b=2, grad sync 3, optimizer 0.5: F0[0,1] B0[1,3] F1[3,4] B1[4,6].
+// Overlapped: the sync starts with the last backward (4) and ends at 7; the update runs [7, 7.5].
+// Not overlapped: sync [6, 9], update [9, 9.5].
+TEST(Schedule, GradSyncOverlapsTheLastBackward) {
+  std::vector<StageTiming> st{timing(1, 2, 0, 3, 0.5)};
+  Simulation ov = sim_ok(spec(Schedule::k1F1B, 1, 2, 1, true), st);
+  EXPECT_DOUBLE_EQ(ov.makespan_s, 7.5);
+  Simulation no = sim_ok(spec(Schedule::k1F1B, 1, 2, 1, false), st);
+  EXPECT_DOUBLE_EQ(no.makespan_s, 9.5);
+  bool saw_sync = false;
+  for (const auto& e : ov.events)
+    if (e.kind == EventKind::kGradSync) {
+      saw_sync = true;
+      EXPECT_DOUBLE_EQ(e.start_s, 4);
+      EXPECT_DOUBLE_EQ(e.end_s, 7);
+    }
+  EXPECT_TRUE(saw_sync);
+  // A sync shorter than the backward is hidden: only the update is added.
+  Simulation hidden = sim_ok(spec(Schedule::k1F1B, 1, 2), {timing(1, 2, 0, 1.5, 0.5)});
+  EXPECT_DOUBLE_EQ(hidden.makespan_s, 6.5);
+}
+
+// The backward that hides a sync runs slower by the overlap coefficient k: with k = 1.5 the sync
+// above hides 2 s of backward ([4, 6]) and delays the update by 0.5 * 2 = 1 s: [8, 8.5]. The
+// analytic model's tail gives the same: finish 6 + (k - 1) min(b, G) + max(0, G - b) + update
+//   = 6 + 1 + 1 + 0.5.
+TEST(Schedule, OverlapSlowdownDelaysTheUpdate) {
+  ScheduleSpec sp = spec(Schedule::k1F1B, 1, 2);
+  sp.overlap_slowdown = 1.5;
+  Simulation s = sim_ok(sp, {timing(1, 2, 0, 3, 0.5)});
+  EXPECT_DOUBLE_EQ(s.makespan_s, 8.5);
+  sp.overlap_slowdown = 0.9;
+  EXPECT_FALSE(simulate_schedule(sp, {timing(1, 2)}).ok());
+}
+
+TEST(Schedule, RecomputeIsDrawnBeforeTheBackward) {
+  Simulation s = sim_ok(spec(Schedule::k1F1B, 1, 1), {timing(1, 3, 0, 0, 0, 1)});
+  ASSERT_EQ(s.events.size(), 3u);
+  EXPECT_EQ(s.events[1].kind, EventKind::kRecompute);
+  EXPECT_DOUBLE_EQ(s.events[1].start_s, 1);
+  EXPECT_DOUBLE_EQ(s.events[1].end_s, 2);
+  EXPECT_EQ(s.events[2].kind, EventKind::kBackward);
+  EXPECT_DOUBLE_EQ(s.events[2].end_s, 4);
+  EXPECT_DOUBLE_EQ(s.makespan_s, 4);
+}
+
+// Interleaving divides the bubble by v (Narayanan et al. 2021, eq. for t_pb^int):
+// step = m (F + B) + (p - 1)(F + B) / v with F, B the per-device totals over its v chunks.
+TEST(Schedule, InterleavedDividesTheBubbleByV) {
+  const int pp = 4, vp = 2, m = 8;
+  std::vector<StageTiming> st(pp * vp, timing(0.5, 1.0));
+  Simulation s = sim_ok(spec(Schedule::kInterleaved, pp, m, vp), st);
+  const double F = vp * 0.5, B = vp * 1.0;
+  EXPECT_NEAR(s.makespan_s, m * (F + B) + (pp - 1) * (F + B) / vp, 1e-9);
+  // The same devices without interleaving: (m + p - 1)(F + B).
+  std::vector<StageTiming> plain(pp, timing(F, B));
+  EXPECT_NEAR(sim_ok(spec(Schedule::k1F1B, pp, m), plain).makespan_s, (m + pp - 1) * (F + B), 1e-9);
+}
+
+// Random unequal stages, every schedule: each (stage, micro-batch) runs one forward and one
+// backward, dependencies hold, a device never runs two things at once, and the makespan is at
+// least the busiest device and at least one micro-batch's path through all stages.
+TEST(Schedule, RandomStagesRespectDependencies) {
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<double> U(0.2, 3.0);
+  struct Case {
+    Schedule s;
+    int pp, vp, m;
+  };
+  for (const Case c : {Case{Schedule::kGpipe, 3, 1, 5}, Case{Schedule::k1F1B, 4, 1, 7}, Case{Schedule::k1F1B, 4, 1, 2},
+                       Case{Schedule::kInterleaved, 2, 2, 2}, Case{Schedule::kInterleaved, 4, 3, 8},
+                       Case{Schedule::kInterleaved, 3, 2, 9}}) {
+    for (int trial = 0; trial < 5; ++trial) {
+      std::vector<StageTiming> st;
+      for (int s = 0; s < c.pp * c.vp; ++s) st.push_back(timing(U(rng), U(rng), U(rng) / 4, U(rng), U(rng) / 5));
+      Simulation sim = sim_ok(spec(c.s, c.pp, c.m, c.vp), st);
+      std::map<std::tuple<EventKind, int, int>, ScheduleEvent> ends;  // the op's last block (its send)
+      std::map<std::tuple<EventKind, int, int>, int> count;
+      std::vector<double> device_end(c.pp, 0);
+      std::vector<const ScheduleEvent*> last_on(c.pp, nullptr);
+      for (const auto& e : sim.events) {
+        if (e.kind == EventKind::kGradSync) continue;
+        if (last_on[e.device_group]) {
+          EXPECT_GE(e.start_s + 1e-12, last_on[e.device_group]->end_s);
+        }
+        last_on[e.device_group] = &e;
+        EXPECT_EQ(e.device_group, e.stage % c.pp);
+        if (e.kind == EventKind::kForward || e.kind == EventKind::kBackward) ++count[{e.kind, e.stage, e.micro_batch}];
+      }
+      const int n = c.pp * c.vp;
+      for (int s = 0; s < n; ++s)
+        for (int j = 0; j < c.m; ++j) {
+          EXPECT_EQ((count[{EventKind::kForward, s, j}]), 1);
+          EXPECT_EQ((count[{EventKind::kBackward, s, j}]), 1);
+        }
+      // Dependencies: F(s,j) starts after F(s-1,j) and its send; B(s,j) after B(s+1,j) and its send.
+      auto op_end = [&](bool fwd, int s, int j) {
+        double end = 0;
+        for (const auto& e : sim.events)
+          if (e.stage == s && e.micro_batch == j &&
+              (fwd ? e.kind == EventKind::kForward
+                   : e.kind == EventKind::kBackward || e.kind == EventKind::kRecompute))
+            end = std::max(end, e.end_s);
+        return end + st[s].p2p.value() / 2;
+      };
+      auto op_start = [&](EventKind k, int s, int j) {
+        for (const auto& e : sim.events)
+          if (e.kind == k && e.stage == s && e.micro_batch == j) return e.start_s;
+        return -1.0;
+      };
+      double path = 0;
+      for (int s = 0; s < n; ++s) path += (st[s].fwd + st[s].bwd + st[s].p2p).value();
+      for (int j = 0; j < c.m; ++j)
+        for (int s = 0; s < n; ++s) {
+          if (s > 0) {
+            EXPECT_GE(op_start(EventKind::kForward, s, j) + 1e-9, op_end(true, s - 1, j));
+          }
+          if (s + 1 < n) {
+            const EventKind first = st[s].recompute.value() > 0 ? EventKind::kRecompute : EventKind::kBackward;
+            EXPECT_GE(op_start(first, s, j) + 1e-9, op_end(false, s + 1, j));
+          }
+        }
+      for (int g = 0; g < c.pp; ++g) EXPECT_GE(sim.makespan_s + 1e-9, sim.busy_s[g]);
+      EXPECT_GE(sim.makespan_s + 1e-9, path);
+    }
+  }
+}
+
+// Random stages, GPipe and 1F1B against closed forms (F, B include the stage's send, p2p / 2):
+//  - GPipe is two flow lines of identical jobs: sum (F + B) + (m - 1)(max F + max B);
+//  - 1F1B never takes longer than GPipe, and at least the busiest stage's m (F + B);
+//  - when the last stage has the largest F and the largest B, both equal the bottleneck formula
+//    (m - 1) max (F + B) + sum (F + B) that the analytic cost model uses.
+TEST(Schedule, RandomStagesAgainstClosedForms) {
+  std::mt19937 rng(11);
+  std::uniform_real_distribution<double> U(0.1, 3.0);
+  int last_max_cases = 0;
+  for (int trial = 0; trial < 3000; ++trial) {
+    const int pp = 2 + static_cast<int>(rng() % 6), m = 1 + static_cast<int>(rng() % 12);
+    std::vector<StageTiming> st;
+    for (int s = 0; s < pp; ++s) st.push_back(timing(U(rng), U(rng), U(rng) / 5));
+    if (trial % 2) {  // half the trials: move the largest forward and backward to the last stage
+      auto at = [&](auto key) {
+        int best = 0;
+        for (int s = 1; s < pp; ++s)
+          if (key(st[s]) > key(st[best])) best = s;
+        return best;
+      };
+      std::swap(st[at([](const StageTiming& t) { return t.fwd.value(); })].fwd, st[pp - 1].fwd);
+      std::swap(st[at([](const StageTiming& t) { return t.bwd.value(); })].bwd, st[pp - 1].bwd);
+    }
+    double sum = 0, maxf = 0, maxb = 0, maxt = 0;
+    for (const auto& t : st) {
+      const double F = (t.fwd + t.p2p * 0.5).value(), B = (t.bwd + t.p2p * 0.5).value();
+      sum += F + B;
+      maxf = std::max(maxf, F);
+      maxb = std::max(maxb, B);
+      maxt = std::max(maxt, F + B);
+    }
+    const Simulation g = sim_ok(spec(Schedule::kGpipe, pp, m), st);
+    const Simulation f = sim_ok(spec(Schedule::k1F1B, pp, m), st);
+    EXPECT_NEAR(g.makespan_s, sum + (m - 1) * (maxf + maxb), 1e-9);
+    EXPECT_LE(f.makespan_s, g.makespan_s + 1e-9);
+    EXPECT_GE(f.makespan_s + 1e-9, m * maxt);
+    const StageTiming& l = st[pp - 1];
+    if ((l.fwd + l.p2p * 0.5).value() >= maxf && (l.bwd + l.p2p * 0.5).value() >= maxb) {
+      ++last_max_cases;
+      EXPECT_NEAR(f.makespan_s, (m - 1) * maxt + sum, 1e-9) << "trial " << trial;
+      EXPECT_NEAR(g.makespan_s, (m - 1) * maxt + sum, 1e-9) << "trial " << trial;
+    }
+  }
+  EXPECT_GT(last_max_cases, 300);
+}
+
+TEST(Schedule, RejectsBadInput) {
+  auto r = simulate_schedule(spec(Schedule::k1F1B, 2, 4), {timing(1, 2)});
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.error().message.find("stages: 1 stage timings but pp*vp = 2"), std::string::npos) << r.error().message;
+  auto r2 = simulate_schedule(spec(Schedule::k1F1B, 1, 0), {timing(1, 2)});
+  ASSERT_FALSE(r2.ok());
+  EXPECT_NE(r2.error().message.find("micro_batches: must be >= 1, got 0"), std::string::npos);
+  auto r3 = simulate_schedule(spec(Schedule::k1F1B, 1, 1), {timing(1, 2, 0, 0, 0, 3)});
+  ASSERT_FALSE(r3.ok());
+  EXPECT_NE(r3.error().message.find("stages[0].recompute"), std::string::npos);
+  auto r4 = simulate_schedule(spec(Schedule::k1F1B, 2, 2, 2), std::vector<StageTiming>(4, timing(1, 2)));
+  ASSERT_FALSE(r4.ok());
+  EXPECT_NE(r4.error().message.find("interleaved"), std::string::npos);
+  auto r5 = simulate_schedule(spec(Schedule::k1F1B, 1, 1), {timing(-1, 2)});
+  ASSERT_FALSE(r5.ok());
+  EXPECT_NE(r5.error().message.find("stages[0].fwd: negative duration"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace weft
