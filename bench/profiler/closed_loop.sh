@@ -7,7 +7,7 @@
 #   WORLDS=4 STEPS=20 bench/profiler/closed_loop.sh
 #
 # Environment: BUILD (a build with -DWEFT_WITH_TORCH=ON; default build-profiler), OUT (work folder,
-# default /tmp/weft-closed-loop), WORLDS ("2 4"), STEPS (12 optimizer steps per run; the runtime's
+# default /tmp/weft-closed-loop), WORLDS ("2 4"), STEPS (16 optimizer steps per run; the runtime's
 # mean leaves out the first), SEQ (128), BATCH (16 samples per step), REUSE=1 (keep profiles found
 # in OUT). Measured memory is the peak resident set size (RSS) of each rank's process, from
 # /usr/bin/time; predicted memory is the cost model's peak per device.
@@ -20,7 +20,7 @@ WEFT=$(cd "$BUILD/bin" && pwd)/weft
 PREDICT=$(cd "$BUILD/bin" && pwd)/weft_profile_predict
 OUT=${OUT:-/tmp/weft-closed-loop}
 WORLDS=${WORLDS:-"2 4"}
-STEPS=${STEPS:-12}
+STEPS=${STEPS:-16}
 SEQ=${SEQ:-128}
 BATCH=${BATCH:-16}
 REUSE=${REUSE:-0}
@@ -34,18 +34,20 @@ say() { echo "closed_loop: $*" >&2; }
 load() { cut -d' ' -f1-3 /proc/loadavg; }
 # Other processes on the machine distort both the profiles and the runs (on 2 cores one busy
 # compiler halves a rank's speed). Before each measurement wait (up to QUIET_WAIT seconds) until
-# the machine is idle: fewer than QUIET runnable tasks on average over 2 s (sampled from
-# /proc/loadavg's running count, this script's own sampler excluded).
-QUIET=${QUIET:-0.5}
+# the machine is idle: CPU use over 2 s (from /proc/stat) below QUIET percent of all cores.
+QUIET=${QUIET:-15}
 QUIET_WAIT=${QUIET_WAIT:-300}
+cpu_ticks() {  # prints "busy total" jiffies since boot; builtins only
+  local cpu user nice sys idle iowait irq softirq steal rest
+  read -r cpu user nice sys idle iowait irq softirq steal rest </proc/stat
+  echo "$((user + nice + sys + irq + softirq + steal)) $((user + nice + sys + idle + iowait + irq + softirq + steal))"
+}
 busy() {
-  local sum=0 i l1 l5 l15 run rest
-  for i in 1 2 3 4 5 6 7 8 9 10; do
-    read -r l1 l5 l15 run rest </proc/loadavg  # a builtin: the sampler adds only itself
-    sum=$((sum + ${run%/*} - 1))
-    sleep 0.2
-  done
-  awk -v s="$sum" -v q="$QUIET" 'BEGIN { exit !(s / 10 >= q) }'
+  local b0 t0 b1 t1
+  read -r b0 t0 <<<"$(cpu_ticks)"
+  sleep 2
+  read -r b1 t1 <<<"$(cpu_ticks)"
+  (((b1 - b0) * 100 >= QUIET * (t1 - t0)))
 }
 quiet() {
   local waited=0
@@ -144,7 +146,7 @@ while read -r name n; do
 done <"$OUT/cases"
 
 # --- 4. report ---------------------------------------------------------------------------------
-printf '\n%-26s %5s %11s %11s %8s   %-22s %-30s\n' case ranks "pred step" "meas step" error \
+printf '\n%-26s %5s %10s %10s %10s %8s   %-22s %-30s\n' case ranks "pred s" "median s" "mean s" error \
   "pred MiB/rank (stage)" "meas peak RSS MiB/rank"
 sum=0
 count=0
@@ -155,17 +157,23 @@ for_report=$(mktemp)
 while read -r name n; do
   log=$OUT/runs/$name.log
   pred=$(jq '.predicted.step_time_s' "$OUT/plans/$name.json")
-  meas=$(grep -h '"summary"' "$log" | sed 's/^\[[0-9]*\] //' | jq '.mean_step_time_s' 2>/dev/null || true)
+  # The median of steps 2..N (the runtime's own mean is in the log's summary line): one slow step
+  # when another process wakes up on the 2 shared cores does not move it.
+  meas=$(grep -h '"step_time_s"' "$log" | grep -v '"summary"' | sed 's/^\[[0-9]*\] //' | jq -s \
+    'map(select(.step > 1) | .step_time_s) | sort | if length == 0 then null
+     else (if length % 2 == 1 then .[length / 2 | floor] else (.[length / 2 - 1] + .[length / 2]) / 2 end) end' \
+    2>/dev/null || true)
+  mean=$(grep -h '"summary"' "$log" | sed 's/^\[[0-9]*\] //' | jq '.mean_step_time_s' 2>/dev/null || true)
   pp=$(jq '.train.pp' "$OUT/plans/$name.json")
   pmem=$(jq -r '[.stages[].predicted.memory_gib * 1024 | round | tostring] | join("/")' "$OUT/plans/$name.json")
   rss=$(grep -h 'weft-maxrss-kb' "$log" | sed 's/^\[\([0-9]*\)\] weft-maxrss-kb /\1 /' | sort -n |
     awk '{printf "%s%d", (NR > 1 ? "/" : ""), $2 / 1024}')
   if [[ -z $meas || $meas == null ]]; then
-    printf '%-26s %5s %11.4f %11s %8s   %-22s %-30s\n' "$name" "$n" "$pred" failed - "$pmem" "$rss"
+    printf '%-26s %5s %10.4f %10s %10s %8s   %-22s %-30s\n' "$name" "$n" "$pred" failed - - "$pmem" "$rss"
     continue
   fi
   err=$(awk -v p="$pred" -v m="$meas" 'BEGIN { printf "%.1f", (p - m) / m * 100 }')
-  printf '%-26s %5s %11.4f %11.4f %7s%%   %-22s %-30s\n' "$name" "$n" "$pred" "$meas" "$err" "$pmem" "$rss"
+  printf '%-26s %5s %10.4f %10.4f %10.4f %7s%%   %-22s %-30s\n' "$name" "$n" "$pred" "$meas" "$mean" "$err" "$pmem" "$rss"
   echo "$name $n $pred $meas $err" >>"$for_report"
 done <"$OUT/cases"
 echo

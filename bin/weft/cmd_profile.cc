@@ -27,6 +27,9 @@ void register_profile_commands(CLI::App& app) {
   hw->add_option("--max-bytes", h->max_bytes, "Largest message per rank, bytes")->capture_default_str();
   hw->add_option("--time-per-size", h->time_per_point_s, "Seconds spent timing each message size")
       ->capture_default_str();
+  hw->add_option("--gap-ms", h->gap_ms,
+                 "Milliseconds of compute before each timed call (as in training); 0: back-to-back calls")
+      ->capture_default_str();
   hw->add_option("--threads", h->threads, "Intra-op threads per rank (as weft train --threads)")->capture_default_str();
   hw->add_option("--timeout", h->timeout_s, "Seconds after which a collective is declared stuck")->capture_default_str();
   hw->add_option("--progress", h->progress, "auto (a bar on a terminal), on or off")->capture_default_str();

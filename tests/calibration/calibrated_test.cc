@@ -155,6 +155,29 @@ TEST(Calibrated, ZeroOneAndRecomputeUseTheirTables) {
   EXPECT_NEAR(c.optimizer.value(), 392 * 1e-8, 1e-18);
 }
 
+TEST(Calibrated, ZeroThreeAddsItsMeasuredOwnWorkAndBlockingCollectives) {
+  const Plan p = dp_plan(3);
+  ModelProfile mp = layers_profile();
+  PhaseSample z3 = mp.layers[0].samples[0];  // tp 1, none, mb 2, seq 64: 0.010 / 0.020
+  z3.zero = 3;
+  z3.forward_s = 0.013;
+  z3.backward_s = 0.026;
+  mp.layers[0].samples.push_back(z3);
+  CalibratedCostModel cm(hw_profile(), mp, p.model, p.cluster);
+  const LayerCost c = cm.layer(layer_ctx(p, 0), p.stages[0].layers[0]);
+  // forward: 0.010 + 0.003 of view work + the all-gather of 3136 B of weights; backward: 0.020 +
+  // 0.006 + the reduce-scatter of 3136 B of gradients (the runtime blocks on both).
+  EXPECT_NEAR(c.fwd.value(), 0.013 + kLayerGrads, 1e-15);
+  EXPECT_NEAR(c.bwd.value(), 0.026 + kLayerGrads, 1e-15);
+  EXPECT_EQ(c.grad_sync.value(), 0.0);
+  // Without zero-3 samples the view work is left out and coverage says so.
+  CalibratedCostModel plain(hw_profile(), layers_profile(), p.model, p.cluster);
+  EXPECT_NEAR(plain.layer(layer_ctx(p, 0), p.stages[0].layers[0]).fwd.value(), 0.010 + kLayerGrads, 1e-15);
+  bool noted = false;
+  for (const auto& n : plain.coverage(p)) noted = noted || n.find("no zero=3 samples") != std::string::npos;
+  EXPECT_TRUE(noted);
+}
+
 TEST(Calibrated, WholeStepFromHandMadeProfiles) {
   const Plan p = dp_plan();
   CalibratedCostModel cm(hw_profile(), layers_profile(), p.model, p.cluster);

@@ -43,6 +43,7 @@ HardwareProfile sample_profile() {
   p.machine.runtime_overhead_gib = 0.25;
   p.machine.matmul_tflops = 0.05;
   p.machine.memory_gbps = 8;
+  p.machine.collective_gap_ms = 2;
   p.machine.created = "2026-11-22T00:00:00Z";
   p.collectives.push_back(two_point_allreduce());
   CollectiveEntry span;

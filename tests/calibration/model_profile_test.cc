@@ -159,7 +159,10 @@ TEST(ModelProfile, BadFieldsNameTheKey) {
   expect_error(j, "layers[0].samples[1].forward_s: must be positive, got -1");
   j = good;
   j["layers"][0]["samples"][1]["micro_batch"] = 1;
-  expect_error(j, "layers[0].samples[1]: a second sample for tp 1, recompute none, micro_batch 1, seq 64");
+  expect_error(j, "layers[0].samples[1]: a second sample for tp 1, recompute none, zero 0, micro_batch 1, seq 64");
+  j = good;
+  j["layers"][0]["samples"][1]["zero"] = 2;
+  expect_error(j, "layers[0].samples[1].zero: must be 0 or 3, got 2");
   j = good;
   j["layers"][0]["samples"][0]["recompute"] = "some";
   expect_error(j, "layers[0].samples[0].recompute");

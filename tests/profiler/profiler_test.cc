@@ -69,9 +69,13 @@ TEST(ProfileModel, WritesEveryPointAndTheMeasuresBehave) {
   ASSERT_TRUE(p.ok()) << p.error().message;
   ASSERT_EQ(p->layers.size(), 1u);
   EXPECT_EQ(p->layers[0].group, "decoder");
-  EXPECT_EQ(p->layers[0].samples.size(), 16u);  // 2 tp x 2 recompute x 2 seq x 2 micro-batch
-  EXPECT_EQ(p->embedding.size(), 8u);
-  EXPECT_EQ(p->head.size(), 8u);
+  // 2 tp x (recompute none, full, and ZeRO-3 without recompute) x 2 seq x 2 micro-batch
+  EXPECT_EQ(p->layers[0].samples.size(), 24u);
+  EXPECT_EQ(p->embedding.size(), 16u);  // 2 tp x (zero 0, 3) x 2 seq x 2 micro-batch
+  EXPECT_EQ(p->head.size(), 16u);
+  int zero3 = 0;
+  for (const auto& s : p->layers[0].samples) zero3 += s.zero == 3 ? 1 : 0;
+  EXPECT_EQ(zero3, 8);
   EXPECT_TRUE(p->skipped.empty());
   for (int tp : {1, 2}) {
     const PhaseSample* none = find(p->layers[0].samples, tp, Recompute::kNone, 4, 32);

@@ -166,6 +166,21 @@ CalibratedCostModel::Compute CalibratedCostModel::layer_compute(const LayerConte
     if (auto none = interpolate(lp->samples, tp_eff, Recompute::kNone, samples, seq))
       out.recompute = std::max(0.0, pc->backward_s - none->backward_s) * share;
   }
+  // ZeRO-3: the runtime's own work on the gathered parameters' views and their gradients,
+  // measured as the difference between the zero-3 and zero-0 samples (a full recompute gathers,
+  // and so pays the forward part, again).
+  if (s.zero == 3) {
+    auto z3 = interpolate(lp->samples, tp_eff, Recompute::kNone, samples, seq, 3);
+    auto z0 = interpolate(lp->samples, tp_eff, Recompute::kNone, samples, seq, 0);
+    if (z3 && z0) {
+      const double f = std::max(0.0, z3->forward_s - z0->forward_s) * share;
+      const double b = std::max(0.0, z3->backward_s - z0->backward_s) * share;
+      out.fwd += f;
+      out.bwd += b + (s.recompute == Recompute::kFull ? f : 0.0);
+    } else {
+      out.why = "no zero=3 samples for tp=" + std::to_string(tp_eff) + " (ZeRO-3's own compute left out)";
+    }
+  }
   // The profile measured the layer on a t*u shard without sequence splitting; rescale its saved
   // activations by the analytic model's ratio for the strategy actually used.
   LayerStrategy measured_as;
@@ -179,7 +194,8 @@ CalibratedCostModel::Compute CalibratedCostModel::layer_compute(const LayerConte
   const double ref = layer_activation_bytes(L, measured_as, ao).value();
   const double act = layer_activation_bytes(L, s, ao).value();
   out.act = pc->activation_bytes * (ref > 0 ? act / ref : 1.0);
-  if (pc->extrapolated) out.why = "extrapolated beyond the profiled micro-batch / sequence range";
+  if (pc->extrapolated)
+    out.why = (out.why.empty() ? "" : out.why + "; ") + "extrapolated beyond the profiled micro-batch / sequence range";
   return out;
 }
 
@@ -385,9 +401,22 @@ LayerCost CalibratedCostModel::stage_extra_noted(const StageContext& ctx, const 
   const double act = e * tokens * h;
   const bool sp = emb.sp && emb.tp > 1;
 
+  // ZeRO-3's own compute on the gathered views: zero-3 minus zero-0 samples.
+  auto zero3_extra = [&](const std::vector<PhaseSample>& v, double& f, double& b) {
+    if (emb.zero != 3) return;
+    auto z3 = interpolate(v, emb.tp, Recompute::kNone, samples, seq_local, 3);
+    auto z0 = interpolate(v, emb.tp, Recompute::kNone, samples, seq_local, 0);
+    if (!z3 || !z0) {
+      note(notes, what + ": no zero=3 samples (ZeRO-3's own compute left out)");
+      return;
+    }
+    f += std::max(0.0, z3->forward_s - z0->forward_s) * share;
+    b += std::max(0.0, z3->backward_s - z0->backward_s) * share;
+  };
   double fwd = 0, bwd = 0, tp_f = 0, tp_b = 0, saved = 0, params = 0;
   std::vector<double> units;  // parameter buckets the runtime reduces separately
   if (E) {
+    zero3_extra(mp_->embedding, fwd, bwd);
     fwd += E->forward_s * share;
     bwd += E->backward_s * share;
     saved += E->activation_bytes;
@@ -403,6 +432,7 @@ LayerCost CalibratedCostModel::stage_extra_noted(const StageContext& ctx, const 
     if (model.position == PositionKind::kLearned) units.push_back((model.max_seq > 0 ? model.max_seq : tr.seq) * h);
   }
   if (H) {
+    zero3_extra(mp_->head, fwd, bwd);
     fwd += H->forward_s * share;
     bwd += H->backward_s * share;
     saved += H->activation_bytes;
@@ -428,10 +458,25 @@ LayerCost CalibratedCostModel::stage_extra_noted(const StageContext& ctx, const 
   const StateBytes sb = state_bytes_per_param(wire_dtype(tr));
   const int shard = emb.shard_group();
   const CommGroup dg = place_group(c, shard, emb.tp);
-  double grad_sync = 0;
+  // Per bucket, as for layers: zero 0 all-reduce; zero 1 reduce-scatter + all-gather; zero 2
+  // reduce-scatter every micro-batch + all-gather; zero 3 all-gather every forward, reduce-scatter
+  // every backward.
+  double grad_sync = 0, mb_f = 0, mb_b = 0;
   for (double n : units) {
-    if (emb.zero == 0) grad_sync += coll(Collective::kAllReduce, sb.grads * n, dg);
-    else grad_sync += coll(Collective::kReduceScatter, sb.grads * n, dg) + coll(Collective::kAllGather, sb.weights * n, dg);
+    switch (emb.zero) {
+      case 0: grad_sync += coll(Collective::kAllReduce, sb.grads * n, dg); break;
+      case 1:
+        grad_sync += coll(Collective::kReduceScatter, sb.grads * n, dg) + coll(Collective::kAllGather, sb.weights * n, dg);
+        break;
+      case 2:
+        mb_b += coll(Collective::kReduceScatter, sb.grads * n, dg);
+        grad_sync += coll(Collective::kAllGather, sb.weights * n, dg);
+        break;
+      default:
+        mb_f += coll(Collective::kAllGather, sb.weights * n, dg);
+        mb_b += coll(Collective::kReduceScatter, sb.grads * n, dg);
+        break;
+    }
   }
   if (model.tied_embeddings && ctx.num_stages > 1) {
     const int span = ctx.stage_size * std::max(0, tr.pp - 1);
@@ -442,12 +487,15 @@ LayerCost CalibratedCostModel::stage_extra_noted(const StageContext& ctx, const 
   }
 
   LayerCost out;
-  out.fwd = Seconds(fwd + tp_f);
-  out.bwd = Seconds(bwd + tp_b);
+  const bool overlap = analytic_.options().overlap_grad_sync;
+  const double slow = analytic_.options().overlap_slowdown;
+  out.fwd = Seconds(overlap ? overlapped(fwd + tp_f, mb_f, slow) : fwd + tp_f + mb_f);
+  out.bwd = Seconds(overlap ? overlapped(bwd + tp_b, mb_b, slow) : bwd + tp_b + mb_b);
   out.grad_sync = Seconds(grad_sync);
   out.time.tp_comm = Seconds(tp_f + tp_b);
+  out.time.zero3_gather = Seconds(std::max(0.0, (out.fwd + out.bwd).value() - fwd - bwd - tp_f - tp_b));
   out.time.embedding = Seconds(fwd + bwd);
-  out.time.dp_comm = out.grad_sync;
+  out.time.dp_comm = Seconds(grad_sync + std::max(1, tr.micro_batches) * (emb.zero == 2 ? mb_b : 0.0));
   const double opt_params = params / (emb.zero >= 1 ? safe(shard) : 1.0);
   if (mp_->runtime.optimizer_s_per_param > 0) out.optimizer = Seconds(mp_->runtime.optimizer_s_per_param * opt_params * share);
   else out.optimizer = a.optimizer;

@@ -165,7 +165,8 @@ Status validate(const HardwareProfile& p) {
   for (auto [key, v] : {std::pair<const char*, double>{"memory_per_rank_gib", m.memory_per_rank_gib},
                         {"runtime_overhead_gib", m.runtime_overhead_gib},
                         {"matmul_tflops", m.matmul_tflops},
-                        {"memory_gbps", m.memory_gbps}}) {
+                        {"memory_gbps", m.memory_gbps},
+                        {"collective_gap_ms", m.collective_gap_ms}}) {
     if (!(v >= 0) || !std::isfinite(v)) return fail(std::string("machine.") + key + ": must be >= 0, got " + num(v));
   }
   for (size_t i = 0; i < p.collectives.size(); ++i) {
@@ -234,6 +235,7 @@ Json to_json(const HardwareProfile& p) {
                       {"runtime_overhead_gib", m.runtime_overhead_gib},
                       {"matmul_tflops", m.matmul_tflops},
                       {"memory_gbps", m.memory_gbps},
+                      {"collective_gap_ms", m.collective_gap_ms},
                       {"created", m.created}};
   Json cs = Json::array();
   for (const auto& e : p.collectives) {
@@ -278,7 +280,7 @@ Result<HardwareProfile> hardware_profile_from_json(const Json& j, const std::str
       JsonObj mo = o.obj("machine");
       mo.reject_unknown({"hostname", "device", "device_name", "backend", "dtype", "world_size", "ranks_per_node", "nodes",
                          "threads_per_rank", "cores", "memory_per_rank_gib", "runtime_overhead_gib", "matmul_tflops",
-                         "memory_gbps", "created"});
+                         "memory_gbps", "collective_gap_ms", "created"});
       MachineFacts& m = p.machine;
       m.hostname = mo.str_or("hostname", "");
       m.device = mo.str("device");
@@ -294,6 +296,7 @@ Result<HardwareProfile> hardware_profile_from_json(const Json& j, const std::str
       m.runtime_overhead_gib = mo.number_or("runtime_overhead_gib", 0);
       m.matmul_tflops = mo.number_or("matmul_tflops", 0);
       m.memory_gbps = mo.number_or("memory_gbps", 0);
+      m.collective_gap_ms = mo.number_or("collective_gap_ms", 0);
       m.created = mo.str_or("created", "");
     }
     for (const JsonObj& co : o.array_of_obj("collectives")) {

@@ -53,6 +53,7 @@ Triple triple(const PhaseSample& s) { return {s.forward_s, s.backward_s, s.activ
 Json sample_json(const PhaseSample& s, bool with_recompute) {
   Json j{{"tp", s.tp}};
   if (with_recompute) j["recompute"] = to_string(s.recompute);
+  j["zero"] = s.zero;
   j["micro_batch"] = s.micro_batch;
   j["seq"] = s.seq;
   j["forward_s"] = s.forward_s;
@@ -63,9 +64,9 @@ Json sample_json(const PhaseSample& s, bool with_recompute) {
 
 PhaseSample sample_from(const JsonObj& o, bool with_recompute) {
   if (with_recompute) {
-    o.reject_unknown({"tp", "recompute", "micro_batch", "seq", "forward_s", "backward_s", "activation_bytes"});
+    o.reject_unknown({"tp", "recompute", "zero", "micro_batch", "seq", "forward_s", "backward_s", "activation_bytes"});
   } else {
-    o.reject_unknown({"tp", "micro_batch", "seq", "forward_s", "backward_s", "activation_bytes"});
+    o.reject_unknown({"tp", "zero", "micro_batch", "seq", "forward_s", "backward_s", "activation_bytes"});
   }
   PhaseSample s;
   s.tp = static_cast<int>(o.integer("tp"));
@@ -74,6 +75,7 @@ PhaseSample sample_from(const JsonObj& o, bool with_recompute) {
     if (!r.ok()) o.fail("recompute", r.error().message);
     s.recompute = r.value();
   }
+  s.zero = static_cast<int>(o.integer_or("zero", 0));
   s.micro_batch = static_cast<int>(o.integer("micro_batch"));
   s.seq = static_cast<int>(o.integer("seq"));
   s.forward_s = o.number("forward_s");
@@ -84,11 +86,12 @@ PhaseSample sample_from(const JsonObj& o, bool with_recompute) {
 
 Status check_samples(const std::vector<PhaseSample>& v, const std::string& at) {
   auto fail = [](const std::string& m) { return Status(Error{ErrorKind::kBadInput, m}); };
-  std::set<std::tuple<int, int, int, int>> seen;
+  std::set<std::tuple<int, int, int, int, int>> seen;
   for (size_t i = 0; i < v.size(); ++i) {
     const PhaseSample& s = v[i];
     const std::string p = at + "[" + std::to_string(i) + "]";
     if (s.tp < 1) return fail(p + ".tp: must be >= 1, got " + std::to_string(s.tp));
+    if (s.zero != 0 && s.zero != 3) return fail(p + ".zero: must be 0 or 3, got " + std::to_string(s.zero));
     if (s.micro_batch < 1) return fail(p + ".micro_batch: must be >= 1, got " + std::to_string(s.micro_batch));
     if (s.seq < 1) return fail(p + ".seq: must be >= 1, got " + std::to_string(s.seq));
     if (!(s.forward_s > 0) || !std::isfinite(s.forward_s))
@@ -97,9 +100,10 @@ Status check_samples(const std::vector<PhaseSample>& v, const std::string& at) {
       return fail(p + ".backward_s: must be positive, got " + num(s.backward_s));
     if (!(s.activation_bytes >= 0) || !std::isfinite(s.activation_bytes))
       return fail(p + ".activation_bytes: must be >= 0, got " + num(s.activation_bytes));
-    if (!seen.insert({s.tp, static_cast<int>(s.recompute), s.micro_batch, s.seq}).second)
+    if (!seen.insert({s.tp, static_cast<int>(s.recompute), s.zero, s.micro_batch, s.seq}).second)
       return fail(p + ": a second sample for tp " + std::to_string(s.tp) + ", recompute " + to_string(s.recompute) +
-                  ", micro_batch " + std::to_string(s.micro_batch) + ", seq " + std::to_string(s.seq));
+                  ", zero " + std::to_string(s.zero) + ", micro_batch " + std::to_string(s.micro_batch) + ", seq " +
+                  std::to_string(s.seq));
   }
   return {};
 }
@@ -107,10 +111,10 @@ Status check_samples(const std::vector<PhaseSample>& v, const std::string& at) {
 }  // namespace
 
 std::optional<PhaseCost> interpolate(const std::vector<PhaseSample>& samples, int tp, Recompute rc, double micro_batch,
-                                     double seq) {
+                                     double seq, int zero) {
   std::map<int, std::vector<std::pair<double, Triple>>> by_seq;
   for (const auto& s : samples) {
-    if (s.tp != tp || s.recompute != rc) continue;
+    if (s.tp != tp || s.recompute != rc || s.zero != zero) continue;
     by_seq[s.seq].push_back({static_cast<double>(s.micro_batch), triple(s)});
   }
   if (by_seq.empty()) return std::nullopt;

@@ -15,6 +15,9 @@
 
 #include "comm.h"
 #include "machine.h"
+#include "model.h"
+#include "optim.h"
+#include "weft/runtime/train.h"
 #include "weft/calibration/hardware_profile.h"
 #include "weft/profiler/profiler.h"
 #include "weft/runtime/support.h"
@@ -98,6 +101,12 @@ double max_over(Comm& world, double v) {
   return t.item<double>();
 }
 
+double sum_over(Comm& world, double v) {
+  at::Tensor t = at::full({1}, v, at::kDouble);
+  world.allreduce_sum(t);
+  return t.item<double>();
+}
+
 // The world agrees on a yes/no: true only if every rank says true.
 bool all_agree(Comm& world, bool ok) { return max_over(world, ok ? 0.0 : 1.0) == 0.0; }
 
@@ -107,7 +116,7 @@ struct Workload {
   int n = 256;
   int reps = 1;
   at::Tensor a, b, c;
-  Workload() {
+  explicit Workload(int size = 256) : n(size) {
     a = at::rand({n, n}, at::kFloat);
     b = at::rand({n, n}, at::kFloat);
     c = at::empty({n, n}, at::kFloat);
@@ -126,6 +135,7 @@ struct Ctx {
   Comm& world;
   int rank, world_size, G;
   const HardwareOptions& o;
+  Workload& gap;       // compute run before each timed call (reps 0: none)
   Progress& progress;
   double local_ranks;  // processes sharing this machine's memory
 };
@@ -197,19 +207,114 @@ CollectiveEntry time_collective(Ctx& cx, Collective k, const Shape& sh, std::vec
     auto t0 = Clock::now();
     call();
     const double pilot = max_over(cx.world, since(t0));
-    const int iters = std::clamp(static_cast<int>(std::ceil(cx.o.time_per_point_s / std::max(pilot, 1e-6))), 2, 200);
+    const int iters = std::clamp(
+        static_cast<int>(std::ceil(cx.o.time_per_point_s / std::max(pilot + cx.o.gap_ms * 1e-3, 1e-6))), 2, 200);
     cx.world.barrier();
-    t0 = Clock::now();
-    for (int i = 0; i < iters; ++i) call();
-    double mean = since(t0) / iters;
+    double mean = 0;
+    if (cx.gap.reps == 0) {  // back to back
+      t0 = Clock::now();
+      for (int i = 0; i < iters; ++i) call();
+      mean = max_over(cx.world, since(t0) / iters);
+    } else {  // as training calls them: after some compute, each rank timing only its own call
+      double in_call = 0;
+      for (int i = 0; i < iters; ++i) {
+        cx.gap.run();
+        t0 = Clock::now();
+        call();
+        in_call += since(t0);
+      }
+      mean = sum_over(cx.world, in_call / iters) / cx.world_size;
+    }
     if (k == Collective::kSendRecv) mean /= 2;
-    e.samples.push_back({bytes, max_over(cx.world, mean)});
+    e.samples.push_back({bytes, mean});
     out = at::Tensor();
     cx.progress.tick(what);
   }
   if (!e.samples.empty()) e.fit = fit_alpha_beta(e.kind, e.group_size, e.samples);
   return e;
 }
+
+// One step of the built-in model (runtime/train.h) on a single-rank group set: embedding,
+// layers, head and loss, backward, AdamW.
+void warm_up_runtime() {
+  const ModelSpec m = runtime::builtin_model();
+  Plan p;
+  p.model = m;
+  p.cluster.name = "warm-up";
+  p.cluster.nodes = 1;
+  p.cluster.gpus_per_node = 1;
+  p.cluster.gpu.name = "cpu";
+  p.cluster.gpu.tflops_fp32 = 1;
+  p.cluster.gpu.memory_gib = 1;
+  p.cluster.gpu.hbm_gbps = 1;
+  p.cluster.intra.gbps = 1;
+  p.train.seq = 32;
+  p.train.global_batch = 2;
+  p.train.dtype = DType::kFp32;
+  Stage st;
+  st.layers.assign(m.num_layers(), LayerStrategy{});
+  p.stages = {st};
+  GroupSet local(runtime::CommConfig{});
+  local.build(runtime::plan_groups(p));
+  runtime::Model model(p, 0, local, 1);
+  runtime::Optimizer opt(model, runtime::AdamWConfig{});
+  at::Tensor tokens = at::randint(m.vocab, {2, 32}, at::kLong);
+  at::Tensor loss = model.head_loss(model.forward_layers(model.embed(tokens)), tokens);
+  loss.backward();
+  opt.step(1e-4, 1.0);
+}
+
+// One transformer layer of the runtime (hidden 256, 4 heads, FFN 1024, GELU) over 4 x 128 tokens,
+// forward and backward, repeated to about 0.15 s: the compute-sharing workload, close to what
+// ranks of a small training job do between collectives.
+struct LayerWork {
+  Plan plan;
+  std::unique_ptr<GroupSet> local;
+  std::unique_ptr<runtime::Model> model;
+  int reps = 1;
+  LayerWork() {
+    ModelSpec m = runtime::builtin_model();
+    m.hidden = 256;
+    m.max_seq = 128;
+    LayerGroup g = m.groups.front();
+    g.count = 1;
+    g.shape.hidden = 256;
+    g.shape.heads = 4;
+    g.shape.kv_heads = 4;
+    g.shape.head_dim = 64;
+    g.shape.ffn = 1024;
+    m.groups = {g};
+    plan.model = m;
+    plan.cluster.name = "sharing";
+    plan.cluster.nodes = 1;
+    plan.cluster.gpus_per_node = 1;
+    plan.cluster.gpu.name = "cpu";
+    plan.cluster.gpu.tflops_fp32 = 1;
+    plan.cluster.gpu.memory_gib = 1;
+    plan.cluster.gpu.hbm_gbps = 1;
+    plan.cluster.intra.gbps = 1;
+    plan.train.seq = 128;
+    plan.train.global_batch = 4;
+    plan.train.dtype = DType::kFp32;
+    Stage st;
+    st.layers = {LayerStrategy{}};
+    plan.stages = {st};
+    local = std::make_unique<GroupSet>(runtime::CommConfig{});
+    local->build(runtime::plan_groups(plan));
+    model = std::make_unique<runtime::Model>(plan, 0, *local, 1);
+    auto t0 = Clock::now();
+    once();
+    reps = std::max(1, static_cast<int>(0.15 / std::max(since(t0), 1e-6)));
+  }
+  void once() {
+    at::Tensor x = at::randn({4, 128, 256}, at::kFloat).requires_grad_(true);
+    at::Tensor y = model->forward_layers(x);
+    y.backward(at::ones_like(y));
+  }
+  void run() {
+    for (int i = 0; i < reps; ++i) once();
+  }
+};
 
 Shape p2p_shape(int world, int G, bool inter) {
   Shape sh;
@@ -230,6 +335,7 @@ Status profile_hardware(const HardwareOptions& o) {
   if (!(o.max_bytes >= o.min_bytes))
     return bad("--max-bytes: " + std::to_string(o.max_bytes) + " is below --min-bytes " + std::to_string(o.min_bytes));
   if (o.threads < 1) return bad("--threads: must be >= 1, got " + std::to_string(o.threads));
+  if (!(o.gap_ms >= 0)) return bad("--gap-ms: must be >= 0, got " + std::to_string(o.gap_ms));
   if (o.progress != "auto" && o.progress != "on" && o.progress != "off")
     return bad("--progress: expected auto, on or off, got \"" + o.progress + "\"");
   auto env_r = runtime::read_dist_env();
@@ -257,6 +363,7 @@ Status profile_hardware(const HardwareOptions& o) {
   m.ranks_per_node = G;
   m.nodes = env.world / G;
   m.threads_per_rank = o.threads;
+  m.collective_gap_ms = o.gap_ms;
   m.created = utc_now();
   const double local_ranks = std::min(local, env.world);
   m.memory_per_rank_gib = memory_total_bytes() / local_ranks / 1073741824.0;
@@ -280,14 +387,10 @@ Status profile_hardware(const HardwareOptions& o) {
       for (auto& g : all_groups(env.world, sh)) groups.push_back(g);
     gs.build(groups);
     Comm& world = gs.world();
-    // Runtime overhead: resident memory once libtorch, the process groups and the compute
-    // libraries' own buffers (a GEMM and a backward pass warm them up) are in place.
-    {
-      Workload w;
-      w.run_once();
-      at::Tensor x = at::rand({64, 64}, at::kFloat).requires_grad_(true);
-      at::mm(x, x).sum().backward();
-    }
+    // Runtime overhead: resident memory of a rank once libtorch, its process groups and the
+    // compute libraries' own buffers are in place, measured after one training step of the
+    // runtime's small built-in model on this rank alone (its own states are a few MB).
+    warm_up_runtime();
     world.barrier();
     m.runtime_overhead_gib = max_over(world, resident_bytes()) / 1073741824.0;
 
@@ -295,7 +398,19 @@ Status profile_hardware(const HardwareOptions& o) {
     for (double S = o.min_bytes; S <= o.max_bytes * 1.0001; S *= 4) ++sizes;
     const long steps = static_cast<long>(sizes) * (4 * static_cast<long>(shapes.size()) + static_cast<long>(p2p.size())) + 4;
     Progress progress("weft profile hardware", steps, o.progress, env.rank == 0);
-    Ctx cx{gs, world, env.rank, env.world, G, o, progress, local_ranks};
+    // The compute gap between timed calls: 128 x 128 GEMMs for about --gap-ms on rank 0 alone,
+    // the same count on every rank.
+    Workload gap(128);
+    if (o.gap_ms > 0) {
+      gap.run_once();
+      auto t0 = Clock::now();
+      for (int i = 0; i < 20; ++i) gap.run_once();
+      const double one = since(t0) / 20;
+      gap.reps = static_cast<int>(max_over(world, env.rank == 0 ? std::max(1.0, std::round(o.gap_ms * 1e-3 / one)) : 0.0));
+    } else {
+      gap.reps = 0;
+    }
+    Ctx cx{gs, world, env.rank, env.world, G, o, gap, progress, local_ranks};
 
     // --- machine facts, rank 0 alone: matmul rate and streaming memory rate
     {
@@ -321,39 +436,38 @@ Status profile_hardware(const HardwareOptions& o) {
       progress.tick("machine facts");
     }
 
-    // --- compute sharing: the workload on k ranks of every node at once, over rank 0 alone
+    // --- compute sharing: a transformer layer of the runtime (LayerWork) run by k ranks of every
+    // node at once, over rank 0 running it alone; alone and shared alternate for kRounds rounds
+    // and the median ratio is kept, so a drift of the machine's speed does not bias it.
     {
-      Workload w;
-      w.run_once();
-      double alone = 0;
-      if (env.rank == 0) {
-        auto t0 = Clock::now();
-        w.run_once();
-        w.reps = std::max(1, static_cast<int>(0.25 / std::max(since(t0), 1e-6)));
-      }
-      w.reps = static_cast<int>(max_over(world, w.reps));
-      world.barrier();
-      if (env.rank == 0) {
-        auto t0 = Clock::now();
-        w.run();
-        alone = since(t0);
-      }
-      alone = max_over(world, alone);
+      LayerWork w;
+      w.reps = static_cast<int>(max_over(world, env.rank == 0 ? w.reps : 0));  // rank 0's count everywhere
+      w.run();  // warm-up
       std::vector<int> counts;
       for (int k = 1; k < G; k *= 2) counts.push_back(k);
       counts.push_back(G);
-      for (int k : counts) {
+      constexpr int kRounds = 5;
+      std::map<int, std::vector<double>> ratios;
+      auto timed = [&](bool active) {
         world.barrier();
         double t = 0;
-        if (env.rank % G < k) {
+        if (active) {
           auto t0 = Clock::now();
           w.run();
           t = since(t0);
         }
-        t = max_over(world, t);
-        // One rank per node on a single real node (G == world) is the measurement alone.
-        if (k == 1 && m.nodes == 1) continue;
-        hp.sharing.push_back({k, std::max(1.0, t / alone)});
+        return max_over(world, t);
+      };
+      for (int round = 0; round < kRounds; ++round) {
+        const double alone = timed(env.rank == 0);
+        for (int k : counts) {
+          if (k == 1 && m.nodes == 1) continue;  // one rank of the one node is the reference itself
+          ratios[k].push_back(timed(env.rank % G < k) / alone);
+        }
+      }
+      for (auto& [k, v] : ratios) {
+        std::sort(v.begin(), v.end());
+        hp.sharing.push_back({k, std::max(1.0, v[v.size() / 2])});
       }
       progress.tick("compute sharing");
       for (const auto& s : hp.sharing)

@@ -75,7 +75,7 @@ std::string tp_problem(const LayerGroup& g, int tp) {
   return "";
 }
 
-Plan one_layer_plan(const ModelSpec& m, int mb, int seq, Recompute rc) {
+Plan one_layer_plan(const ModelSpec& m, int mb, int seq, Recompute rc, int zero = 0) {
   Plan p;
   p.model = m;
   p.cluster.name = "profile";
@@ -96,8 +96,10 @@ Plan one_layer_plan(const ModelSpec& m, int mb, int seq, Recompute rc) {
   st.first_layer = 0;
   LayerStrategy s;
   s.recompute = rc;
+  s.zero = zero;
   st.layers = {s};
   p.stages = {st};
+  p.embedding.zero = zero;
   return p;
 }
 
@@ -258,7 +260,14 @@ Status profile_model(const ModelOptions& o) {
     std::sort(v->begin(), v->end());
     v->erase(std::unique(v->begin(), v->end()), v->end());
   }
-  const long points = static_cast<long>(tps.size() * seqs.size() * mbs.size() * (groups.size() * rcs.size() + 1)) + 1;
+  // Layer variants: every recompute mode without ZeRO, and ZeRO-3 without recompute (its own
+  // compute on the gathered views is an addition the cost model applies to every mode).
+  std::vector<std::pair<Recompute, int>> variants;
+  for (Recompute rc : rcs) variants.push_back({rc, 0});
+  if (std::find(rcs.begin(), rcs.end(), Recompute::kNone) != rcs.end()) variants.push_back({Recompute::kNone, 3});
+  const int edge_variants = variants.back().second == 3 ? 2 : 1;
+  const long points =
+      static_cast<long>(tps.size() * seqs.size() * mbs.size() * (groups.size() * variants.size() + edge_variants)) + 1;
   Progress progress("weft profile model", points, o.progress, true);
 
   auto skip = [&](const std::string& what, const std::string& why) {
@@ -266,91 +275,9 @@ Status profile_model(const ModelOptions& o) {
     progress.note("weft profile: skipped " + what + ": " + why);
   };
   try {
-    for (const LayerGroup* g : groups) {
-      LayerProfile lp;
-      lp.group = g->name;
-      lp.shape = g->shape;
-      for (int tp : tps) {
-        const std::string problem = tp_problem(*g, tp);
-        for (Recompute rc : rcs) {
-          for (int seq : seqs) {
-            for (int mb : mbs) {
-              const std::string what = "layer " + g->name + " tp " + std::to_string(tp) + " recompute " + to_string(rc) +
-                                       " micro-batch " + std::to_string(mb) + " seq " + std::to_string(seq);
-              if (!problem.empty()) {
-                if (rc == rcs.front() && seq == seqs.front() && mb == mbs.front()) skip("layer " + g->name + " tp " + std::to_string(tp), problem);
-                progress.tick(what);
-                continue;
-              }
-              const ModelSpec sm = shard_model(m, *g, tp);
-              const double need = point_need(sm, mb, seq, rc), avail = memory_available_bytes();
-              if (need > o.memory_fraction * avail) {
-                skip(what, "needs about " + gib(need) + ", " + gib(avail) + " available");
-                progress.tick(what);
-                continue;
-              }
-              const Plan p = one_layer_plan(sm, mb, seq, rc);
-              if (Status s = runtime::check_supported(p); !s.ok()) {
-                skip(what, s.error().message);
-                progress.tick(what);
-                continue;
-              }
-              Rig rig(p);
-              const Timed t = time_layer(*rig.model, mb, seq, m.hidden, o);
-              PhaseSample ps;
-              ps.tp = tp;
-              ps.recompute = rc;
-              ps.micro_batch = mb;
-              ps.seq = seq;
-              ps.forward_s = t.fwd;
-              ps.backward_s = t.bwd;
-              ps.activation_bytes = t.act;
-              lp.samples.push_back(ps);
-              progress.tick(what);
-            }
-          }
-        }
-      }
-      prof.layers.push_back(std::move(lp));
-    }
-
-    // Embedding and head (on the first group's shard; they do not depend on it).
     const LayerGroup& g0 = *groups.front();
-    for (int tp : tps) {
-      for (int seq : seqs) {
-        for (int mb : mbs) {
-          const std::string what = "embedding and head tp " + std::to_string(tp) + " micro-batch " + std::to_string(mb) +
-                                   " seq " + std::to_string(seq);
-          ModelSpec em = shard_model(m, g0, 1);  // the layer is not timed here
-          em.vocab = (m.vocab + tp - 1) / tp;     // the vocab-parallel shard (the last may be shorter)
-          const double need = point_need(em, mb, seq, Recompute::kNone), avail = memory_available_bytes();
-          if (need > o.memory_fraction * avail) {
-            skip(what, "needs about " + gib(need) + ", " + gib(avail) + " available");
-            progress.tick(what);
-            continue;
-          }
-          Rig rig(one_layer_plan(em, mb, seq, Recompute::kNone));
-          const Timed e = time_embedding(*rig.model, mb, seq, em.vocab, m.hidden, o);
-          const Timed h = time_head(*rig.model, mb, seq, em.vocab, m.hidden, o);
-          PhaseSample ps;
-          ps.tp = tp;
-          ps.micro_batch = mb;
-          ps.seq = seq;
-          ps.forward_s = e.fwd;
-          ps.backward_s = e.bwd;
-          ps.activation_bytes = e.act;
-          prof.embedding.push_back(ps);
-          ps.forward_s = h.fwd;
-          ps.backward_s = h.bwd;
-          ps.activation_bytes = h.act;
-          prof.head.push_back(ps);
-          progress.tick(what);
-        }
-      }
-    }
-
     // Optimizer step cost and model-state bytes per parameter: the full tp=1 one-layer model
-    // (embedding, one layer, head), the smallest point.
+    // (embedding, one layer, head), the smallest point. Measured first, on a fresh heap.
     {
       const Plan p = one_layer_plan(shard_model(m, g0, 1), mbs.front(), seqs.front(), Recompute::kNone);
       const double before = heap_in_use_bytes();
@@ -370,6 +297,97 @@ Status profile_model(const ModelOptions& o) {
       prof.runtime.optimizer_s_per_param = t.fwd / params;
       progress.tick("optimizer");
     }
+
+    for (const LayerGroup* g : groups) {
+      LayerProfile lp;
+      lp.group = g->name;
+      lp.shape = g->shape;
+      for (int tp : tps) {
+        const std::string problem = tp_problem(*g, tp);
+        for (const auto& [rc, zero] : variants) {
+          for (int seq : seqs) {
+            for (int mb : mbs) {
+              const std::string what = "layer " + g->name + " tp " + std::to_string(tp) + " recompute " + to_string(rc) +
+                                       (zero ? " zero 3" : "") + " micro-batch " + std::to_string(mb) + " seq " +
+                                       std::to_string(seq);
+              if (!problem.empty()) {
+                if (rc == rcs.front() && zero == 0 && seq == seqs.front() && mb == mbs.front())
+                  skip("layer " + g->name + " tp " + std::to_string(tp), problem);
+                progress.tick(what);
+                continue;
+              }
+              const ModelSpec sm = shard_model(m, *g, tp);
+              const double need = point_need(sm, mb, seq, rc), avail = memory_available_bytes();
+              if (need > o.memory_fraction * avail) {
+                skip(what, "needs about " + gib(need) + ", " + gib(avail) + " available");
+                progress.tick(what);
+                continue;
+              }
+              const Plan p = one_layer_plan(sm, mb, seq, rc, zero);
+              if (Status s = runtime::check_supported(p); !s.ok()) {
+                skip(what, s.error().message);
+                progress.tick(what);
+                continue;
+              }
+              Rig rig(p);
+              const Timed t = time_layer(*rig.model, mb, seq, m.hidden, o);
+              PhaseSample ps;
+              ps.tp = tp;
+              ps.recompute = rc;
+              ps.zero = zero;
+              ps.micro_batch = mb;
+              ps.seq = seq;
+              ps.forward_s = t.fwd;
+              ps.backward_s = t.bwd;
+              ps.activation_bytes = t.act;
+              lp.samples.push_back(ps);
+              progress.tick(what);
+            }
+          }
+        }
+      }
+      prof.layers.push_back(std::move(lp));
+    }
+
+    // Embedding and head (on the first group's shard; they do not depend on it).
+    std::vector<int> edge_zero = {0};
+    if (edge_variants == 2) edge_zero.push_back(3);
+    for (int zero : edge_zero) {
+      for (int tp : tps) {
+        for (int seq : seqs) {
+          for (int mb : mbs) {
+            const std::string what = "embedding and head tp " + std::to_string(tp) + (zero ? " zero 3" : "") +
+                                     " micro-batch " + std::to_string(mb) + " seq " + std::to_string(seq);
+            ModelSpec em = shard_model(m, g0, 1);  // the layer is not timed here
+            em.vocab = (m.vocab + tp - 1) / tp;     // the vocab-parallel shard (the last may be shorter)
+            const double need = point_need(em, mb, seq, Recompute::kNone), avail = memory_available_bytes();
+            if (need > o.memory_fraction * avail) {
+              skip(what, "needs about " + gib(need) + ", " + gib(avail) + " available");
+              progress.tick(what);
+              continue;
+            }
+            Rig rig(one_layer_plan(em, mb, seq, Recompute::kNone, zero));
+            const Timed e = time_embedding(*rig.model, mb, seq, em.vocab, m.hidden, o);
+            const Timed h = time_head(*rig.model, mb, seq, em.vocab, m.hidden, o);
+            PhaseSample ps;
+            ps.tp = tp;
+            ps.zero = zero;
+            ps.micro_batch = mb;
+            ps.seq = seq;
+            ps.forward_s = e.fwd;
+            ps.backward_s = e.bwd;
+            ps.activation_bytes = e.act;
+            prof.embedding.push_back(ps);
+            ps.forward_s = h.fwd;
+            ps.backward_s = h.bwd;
+            ps.activation_bytes = h.act;
+            prof.head.push_back(ps);
+            progress.tick(what);
+          }
+        }
+      }
+    }
+
   } catch (const std::exception& e) {
     std::string msg = e.what();
     if (auto nl = msg.find('\n'); nl != std::string::npos) msg = msg.substr(0, nl);

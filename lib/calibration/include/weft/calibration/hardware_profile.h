@@ -31,8 +31,9 @@ const char* to_string(Placement p);
 
 // One measured point. `bytes` is the per-rank buffer in the convention of weft/cost/collectives.h
 // (nccl-tests): all-reduce the reduced buffer, all-gather the gathered output, reduce-scatter the
-// input, all-to-all the send buffer, p2p the message. `seconds` is the mean time of one call, taken
-// as the slowest rank's mean (a collective ends when its last member does).
+// input, all-to-all the send buffer, p2p the message. `seconds` is the mean time of one call: with
+// a compute gap before each call (MachineFacts::collective_gap_ms > 0, as training calls them) the
+// time each rank spends inside the call, averaged over ranks; back to back, the slowest rank's mean.
 struct CollectiveSample {
   double bytes = 0;
   double seconds = 0;
@@ -104,6 +105,7 @@ struct MachineFacts {
                                    // process groups built, before any model
   double matmul_tflops = 0;        // measured square-GEMM rate of one rank alone, dtype above
   double memory_gbps = 0;          // measured streaming rate (read + write) of one rank alone
+  double collective_gap_ms = 0;    // compute before each timed collective call (0: back to back)
   std::string created;             // UTC time of the measurement, ISO 8601
   bool operator==(const MachineFacts&) const = default;
 };

@@ -29,6 +29,10 @@ inline constexpr int kModelProfileVersion = 1;
 struct PhaseSample {
   int tp = 1;
   Recompute recompute = Recompute::kNone;   // layers only; kNone for the embedding and head
+  // 0, or 3: the parameters live as a ZeRO-3 shard and are gathered (on one rank: viewed) in
+  // every forward, which adds the runtime's own work on views and their gradients, not the
+  // collectives (those are priced from the hardware profile).
+  int zero = 0;
   int micro_batch = 1;
   int seq = 1;
   double forward_s = 0;                     // one forward
@@ -49,9 +53,9 @@ struct PhaseCost {
 //   inside the measured range: linear between the two neighbours;
 //   outside: proportional to the nearest measured point (time and memory per sample, and per token,
 //   held constant), flagged as extrapolated.
-// Returns nullopt when no sample has this (tp, recompute).
+// Returns nullopt when no sample has this (tp, recompute, zero).
 std::optional<PhaseCost> interpolate(const std::vector<PhaseSample>& samples, int tp, Recompute rc,
-                                     double micro_batch, double seq);
+                                     double micro_batch, double seq, int zero = 0);
 
 struct LayerProfile {
   std::string group;               // the model's group name when measured

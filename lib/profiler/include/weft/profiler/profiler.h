@@ -20,6 +20,11 @@ struct HardwareOptions {
   double min_bytes = 4096;       // smallest message, bytes per rank
   double max_bytes = 16 << 20;   // largest message (skipped where memory is short)
   double time_per_point_s = 0.15;// target measuring time per message size
+  // Compute (milliseconds of GEMMs) each rank runs before every timed call, as training computes
+  // between collectives: the call then includes waking the communication thread and waiting for
+  // the group's later members, which back-to-back calls hide. The sample is the mean over ranks.
+  // 0: back to back, the slowest rank's mean.
+  double gap_ms = 2;
   int threads = 1;               // intra-op threads per rank (as `weft train --threads`)
   double timeout_s = 120;        // collective timeout
   std::string progress = "auto"; // auto (a bar on a terminal) | on | off
