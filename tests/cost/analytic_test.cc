@@ -205,6 +205,69 @@ TEST(AnalyticStep, OneFOneBByHand) {
   EXPECT_DOUBLE_EQ(cm.step(t, st).step_time.value(), 3 * 4 + 7.0);
 }
 
+// Uneven stages laid out by hand, m = 3, no gradient sync; the closed form (m - 1) max T + sum T
+// is 17 s for A and 15 s for B.
+//  A: stage 0 (F 2, B 3), stage 1 (F 1, B 1).
+//   GPipe: device 0 forwards 0-2, 2-4, 4-6; device 1 forwards 2-3, 4-5, 6-7, backwards 7-8, 8-9,
+//   9-10; device 0 backwards 8-11, 11-14, 14-17 -> 17.
+//   1F1B: device 0 runs F0 F1 B0 F2 B1 B2, device 1 F0 B0 F1 B1 F2 B2: D0 F0 0-2, F1 2-4; D1 F0 2-3,
+//   B0 3-4, F1 4-5, B1 5-6; D0 B0 4-7, F2 7-9; D1 F2 9-10, B2 10-11; D0 B1 9-12, B2 12-15 -> 15,
+//   which is m * max T: the closed form is 2 s pessimistic.
+//  B: stage 0 (F 2, B 1), stage 1 (F 1, B 3).
+//   GPipe: device 1 backwards 7-10, 10-13, 13-16; device 0's 10-11, 13-14, 16-17 -> 17
+//   = sum (F + B) + (m - 1)(max F + max B): the closed form is 2 s optimistic.
+//   1F1B: D0 F0 0-2, F1 2-4; D1 F0 2-3, B0 3-6, F1 6-7, B1 7-10; D0 B0 6-7, F2 7-9, B1 10-11;
+//   D1 F2 10-11, B2 11-14; D0 B2 14-15 -> 15.
+TEST(AnalyticStep, UnevenStagesByHand) {
+  AnalyticOptions o;
+  o.overlap_grad_sync = false;
+  const AnalyticCostModel cm(o);
+  TrainSettings t;
+  t.pp = 2;
+  t.micro_batches = 3;
+  auto stages = [](double f0, double b0, double f1, double b1) {
+    std::vector<StageSums> st(2);
+    st[0].fwd = Seconds(f0);
+    st[0].bwd = Seconds(b0);
+    st[1].fwd = Seconds(f1);
+    st[1].bwd = Seconds(b1);
+    return st;
+  };
+  const auto A = stages(2, 3, 1, 1), B = stages(2, 1, 1, 3);
+  t.schedule = Schedule::kGpipe;
+  EXPECT_DOUBLE_EQ(cm.step(t, A).step_time.value(), 17.0);
+  EXPECT_DOUBLE_EQ(cm.step(t, B).step_time.value(), 17.0);
+  t.schedule = Schedule::k1F1B;
+  EXPECT_DOUBLE_EQ(cm.step(t, A).step_time.value(), 15.0);
+  EXPECT_DOUBLE_EQ(cm.step(t, A).time.bubble.value(), 0.0);
+  EXPECT_DOUBLE_EQ(cm.step(t, B).step_time.value(), 15.0);
+  EXPECT_DOUBLE_EQ(cm.step(t, B).time.bubble.value(), 3.0);
+}
+
+// The framework options scale what they say: host time per operator / Function on a host-bound
+// layer, GPU kernel time on a GPU-bound one.
+TEST(AnalyticTime, HostAndComputeScales) {
+  Bench tiny("gpt3-1.3b", "a100-80gb");
+  tiny.train.seq = 128;
+  AnalyticOptions base, host2;
+  host2.host_op_us = 2 * base.host_op_us;
+  host2.host_function_us = 2 * base.host_function_us;
+  const double a = AnalyticCostModel(base).layer(tiny.layer(0), strat(8, 1)).fwd.value();
+  const double b = AnalyticCostModel(host2).layer(tiny.layer(0), strat(8, 1)).fwd.value();
+  EXPECT_NEAR(b, 2 * a, 1e-9 * a);  // host-bound: all of it doubles
+
+  Bench big("llama-2-7b", "a100-80gb");
+  AnalyticOptions off, slow;
+  off.framework_overhead = false;
+  slow.framework_overhead = false;
+  slow.compute_time_scale = 1.5;
+  const LayerCost c = AnalyticCostModel(off).layer(big.layer(0), strat(1, 1));
+  const LayerCost d = AnalyticCostModel(slow).layer(big.layer(0), strat(1, 1));
+  // tp 1, dp 1: no communication, every kernel well above the launch floor
+  EXPECT_NEAR(d.fwd.value(), 1.5 * c.fwd.value(), 1e-6 * c.fwd.value());
+  EXPECT_NEAR(d.bwd.value(), 1.5 * c.bwd.value(), 1e-6 * c.bwd.value());
+}
+
 TEST(AnalyticStep, InterleavedDividesBubble) {
   const AnalyticCostModel cm;
   TrainSettings t;

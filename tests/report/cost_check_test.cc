@@ -1,8 +1,8 @@
-// The simulator against weft's analytic cost model on whole plans. The analytic model combines
-// stages in closed form (docs/cost-model.md §7): (m - 1) max T + sum T for GPipe and 1F1B, and
-// m max T + (sum T - max T) / v interleaved. That form equals the event layout when the last stage
-// has the largest forward and the largest backward (schedule_test.cc: RandomStagesAgainstClosedForms)
-// -- the LM head usually puts the bottleneck there -- and approximates it otherwise.
+// The simulator against weft's analytic cost model on whole plans. The analytic step time is the
+// simulator's makespan (docs/cost-model.md §7), so the two agree on every plan; the closed forms
+// checked here are derived independently: (m - 1) max T + sum T for GPipe and 1F1B when the last
+// stage has the largest forward and backward (schedule_test.cc: RandomStagesAgainstClosedForms),
+// and GPipe's two flow lines when it has not.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -37,8 +37,8 @@ double relative_gap(const Plan& p, const CostModel& cm, double* simulated = null
   return (s->makespan_s - pred) / pred;
 }
 
-// Plans whose last stage has the largest forward and backward: the closed form is the simulated
-// step (1e-9); interleaved within 0.1%.
+// Plans whose last stage has the largest forward and backward, and interleaved plans: the
+// predicted step is the simulated one.
 TEST(CostCheck, SimulatedStepEqualsPredictedStep) {
   AnalyticCostModel cm;
   const LayerStrategy tp4sp{.tp = 4, .sp = true, .dp = 1, .zero = 1};
@@ -53,9 +53,9 @@ TEST(CostCheck, SimulatedStepEqualsPredictedStep) {
       {"llama32 pp8 m64 dp2", plan(llama(32), cluster(8, 8), train(8, 64, 512, Schedule::k1F1B, 1, 4096),
                                    LayerStrategy{.tp = 4, .sp = true, .dp = 2, .zero = 1}), 1e-9},
       {"llama16 pp2 vp2", plan(llama(16), cluster(2, 8), train(2, 16, 64, Schedule::kInterleaved, 2, 4096),
-                               LayerStrategy{.tp = 8, .sp = true, .dp = 1, .zero = 1}), 1e-3},
+                               LayerStrategy{.tp = 8, .sp = true, .dp = 1, .zero = 1}), 1e-9},
       {"gpt16 pp2 vp4", plan(gpt(16), cluster(1, 8), train(2, 8, 32, Schedule::kInterleaved, 4), LayerStrategy{.tp = 4}),
-       1e-3},
+       1e-9},
   };
   for (const auto& c : cases) {
     ASSERT_TRUE(validate(c.p).ok()) << c.name << ": " << validate(c.p).error().message;
@@ -74,13 +74,13 @@ TEST(CostCheck, SimulatedStepEqualsPredictedStep) {
   }
 }
 
-// A heavier first stage: the closed form is an approximation of the event layout.
+// A heavier first stage, where (m - 1) max T + sum T is not the event layout:
 //  - GPipe is two flow lines, so device 0's last backward ends at
-//    sum_s (F_s + B_s) + (m - 1)(max F + max B) (F, B include the stage's send, p2p / 2), and the
-//    simulated step exceeds the closed form by exactly (m - 1)(max F + max B - max (F + B)) when
-//    the forward and backward bottlenecks are different stages (no gradient sync here: dp = 1).
+//    sum_s (F_s + B_s) + (m - 1)(max F + max B) (F, B include the stage's send, p2p / 2), more than
+//    the closed form when the forward and backward bottlenecks are different stages; the predicted
+//    step is that plus the update (no gradient sync here: dp = 1).
 //  - 1F1B lies between the busiest device's work, m max T, and GPipe's layout of the same stages.
-TEST(CostCheck, HeavierFirstStageWithinThePipelineEnvelope) {
+TEST(CostCheck, HeavierFirstStagePredictedAsLaidOut) {
   AnalyticCostModel cm;
   for (const std::vector<int>& counts : {std::vector<int>{3, 2, 2, 1}, std::vector<int>{4, 2, 1, 1}}) {
     Plan g = plan(gpt(8), cluster(1, 8), train(4, 8, 16, Schedule::kGpipe), LayerStrategy{.tp = 2}, counts);
@@ -102,20 +102,20 @@ TEST(CostCheck, HeavierFirstStageWithinThePipelineEnvelope) {
     EXPECT_NEAR(sg->compute_end_s[0], flow, 1e-12 * flow);
     EXPECT_NEAR(sg->makespan_s, flow + opt0, 1e-12 * flow);
     const double predicted_g = estimate(g, cm).step_time.value();
-    EXPECT_NEAR(sg->makespan_s - predicted_g, (m - 1) * (maxf + maxb - maxt), 1e-9 * flow);
+    EXPECT_NEAR(predicted_g, flow + opt0, 1e-12 * flow);
+    // The stages are uneven enough for the old closed form to be off.
+    EXPECT_GT(maxf + maxb - maxt, 1e-3 * maxt);
 
     Plan f = g;
     f.train.schedule = Schedule::k1F1B;
     auto sf = simulate_plan(f, cm);
     ASSERT_TRUE(sf.ok());
-    double busiest = 0;
-    for (double e : sf->compute_end_s) busiest = std::max(busiest, e);
-    EXPECT_GE(busiest * (1 + 1e-12), m * maxt);
-    EXPECT_LE(sf->makespan_s, sg->makespan_s * (1 + 1e-12));
     const double predicted_f = estimate(f, cm).step_time.value();
-    std::printf("stages %d/%d/%d/%d: GPipe simulated %+.2f%%, 1F1B simulated %+.2f%% vs the closed form\n",
-                counts[0], counts[1], counts[2], counts[3], 100 * (sg->makespan_s - predicted_g) / predicted_g,
-                100 * (sf->makespan_s - predicted_f) / predicted_f);
+    EXPECT_NEAR(predicted_f, sf->makespan_s, 1e-12 * predicted_f);
+    EXPECT_GE(predicted_f * (1 + 1e-12), m * maxt);
+    EXPECT_LE(predicted_f, predicted_g * (1 + 1e-12));
+    std::printf("stages %d/%d/%d/%d: GPipe %.6f s, 1F1B %.6f s; (m - 1) max T + sum T = %.6f s\n", counts[0],
+                counts[1], counts[2], counts[3], predicted_g, predicted_f, (m - 1) * maxt + sum + opt0);
   }
 }
 

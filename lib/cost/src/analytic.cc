@@ -8,6 +8,7 @@
 #include "weft/cost/collectives.h"
 #include "weft/cost/compute.h"
 #include "weft/cost/memory.h"
+#include "weft/cost/schedule.h"
 #include "weft/spec/counts.h"
 
 namespace weft {
@@ -33,12 +34,10 @@ constexpr double kLossBwdBytesPerLogit = 8 + 4;                  // + e
 // §4 Host (CPU) time of an eager framework: one ATen operator with autograd recording costs about
 // 7 us (PyTorch issue #41383: 6.8 s per 10^6 scalar ops with requires_grad), one Python
 // torch.autograd.Function.apply about 20 us (PyTorch issue #189573: 20.7 us median); backward
-// nodes are costed alike.
-constexpr double kHostOpUs = 7.0;
-constexpr double kHostFunctionUs = 20.0;
+// nodes are costed alike. Defaults of AnalyticOptions::host_op_us / host_function_us.
 // §4 Backward host time: the autograd engine dispatches every backward kernel through ATen
-// (costed like a forward operator, kHostOpUs) and calls each custom Function's Python backward
-// (kHostFunctionUs). Backward kernels of a layer: per linear a data-gradient and a weight-gradient
+// (costed like a forward operator, opt_.host_op_us) and calls each custom Function's Python backward
+// (opt_.host_function_us). Backward kernels of a layer: per linear a data-gradient and a weight-gradient
 // GEMM (+ a bias-gradient reduction with biases); per LayerNorm 3 (input gradient, partial and final
 // gamma/beta reduction: apex fused_layer_norm_cuda), per RMSNorm 2; per residual block 2 (dropout
 // mask multiply, residual gradient add); the attention core 7 without flash (4 batched GEMMs,
@@ -98,7 +97,7 @@ LayerCost AnalyticCostModel::layer(const LayerContext& ctx, const LayerStrategy&
   const ClusterSpec& c = *ctx.cluster;
   const TrainSettings& tr = ctx.train;
   const CollectiveOptions& co = opt_.comm;
-  const KernelModel km(c.gpu, tr.dtype);
+  const KernelModel km(c.gpu, tr.dtype, opt_.compute_time_scale);
   const double e = km.elem_bytes();
 
   const double t = safe(s.tp), u = safe(s.ulysses), cp = safe(s.cp), dp = safe(s.dp), ep = safe(s.ep);
@@ -266,7 +265,7 @@ LayerCost AnalyticCostModel::layer(const LayerContext& ctx, const LayerStrategy&
   const double fwd_fns = norms + blocks + 1 + (dropout ? norms : 0) + (s.tp > 1 ? 2 * (blocks + 1) : 0) +
                          (s.ulysses > 1 ? 4 * blocks : 0) + (s.cp > 1 ? blocks : 0) + (moe && s.ep > 1 ? 2 : 0) +
                          (s.zero >= 3 ? 1 : 0);
-  const double host_f = opt_.framework_overhead ? (fwd_ops * kHostOpUs + fwd_fns * kHostFunctionUs) * 1e-6 : 0;
+  const double host_f = opt_.framework_overhead ? (fwd_ops * opt_.host_op_us + fwd_fns * opt_.host_function_us) * 1e-6 : 0;
   const double linears = 2 * blocks + 2 + (moe ? 3 : 0);
   const bool layer_norm = ctx.model == nullptr || ctx.model->norm == NormKind::kLayerNorm;
   const double param_tensors = linears * (L.bias ? 2 : 1) + norms * (layer_norm ? 2 : 1);
@@ -274,7 +273,7 @@ LayerCost AnalyticCostModel::layer(const LayerContext& ctx, const LayerStrategy&
                              2 * norms + blocks * (flash ? kBwdKernelsFlash : kBwdKernelsAttnCore) + 1 +
                              param_tensors + (moe ? 20 : 0);
   double host_b = opt_.framework_overhead
-                      ? (bwd_kernels * kHostOpUs + (fwd_fns + (s.zero >= 3 ? 1 : 0)) * kHostFunctionUs) * 1e-6
+                      ? (bwd_kernels * opt_.host_op_us + (fwd_fns + (s.zero >= 3 ? 1 : 0)) * opt_.host_function_us) * 1e-6
                       : 0;
 
   // --- recompute (§2.4): full re-runs the forward (with its communication) inside backward;
@@ -282,10 +281,10 @@ LayerCost AnalyticCostModel::layer(const LayerContext& ctx, const LayerStrategy&
   double recompute = 0;
   if (s.recompute == Recompute::kFull) {
     recompute = f.gpu();
-    if (opt_.framework_overhead) host_b += host_f + (2 * kHostFunctionUs + 4 * kHostOpUs) * 1e-6;
+    if (opt_.framework_overhead) host_b += host_f + (2 * opt_.host_function_us + 4 * opt_.host_op_us) * 1e-6;
   } else if (s.recompute == Recompute::kSelective) {
     recompute = f.core;
-    if (opt_.framework_overhead) host_b += ((flash ? 2 : 10) * kHostOpUs + 2 * kHostFunctionUs) * 1e-6;
+    if (opt_.framework_overhead) host_b += ((flash ? 2 : 10) * opt_.host_op_us + 2 * opt_.host_function_us) * 1e-6;
   }
 
   // --- assemble: GPU time with ZeRO traffic overlapped, then the host bound
@@ -340,7 +339,7 @@ LayerCost AnalyticCostModel::stage_extra(const StageContext& ctx, const LayerStr
   const ClusterSpec& c = *ctx.cluster;
   const TrainSettings& tr = ctx.train;
   const CollectiveOptions& co = opt_.comm;
-  const KernelModel km(c.gpu, tr.dtype);
+  const KernelModel km(c.gpu, tr.dtype, opt_.compute_time_scale);
   const double e = km.elem_bytes();
   LayerCost out;
 
@@ -430,7 +429,7 @@ LayerCost AnalyticCostModel::stage_extra(const StageContext& ctx, const LayerStr
   const double overhead_gib = opt_.runtime_overhead_gib > 0 ? opt_.runtime_overhead_gib : kRuntimeOverheadGib;
   out.memory.other = Bytes(logits) + (ctx.stage < std::max(1, tr.pp) ? GiB(overhead_gib) : Bytes(0));
 
-  const double host_f = opt_.framework_overhead ? (ops_f * kHostOpUs + fns_f * kHostFunctionUs) * 1e-6 : 0;
+  const double host_f = opt_.framework_overhead ? (ops_f * opt_.host_op_us + fns_f * opt_.host_function_us) * 1e-6 : 0;
   const double fwd = std::max(f.gpu(), host_f);
   const double bwd = std::max(b.gpu(), host_f);
   out.fwd = Seconds(fwd);
@@ -492,55 +491,59 @@ Seconds AnalyticCostModel::p2p(const StageContext& ctx, const LayerStrategy& s) 
 }
 
 StepCost AnalyticCostModel::step(const TrainSettings& train, const std::vector<StageSums>& stages) const {
-  // §7 Pipeline: per device group g, busy time per micro-batch T_g (its stages' fwd + bwd + p2p).
-  //   GPipe, 1F1B:  (m - 1) * max T + sum T              = m * T + (p - 1) * T when balanced
-  //   interleaved:  m * max T + (sum T - max T) / v      = m * T + (p - 1) * T / v
-  // Gradient reduction of group g starts after its last backward (which ends sum of the earlier
-  // groups' backward before the step's last one) and overlaps that backward when enabled.
+  // §7 Pipeline: the step is the makespan of the event-level schedule (weft/cost/schedule.h):
+  // every forward, backward and send of every stage and micro-batch in the order the schedule
+  // prescribes, then each device group's gradient syncs (overlapping its last backwards when
+  // enabled) and its optimizer update. For equal stages that is the textbook
+  // (m + p - 1) * T of GPipe and 1F1B and m * T + (p - 1) * T / v interleaved.
   StepCost out;
   const int n = static_cast<int>(stages.size());
   if (n == 0) return out;
-  const int p = std::max(1, std::min(train.pp, n));
-  const int v = std::max(1, n / p);
-  const double m = std::max(1, train.micro_batches);
-  std::vector<double> busy(p, 0.0), back(p, 0.0), sync(p, 0.0), opt(p, 0.0);
+  int p = std::max(1, std::min(train.pp, n));
+  if (n % p != 0) p = n;  // not a p x v layout: one stage per device group
+  const int v = n / p;
+  ScheduleSpec spec;
+  spec.schedule = v > 1 ? Schedule::kInterleaved : train.schedule;
+  spec.pp = p;
+  spec.vp = v;
+  spec.micro_batches = std::max(1, train.micro_batches);
+  spec.overlap_grad_sync = opt_.overlap_grad_sync;
+  spec.overlap_slowdown = std::max(1.0, opt_.overlap_slowdown);
+  spec.record_events = false;
+  std::vector<StageTiming> timing(n);
   for (int s = 0; s < n; ++s) {
-    const int g = s % p;
-    busy[g] += (stages[s].fwd + stages[s].bwd + stages[s].p2p).value();
-    back[g] += stages[s].bwd.value();
-    sync[g] += stages[s].grad_sync.value();
-    opt[g] += stages[s].optimizer.value();
+    timing[s].fwd = stages[s].fwd;
+    timing[s].bwd = stages[s].bwd;
+    timing[s].p2p = stages[s].p2p;
+    timing[s].grad_sync = stages[s].grad_sync;
+    timing[s].optimizer = stages[s].optimizer;
   }
-  int crit = 0;
-  double total = 0;
-  for (int g = 0; g < p; ++g) {
-    total += busy[g];
-    if (busy[g] > busy[crit]) crit = g;
-  }
-  const bool interleaved = train.schedule == Schedule::kInterleaved && v > 1;
-  const double others = total - busy[crit];
-  const double pipeline = m * busy[crit] + (interleaved ? others / v : others);
+  const Result<Simulation> sim = simulate_schedule(spec, timing);
+  if (!sim.ok()) throw InputError("pipeline step: " + sim.error().message);
+  const double m = spec.micro_batches;
 
-  double step = pipeline, end_opt = 0, before = 0;
-  for (int g = 0; g < p; ++g) {
-    const double finish = pipeline - before;  // group g's last backward ends this early
-    before += back[g];
-    const double exposed = opt_.overlap_grad_sync ? overlapped(back[g], sync[g], opt_.overlap_slowdown) - back[g]
-                                                  : sync[g];
-    const double end = finish + exposed + opt[g];
-    if (g == 0 || end > step) {
-      step = std::max(step, end);
-      end_opt = opt[g];
-    }
+  std::vector<double> busy(p, 0.0), opt(p, 0.0);
+  for (int s = 0; s < n; ++s) {
+    busy[s % p] += (stages[s].fwd + stages[s].bwd + stages[s].p2p).value();
+    opt[s % p] += stages[s].optimizer.value();
   }
+  int crit = 0, last = 0;
+  double pipeline = 0, last_end = -1;
+  for (int g = 0; g < p; ++g) {
+    if (busy[g] > busy[crit]) crit = g;
+    pipeline = std::max(pipeline, sim->compute_end_s[g]);
+    const double end = sim->optimizer_start_s[g] + opt[g];
+    if (end > last_end) last_end = end, last = g;
+  }
+  const double step = sim->makespan_s;
 
   out.step_time = Seconds(step);
   out.stage_time.resize(n);
   for (int s = 0; s < n; ++s) {
     out.stage_time[s] = (stages[s].fwd + stages[s].bwd + stages[s].p2p) * m + stages[s].grad_sync + stages[s].optimizer;
   }
-  // Breakdown along the critical device group: its per-micro-batch parts times m, then the
-  // bubble, the exposed gradient reduction and the optimizer.
+  // Breakdown along the busiest device group: its per-micro-batch parts times m, then the bubble
+  // (the rest of the pipeline), the exposed gradient reduction and the last group's optimizer.
   TimeBreakdown per_mb;
   Seconds dp_total;
   for (int s = crit; s < n; s += p) {
@@ -549,9 +552,9 @@ StepCost AnalyticCostModel::step(const TrainSettings& train, const std::vector<S
   }
   out.time = per_mb.scaled(m);
   out.time.dp_comm = dp_total;
-  out.time.bubble = Seconds(pipeline - m * busy[crit]);
-  out.time.optimizer = Seconds(end_opt);
-  out.time.dp_exposed = Seconds(std::max(0.0, step - pipeline - end_opt));
+  out.time.bubble = Seconds(std::max(0.0, pipeline - m * busy[crit]));
+  out.time.optimizer = Seconds(opt[last]);
+  out.time.dp_exposed = Seconds(std::max(0.0, step - pipeline - opt[last]));
   return out;
 }
 

@@ -63,7 +63,7 @@ GpuTraits gpu_traits(const GpuSpec& gpu) {
   return t;
 }
 
-KernelModel::KernelModel(const GpuSpec& gpu, DType dtype) {
+KernelModel::KernelModel(const GpuSpec& gpu, DType dtype, double time_scale) {
   peak_ = gpu.peak(dtype).value();
   if (peak_ <= 0 && dtype == DType::kFp8) peak_ = gpu.peak(DType::kBf16).value();
   hbm_ = gpu.hbm_gbps * 1e9 * kHbmEfficiency;
@@ -74,6 +74,10 @@ KernelModel::KernelModel(const GpuSpec& gpu, DType dtype) {
   // Calibrate: at the MAMF shape the model must achieve the measured fraction of peak.
   const double e = gemm_efficiency(t.mamf_m, t.mamf_n, t.mamf_k);
   if (e > 0) tile_rate_ = t.mamf_fraction / e;
+  if (time_scale > 0 && time_scale != 1.0) {
+    peak_ /= time_scale;
+    hbm_ /= time_scale;
+  }
 }
 
 Seconds KernelModel::gemm(double m, double n, double k, double batch) const {

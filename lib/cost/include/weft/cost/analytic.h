@@ -21,6 +21,14 @@ struct AnalyticOptions {
   // Host (CPU) time of an eager framework launching each layer's operators; a layer phase costs
   // max(GPU time, host time) (docs/cost-model.md §4). Off: GPU time only.
   bool framework_overhead = true;
+  // Host time per eager operator and per Python autograd Function (docs/cost-model.md §4): the
+  // defaults are documented measurements; a framework or CPU known to be slower or faster (for
+  // instance from a measured profile) sets its own.
+  double host_op_us = 7.0;
+  double host_function_us = 20.0;
+  // Measured / modelled GPU kernel time (1 = the kernel model as documented). Calibration from
+  // measured runs sets it; nothing in weft's defaults does.
+  double compute_time_scale = 1.0;
   CollectiveOptions comm;           // collective call latency and link efficiencies
 };
 

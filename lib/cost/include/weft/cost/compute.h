@@ -32,7 +32,9 @@ class KernelModel {
  public:
   // Compute dtype: GEMMs run at gpu.peak(dtype) (fp8 falls back to bf16 when the GPU has no fp8
   // rate); operands are stored in dtype_bytes(dtype).
-  KernelModel(const GpuSpec& gpu, DType dtype);
+  // time_scale > 1 slows every kernel down by that factor (a measured / analytic ratio from
+  // calibration; 1 = the model as documented).
+  KernelModel(const GpuSpec& gpu, DType dtype, double time_scale = 1.0);
 
   // One (batched) GEMM.
   Seconds gemm(double m, double n, double k, double batch = 1) const;

@@ -1,8 +1,8 @@
-// The event-level step simulator (model in weft/report/schedule.h).
-#include "weft/report/schedule.h"
+// The event-level step simulator (model in weft/cost/schedule.h).
+#include "weft/cost/schedule.h"
 
 #include <algorithm>
-#include <map>
+#include <cassert>
 #include <tuple>
 
 #include "weft/cost/analytic.h"
@@ -102,11 +102,16 @@ Simulation run(const ScheduleSpec& sp, const std::vector<StageTiming>& st) {
   sim.busy_s.assign(pp, 0.0);
   sim.compute_end_s.assign(pp, 0.0);
   sim.bubble_s.assign(pp, 0.0);
+  sim.optimizer_start_s.assign(pp, 0.0);
 
   std::vector<std::vector<Op>> order(pp);
   for (int g = 0; g < pp; ++g) order[g] = device_order(sp, g);
-  // done[(forward, stage, mb)] = time its result (after the send block) is available.
-  std::map<std::tuple<bool, int, int>, double> done;
+  // done[index(forward, stage, mb)] = time its result (after the send block) is available; < 0
+  // while it has not run.
+  std::vector<double> done(2 * static_cast<size_t>(nstages) * m, -1.0);
+  auto index = [&](bool fwd, int stage, int mb) {
+    return (static_cast<size_t>(fwd ? 0 : 1) * nstages + stage) * m + mb;
+  };
   // Start of each stage's last backward (device order), for the overlapped gradient sync.
   std::vector<double> last_bwd_start(nstages, 0.0);
   std::vector<size_t> next(pp, 0);
@@ -116,7 +121,7 @@ Simulation run(const ScheduleSpec& sp, const std::vector<StageTiming>& st) {
 
   auto emit = [&](EventKind k, int g, int s, int j, double start, double dur) {
     if (dur <= 0) return start;
-    sim.events.push_back({k, g, s, j, start, start + dur});
+    if (sp.record_events) sim.events.push_back({k, g, s, j, start, start + dur});
     sim.busy_s[g] += dur;
     return start + dur;
   };
@@ -129,15 +134,13 @@ Simulation run(const ScheduleSpec& sp, const std::vector<StageTiming>& st) {
         double ready = 0;
         if (op.forward) {
           if (op.stage > 0) {
-            auto it = done.find({true, op.stage - 1, op.micro_batch});
-            if (it == done.end()) break;
-            ready = it->second;
+            ready = done[index(true, op.stage - 1, op.micro_batch)];
+            if (ready < 0) break;
           }
         } else {
-          auto it = (op.stage == nstages - 1) ? done.find({true, op.stage, op.micro_batch})
-                                              : done.find({false, op.stage + 1, op.micro_batch});
-          if (it == done.end()) break;
-          ready = it->second;
+          ready = op.stage == nstages - 1 ? done[index(true, op.stage, op.micro_batch)]
+                                          : done[index(false, op.stage + 1, op.micro_batch)];
+          if (ready < 0) break;
         }
         const StageTiming& t = st[op.stage];
         double at = std::max(free_at[g], ready);
@@ -149,7 +152,7 @@ Simulation run(const ScheduleSpec& sp, const std::vector<StageTiming>& st) {
           at = emit(EventKind::kBackward, g, op.stage, op.micro_batch, at, (t.bwd - t.recompute).value());
         }
         at = emit(EventKind::kP2p, g, op.stage, op.micro_batch, at, t.p2p.value() / 2);
-        done[{op.forward, op.stage, op.micro_batch}] = at;
+        done[index(op.forward, op.stage, op.micro_batch)] = at;
         free_at[g] = at;
         ++next[g];
         --remaining;
@@ -178,11 +181,12 @@ Simulation run(const ScheduleSpec& sp, const std::vector<StageTiming>& st) {
       const double dur = st[s].grad_sync.value();
       if (dur <= 0) continue;
       const double start = std::max(comm_free, ready);
-      sim.events.push_back({EventKind::kGradSync, g, s, -1, start, start + dur});
+      if (sp.record_events) sim.events.push_back({EventKind::kGradSync, g, s, -1, start, start + dur});
       comm_free = syncs_end = start + dur;
       hidden += std::max(0.0, std::min(syncs_end, free_at[g]) - start);
     }
     const double opt_start = std::max(free_at[g], syncs_end) + (sp.overlap_slowdown - 1.0) * hidden;
+    sim.optimizer_start_s[g] = opt_start;
     const double end = emit(EventKind::kOptimizer, g, g, -1, opt_start, opt);
     sim.makespan_s = std::max(sim.makespan_s, std::max(end, syncs_end));
   }
