@@ -10,9 +10,14 @@
 // node, 800 Gb/s of network per node = 12.5 GB/s per GPU, as in vTrain's validation configs.
 //
 // Usage: weft_bench_vtrain [--dir DIR] [--gpu a100-80gb|a100-40gb] [--no-host-overhead] [--rows]
+//                          [--host-op-us X] [--host-function-us Y] [--calibrate "h1024 a16 L12 s1024"]
+// --calibrate fits the two framework scales (host time, GPU kernel time) on one model's runs and
+// reports every other run with them: what a user with a few measured runs of their own framework
+// gets.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <map>
@@ -200,11 +205,73 @@ Stats stats(const std::vector<const Row*>& rows) {
   return s;
 }
 
+// Predicts every row (predicted_ms); false for rows that do not make a valid plan.
+void predict(std::vector<Row>& rows, const ClusterSpec& base, const AnalyticCostModel& cm) {
+  for (Row& r : rows) {
+    Plan p;
+    std::string why;
+    r.predicted_ms = build_plan(r, base, p, why) ? estimate(p, cm).step_time.value() * 1e3 : -1;
+  }
+}
+
+double mape_of(const std::vector<Row>& rows, const std::string& only) {
+  double sum = 0;
+  int n = 0;
+  for (const Row& r : rows) {
+    if (r.model != only || r.predicted_ms < 0) continue;
+    sum += std::abs(r.predicted_ms - r.measured_ms) / r.measured_ms;
+    ++n;
+  }
+  return n ? 100 * sum / n : 0;
+}
+
+// Calibration from measured runs of one model, as a user with a few measured runs of their own
+// framework would do: the host scale (times both host constants) and the GPU time scale that
+// minimise that model's MAPE, by alternating golden-section searches. Those rows are then left
+// out of the figures.
+AnalyticOptions calibrate(std::vector<Row>& rows, const ClusterSpec& base, AnalyticOptions opt,
+                          const std::string& key) {
+  const double op0 = opt.host_op_us, fn0 = opt.host_function_us;
+  std::vector<Row> cal;
+  for (const Row& r : rows)
+    if (r.model == key) cal.push_back(r);
+  double host = 1.0, gpu = 1.0;
+  auto loss = [&](double hs, double gs) {
+    AnalyticOptions o = opt;
+    o.host_op_us = op0 * hs;
+    o.host_function_us = fn0 * hs;
+    o.compute_time_scale = gs;
+    predict(cal, base, AnalyticCostModel(o));
+    return mape_of(cal, key);
+  };
+  auto golden = [&](auto f, double lo, double hi) {
+    const double g = (std::sqrt(5.0) - 1) / 2;
+    double a = lo, b = hi, c = b - g * (b - a), d = a + g * (b - a), fc = f(c), fd = f(d);
+    for (int i = 0; i < 24; ++i) {
+      if (fc < fd) b = d, d = c, fd = fc, c = b - g * (b - a), fc = f(c);
+      else a = c, c = d, fc = fd, d = a + g * (b - a), fd = f(d);
+    }
+    return (a + b) / 2;
+  };
+  for (int round = 0; round < 4; ++round) {
+    host = golden([&](double x) { return loss(x, gpu); }, 0.25, 6.0);
+    gpu = golden([&](double x) { return loss(host, x); }, 0.7, 2.0);
+  }
+  std::printf("calibrated on the %zu runs of %s: host constants x%.2f (%.1f us per operator, %.1f us per "
+              "Function), GPU kernel time x%.3f; calibration MAPE %.1f %% (those runs are left out below)\n",
+              cal.size(), key.c_str(), host, op0 * host, fn0 * host, gpu, loss(host, gpu));
+  opt.host_op_us = op0 * host;
+  opt.host_function_us = fn0 * host;
+  opt.compute_time_scale = gpu;
+  return opt;
+}
+
 void report(const char* title, std::vector<Row>& rows, const ClusterSpec& base, const AnalyticCostModel& cm,
-            bool print_rows) {
+            bool print_rows, const std::string& exclude = "") {
   std::vector<const Row*> ok;
   int skipped = 0;
   for (Row& r : rows) {
+    if (r.model == exclude) continue;
     Plan p;
     std::string why;
     if (!build_plan(r, base, p, why)) {
@@ -255,6 +322,7 @@ void report(const char* title, std::vector<Row>& rows, const ClusterSpec& base, 
 int main(int argc, char** argv) {
   std::string dir = WEFT_VTRAIN_DIR;
   std::string gpu = "a100-80gb";
+  std::string calibrate_on;
   bool rows = false;
   AnalyticOptions opt;
   opt.overlap_grad_sync = false;  // no gradient bucketing in vTrain's runs
@@ -266,11 +334,18 @@ int main(int argc, char** argv) {
       gpu = argv[++i];
     } else if (!std::strcmp(argv[i], "--no-host-overhead")) {
       opt.framework_overhead = false;
+    } else if (!std::strcmp(argv[i], "--host-op-us") && i + 1 < argc) {
+      opt.host_op_us = std::atof(argv[++i]);
+    } else if (!std::strcmp(argv[i], "--host-function-us") && i + 1 < argc) {
+      opt.host_function_us = std::atof(argv[++i]);
+    } else if (!std::strcmp(argv[i], "--calibrate") && i + 1 < argc) {
+      calibrate_on = argv[++i];
     } else if (!std::strcmp(argv[i], "--rows")) {
       rows = true;
     } else {
       std::fprintf(stderr,
                    "usage: weft_bench_vtrain [--dir DIR] [--gpu a100-80gb|a100-40gb] [--no-host-overhead] [--rows]\n"
+                   "                         [--host-op-us X] [--host-function-us Y] [--calibrate MODEL-KEY]\n"
                    "unknown argument: %s\n",
                    argv[i]);
       return 2;
@@ -281,13 +356,23 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "weft_bench_vtrain: --gpu: %s\n", cluster.error().message.c_str());
     return 2;
   }
-  const AnalyticCostModel cm(opt);
   std::printf("weft analytic cost model vs vTrain measured A100 runs (%s; GPU preset %s, host overhead %s)\n",
               dir.c_str(), gpu.c_str(), opt.framework_overhead ? "on" : "off");
   auto single = read_rows(dir + "/ground_truth_single.csv", 0);
   auto multi = read_rows(dir + "/ground_truth_multi.csv", 1);
   if (single.empty() && multi.empty()) return 4;
-  report("single node (1-8 GPUs)", single, *cluster, cm, rows);
+  if (!calibrate_on.empty()) {
+    bool found = false;
+    for (const Row& r : single) found = found || r.model == calibrate_on;
+    if (!found) {
+      std::fprintf(stderr, "weft_bench_vtrain: --calibrate: no single-node runs of \"%s\" (a model key as printed, "
+                   "e.g. \"h1024 a16 L12 s1024\")\n", calibrate_on.c_str());
+      return 2;
+    }
+    opt = calibrate(single, *cluster, opt, calibrate_on);
+  }
+  const AnalyticCostModel cm(opt);
+  report("single node (1-8 GPUs)", single, *cluster, cm, rows, calibrate_on);
   report("multi node (64-512 GPUs)", multi, *cluster, cm, rows);
   return 0;
 }
