@@ -6,45 +6,16 @@
 #include <string>
 #include <vector>
 
-#include "commands.h"
+#include "cli_harness.h"
 #include "weft/spec/presets.h"
 
 namespace weft::cli {
 
-// main.cc's definition, repeated here because this test links cmd_specs.cc without main.cc.
-void fail(const Error& e) {
-  std::fprintf(stderr, "weft: error: %s\n", e.message.c_str());
-  throw CliExit{exit_code(e.kind)};
-}
-
 namespace {
 
-struct CliRun {
-  int code = 0;
-  std::string out, err;
-};
+using test::CliRun;
 
-CliRun run(std::vector<std::string> args) {
-  CLI::App app{"weft"};
-  app.require_subcommand(1);
-  register_spec_commands(app);
-  std::vector<const char*> argv{"weft"};
-  for (const auto& a : args) argv.push_back(a.c_str());
-  CliRun r;
-  testing::internal::CaptureStdout();
-  testing::internal::CaptureStderr();
-  try {
-    app.parse(static_cast<int>(argv.size()), const_cast<char**>(argv.data()));
-  } catch (const CliExit& e) {
-    r.code = e.code;
-  } catch (const CLI::ParseError& e) {
-    r.code = 2;  // what main() returns for a flag error
-  }
-  std::fflush(stdout);
-  r.out = testing::internal::GetCapturedStdout();
-  r.err = testing::internal::GetCapturedStderr();
-  return r;
-}
+CliRun run(const std::vector<std::string>& args) { return test::run_cli(register_spec_commands, args); }
 
 std::vector<std::string> lines(const std::string& s) {
   std::vector<std::string> out;
