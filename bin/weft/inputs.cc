@@ -24,14 +24,53 @@ void add_input_flags(CLI::App* cmd, InputFlags& f) {
   cmd->add_option("--galvatron-model", f.galvatron_model, "Galvatron model YAML (supplies the model)");
   cmd->add_option("--hardware-profile", f.hardware_profile, "Measured hardware profile (weft profile hardware)");
   cmd->add_option("--model-profile", f.model_profile, "Measured per-layer profile (weft profile model)");
+  cmd->add_option("--host-op-us", f.host_op_us,
+                  "Host (CPU) time per eager operator in us, for weft's analytic model (default 7)");
+  cmd->add_option("--host-function-us", f.host_function_us,
+                  "Host time per Python autograd Function in us, for weft's analytic model (default 20)");
+  cmd->add_option("--compute-time-scale", f.compute_time_scale,
+                  "Measured / modelled GPU kernel time, for weft's analytic model (default 1)");
 }
 
+namespace {
+
+// The analytic model's options from the framework flags; errors name the flag and the value.
+Result<AnalyticOptions> analytic_options(const InputFlags& f) {
+  AnalyticOptions o;
+  const bool any = f.host_op_us >= 0 || f.host_function_us >= 0 || f.compute_time_scale >= 0;
+  if (!any) return o;
+  if (f.cost_model != "weft" || !f.galvatron_profiles.empty() || !f.hardware_profile.empty() ||
+      !f.model_profile.empty())
+    return Error{ErrorKind::kBadInput,
+                 "--host-op-us, --host-function-us and --compute-time-scale set weft's analytic model; they "
+                 "cannot be combined with measured or Galvatron profiles, which measure these costs"};
+  auto check = [](const char* name, double v, double lo, double hi) -> Status {
+    if (v < 0) return Status{};
+    if (!(v >= lo && v <= hi))
+      return Error{ErrorKind::kBadInput, std::string(name) + ": must be in [" + std::to_string(lo) + ", " +
+                                             std::to_string(hi) + "], got " + std::to_string(v)};
+    return Status{};
+  };
+  for (const Status& st : {check("--host-op-us", f.host_op_us, 0, 10000),
+                           check("--host-function-us", f.host_function_us, 0, 10000),
+                           check("--compute-time-scale", f.compute_time_scale, 0.01, 100)})
+    if (!st.ok()) return st.error();
+  if (f.host_op_us >= 0) o.host_op_us = f.host_op_us;
+  if (f.host_function_us >= 0) o.host_function_us = f.host_function_us;
+  if (f.compute_time_scale >= 0) o.compute_time_scale = f.compute_time_scale;
+  return o;
+}
+
+}  // namespace
+
 Result<std::unique_ptr<CostModel>> make_cost_model(const InputFlags& f, const ModelSpec& m, const ClusterSpec& c) {
+  auto opt = analytic_options(f);
+  if (!opt.ok()) return opt.error();
   if (f.cost_model == "weft" && f.galvatron_profiles.empty()) {
     // --- measured profiles (weft profile hardware / model): weft's model calibrated by them ---
     if (!f.hardware_profile.empty() || !f.model_profile.empty())
       return make_calibrated_cost_model(f.hardware_profile, f.model_profile, m, c);
-    return std::unique_ptr<CostModel>(std::make_unique<AnalyticCostModel>());
+    return std::unique_ptr<CostModel>(std::make_unique<AnalyticCostModel>(*opt));
   }
   // --- Galvatron profiles (cost model "galvatron", or weft's model calibrated from them) ---
 #ifdef WEFT_CMD_GALVATRON
@@ -87,6 +126,7 @@ Result<Inputs> load_inputs(const InputFlags& f, const ModelSpec* fallback_model,
   in.cluster = std::move(c).value();
 #ifdef WEFT_CMD_GALVATRON
   if (!f.galvatron_profiles.empty() || f.cost_model == "galvatron") {
+    if (auto o = analytic_options(f); !o.ok()) return o.error();
     auto pc = galvatron::make_profile_cost_model(f.cost_model, f.galvatron_profiles, f.galvatron_model, in.model,
                                                  in.cluster);
     if (!pc.ok()) return pc.error();

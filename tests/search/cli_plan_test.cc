@@ -179,5 +179,27 @@ TEST(CliEstimate, BadInputNamesTheFlagAndNumbers) {
   EXPECT_NE(r.err.find("/nonexistent/plan.json"), std::string::npos) << r.err;
 }
 
+// The framework flags reach the analytic model: a slower host and slower kernels give a slower
+// step; bad values and combinations with measured profiles name the flag.
+TEST(CliPlan, FrameworkFlagsChangeTheEstimate) {
+  const std::vector<std::string> est{"estimate", "--model", "gpt3-1.3b", "--cluster", "a100-80gb", "--gpus", "8",
+                                     "--seq", "1024", "--global-batch", "32", "--micro-batch", "1", "--tp", "8",
+                                     "--pp", "1", "--format", "json"};
+  auto step = [&](const std::vector<std::string>& more) {
+    CliRun r = run(with(est, more));
+    EXPECT_EQ(r.code, 0) << r.err;
+    return Json::parse(r.out).at("step_time_s").get<double>();
+  };
+  const double base = step({});
+  EXPECT_GT(step({"--host-op-us", "20", "--host-function-us", "50"}), 1.2 * base);
+  EXPECT_GT(step({"--compute-time-scale", "1.5"}), 1.05 * base);
+  CliRun bad = run(with(est, {"--compute-time-scale", "0"}));
+  EXPECT_EQ(bad.code, 2);
+  EXPECT_NE(bad.err.find("--compute-time-scale: must be in"), std::string::npos) << bad.err;
+  CliRun mixed = run(with(est, {"--host-op-us", "10", "--hardware-profile", "hw.json"}));
+  EXPECT_EQ(mixed.code, 2);
+  EXPECT_NE(mixed.err.find("cannot be combined with measured or Galvatron profiles"), std::string::npos) << mixed.err;
+}
+
 }  // namespace
 }  // namespace weft::cli
