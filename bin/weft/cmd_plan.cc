@@ -142,6 +142,11 @@ struct PlanFlags {
   std::string format = "table";
   std::string report;         // --report FILE: the HTML report of the result
   std::string galvatron_out;  // --galvatron-out FILE: the best plan as a Galvatron strategy
+  std::string dtype = "bf16";         // --dtype
+  std::vector<int> pp;                // --pp 1,2,4: pipeline degrees to consider (default all)
+  std::vector<std::string> schedules; // --schedule gpipe,1f1b,interleaved (default all)
+  int max_tp = 0;                     // --max-tp (default: GPUs per node)
+  bool uniform = false;               // --uniform: one strategy for every layer
 };
 
 void run_plan(const PlanFlags& f) {
@@ -151,6 +156,19 @@ void run_plan(const PlanFlags& f) {
   opt.global_batch = f.global_batch;
   opt.top_k = f.top;
   opt.galvatron_space = f.galvatron_space;
+  opt.dtype = unwrap(dtype_from_string(f.dtype));
+  const int world = in.cluster.total_gpus();
+  for (int p : f.pp) {
+    if (p < 1 || world % p != 0)
+      fail(Error{ErrorKind::kBadInput, "--pp: " + S(p) + " does not divide the " + S(world) + " GPUs"});
+    if (p > in.model.num_layers())
+      fail(Error{ErrorKind::kBadInput, "--pp: " + S(p) + " stages for " + S(in.model.num_layers()) + " layers"});
+  }
+  opt.pp_degrees = f.pp;
+  for (const std::string& s : f.schedules) opt.schedules.push_back(unwrap(schedule_from_string(s)));
+  if (f.max_tp < 0) fail(Error{ErrorKind::kBadInput, "--max-tp: must be >= 1, got " + S(f.max_tp)});
+  opt.max_tp = f.max_tp;
+  opt.layerwise = !f.uniform;
   // Progress: only on a terminal, and only once the search has run for half a second.
   const bool tty = isatty(fileno(stderr));
   const auto t0 = std::chrono::steady_clock::now();
@@ -451,6 +469,16 @@ void register_plan_commands(CLI::App& app) {
     cmd->add_option("--seq", fl->seq, "Sequence length (tokens per sample)")->required();
     cmd->add_option("--global-batch", fl->global_batch, "Samples per optimizer step")->required();
     cmd->add_option("--top", fl->top, "How many plans to list")->capture_default_str();
+    cmd->add_option("--dtype", fl->dtype, "Compute dtype (fp32 master weights and Adam states either way)")
+        ->check(CLI::IsMember({"fp32", "bf16", "fp16", "fp8"}))
+        ->capture_default_str();
+    cmd->add_option("--pp", fl->pp, "Pipeline degrees to consider, e.g. 1,2,4 (default: all that divide)")
+        ->delimiter(',');
+    cmd->add_option("--schedule", fl->schedules, "Pipeline schedules to consider: gpipe,1f1b,interleaved (default: all)")
+        ->delimiter(',')
+        ->check(CLI::IsMember({"gpipe", "1f1b", "interleaved"}));
+    cmd->add_option("--max-tp", fl->max_tp, "Largest tensor-parallel degree (default: GPUs per node)");
+    cmd->add_flag("--uniform", fl->uniform, "One strategy for every layer (Megatron-style), no per-layer mix");
     cmd->add_flag("--galvatron-space", fl->galvatron_space,
                   "Search only Galvatron's space (even stages, its strategy set, 1F1B, fixed global batch)");
     cmd->add_option("--out", fl->out, "Write the best plan to this file (plan.json)");

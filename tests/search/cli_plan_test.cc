@@ -201,5 +201,32 @@ TEST(CliPlan, FrameworkFlagsChangeTheEstimate) {
   EXPECT_NE(mixed.err.find("cannot be combined with measured or Galvatron profiles"), std::string::npos) << mixed.err;
 }
 
+// The space flags restrict what the search returns; out-of-range values name the flag.
+TEST(CliPlan, SpaceFlagsRestrictTheSearch) {
+  const std::vector<std::string> small{"plan", "--model", "gpt3-1.3b", "--cluster", "a100-80gb", "--gpus", "8",
+                                       "--seq", "2048", "--global-batch", "64", "--format", "json"};
+  auto best = [&](const std::vector<std::string>& more) {
+    CliRun r = run(with(small, more));
+    EXPECT_EQ(r.code, 0) << r.err;
+    auto p = plan_from_json(Json::parse(r.out).at("plan"));
+    EXPECT_TRUE(p.ok()) << (p.ok() ? "" : p.error().message);
+    return p.ok() ? *p : Plan{};
+  };
+  const Plan pp2 = best({"--pp", "2", "--schedule", "gpipe"});
+  EXPECT_EQ(pp2.train.pp, 2);
+  EXPECT_EQ(pp2.train.schedule, Schedule::kGpipe);
+  const Plan fp32 = best({"--dtype", "fp32", "--max-tp", "2"});
+  EXPECT_EQ(fp32.train.dtype, DType::kFp32);
+  for (const Stage& st : fp32.stages)
+    for (const LayerStrategy& l : st.layers) EXPECT_LE(l.tp, 2);
+  EXPECT_TRUE(best({"--uniform"}).uniform());
+
+  CliRun bad = run(with(small, {"--pp", "3"}));
+  EXPECT_EQ(bad.code, 2);
+  EXPECT_NE(bad.err.find("--pp: 3 does not divide the 8 GPUs"), std::string::npos) << bad.err;
+  CliRun sched = run(with(small, {"--schedule", "zigzag"}));
+  EXPECT_EQ(sched.code, 2);
+}
+
 }  // namespace
 }  // namespace weft::cli
