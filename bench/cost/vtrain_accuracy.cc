@@ -10,7 +10,8 @@
 // node, 800 Gb/s of network per node = 12.5 GB/s per GPU, as in vTrain's validation configs.
 //
 // Usage: weft_bench_vtrain [--dir DIR] [--gpu a100-80gb|a100-40gb] [--no-host-overhead] [--rows]
-//                          [--host-op-us X] [--host-function-us Y] [--calibrate "h1024 a16 L12 s1024"]
+//                          [--host-op-us X] [--host-function-us Y] [--compute-time-scale Z]
+//                          [--calibrate "h1024 a16 L12 s1024"]
 // --calibrate fits the two framework scales (host time, GPU kernel time) on one model's runs and
 // reports every other run with them: what a user with a few measured runs of their own framework
 // gets.
@@ -338,6 +339,8 @@ int main(int argc, char** argv) {
       opt.host_op_us = std::atof(argv[++i]);
     } else if (!std::strcmp(argv[i], "--host-function-us") && i + 1 < argc) {
       opt.host_function_us = std::atof(argv[++i]);
+    } else if (!std::strcmp(argv[i], "--compute-time-scale") && i + 1 < argc) {
+      opt.compute_time_scale = std::atof(argv[++i]);
     } else if (!std::strcmp(argv[i], "--calibrate") && i + 1 < argc) {
       calibrate_on = argv[++i];
     } else if (!std::strcmp(argv[i], "--rows")) {
@@ -345,7 +348,8 @@ int main(int argc, char** argv) {
     } else {
       std::fprintf(stderr,
                    "usage: weft_bench_vtrain [--dir DIR] [--gpu a100-80gb|a100-40gb] [--no-host-overhead] [--rows]\n"
-                   "                         [--host-op-us X] [--host-function-us Y] [--calibrate MODEL-KEY]\n"
+                   "                         [--host-op-us X] [--host-function-us Y] [--compute-time-scale Z]\n"
+                   "                         [--calibrate MODEL-KEY]\n"
                    "unknown argument: %s\n",
                    argv[i]);
       return 2;

@@ -29,7 +29,7 @@ void add_input_flags(CLI::App* cmd, InputFlags& f) {
   cmd->add_option("--host-function-us", f.host_function_us,
                   "Host time per Python autograd Function in us, for weft's analytic model (default 20)");
   cmd->add_option("--compute-time-scale", f.compute_time_scale,
-                  "Measured / modelled GPU kernel time, for weft's analytic model (default 1)");
+                  "In-training / best-case GPU kernel time, for weft's analytic model (default 1.165)");
 }
 
 namespace {

@@ -259,6 +259,7 @@ TEST(AnalyticTime, HostAndComputeScales) {
   Bench big("llama-2-7b", "a100-80gb");
   AnalyticOptions off, slow;
   off.framework_overhead = false;
+  off.compute_time_scale = 1.0;
   slow.framework_overhead = false;
   slow.compute_time_scale = 1.5;
   const LayerCost c = AnalyticCostModel(off).layer(big.layer(0), strat(1, 1));

@@ -26,9 +26,11 @@ struct AnalyticOptions {
   // instance from a measured profile) sets its own.
   double host_op_us = 7.0;
   double host_function_us = 20.0;
-  // Measured / modelled GPU kernel time (1 = the kernel model as documented). Calibration from
-  // measured runs sets it; nothing in weft's defaults does.
-  double compute_time_scale = 1.0;
+  // In-training GPU kernel time / the kernel model's isolated best case. The default, 1.165, is
+  // Galvatron's measured A100 Llama-2-7B layer forward (bf16, flash attention, seq 2048, batch 8
+  // and 12; reference/galvatron computation profile) over the kernel model's time for the same
+  // layer (docs/cost-model.md §2.5). Calibration from measured runs may set another.
+  double compute_time_scale = 1.165;
   CollectiveOptions comm;           // collective call latency and link efficiencies
 };
 
