@@ -1,14 +1,22 @@
 // Runtime throughput: a small GPT trained data-parallel on 1, 2 and 4 local ranks by the weft
 // runtime (weft launch + weft train, Gloo on CPU), against the same model, batch and optimizer in
 // PyTorch's Python DistributedDataParallel (bench/runtime/ddp_gpt.py on Debian's python3-torch).
+// weft runs twice per world size: with the gradient reduction overlapping backward (the default)
+// and with it after backward (--grad-overlap off).
 //
-//   weft_runtime_bench [--steps 12] [--warmup 2] [--worlds 1,2,4] [--no-ddp] [--python /usr/bin/python3]
+//   weft_runtime_bench [--steps 12] [--warmup 2] [--worlds 1,2,4] [--repeat 3] [--bucket-mb 25]
+//                      [--no-ddp] [--python /usr/bin/python3]
 //
-// Prints, per world size: tokens/s and mean step time of both, and the step-time ratio weft / DDP
-// (below 1: weft is faster). Per-rank batch 8 x 128 tokens (weak scaling); steps after the warm-up
-// are timed. One intra-op thread per rank in both.
+// Prints, per world size: tokens/s and step time of each configuration, the time rank 0 waited for
+// the gradient reduction after backward ("sync wait": what overlap hides), and the step-time ratios
+// weft / DDP with and without overlap (below 1: weft is faster). Per-rank batch 8 x 128 tokens
+// (weak scaling); steps after the warm-up are timed and averaged per run. The three
+// configurations run in rounds (their order rotating from round to round) and each figure is the
+// median over the --repeat rounds: on a shared machine whose speed drifts, back-to-back single
+// runs differ by tens of percent. One intra-op thread per rank in all runs.
 #include <sys/wait.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -23,7 +31,8 @@ namespace {
 using namespace weft;
 
 struct Config {
-  int steps = 12, warmup = 2;
+  int steps = 12, warmup = 2, repeat = 3;
+  double bucket_mb = 25;
   std::vector<int> worlds{1, 2, 4};
   bool ddp = true;
   std::string python = "/usr/bin/python3";
@@ -80,16 +89,18 @@ std::string capture(const std::string& cmd, int* status) {
 
 struct Figures {
   double step_s = 0, tokens_per_s = 0;
+  double sync_wait_s = 0;  // weft: rank 0's mean wait for the gradient reduction after backward
   bool ok = false;
 };
 
-Figures run_weft(const Config& c, int world, const std::string& dir) {
+Figures run_weft(const Config& c, int world, const std::string& dir, bool overlap) {
   const std::string plan = dir + "/plan" + std::to_string(world) + ".json";
   if (!write_plan_file(plan, dp_plan(world)).ok()) return {};
   std::string cmd;
   if (world > 1) cmd = std::string(WEFT_RT_DRIVER) + " launch -n " + std::to_string(world) + " -- ";
   cmd += std::string(WEFT_RT_DRIVER) + " train --plan " + plan + " --steps " + std::to_string(c.steps) +
-         " --format json --lr 3e-4 --warmup 0";
+         " --format json --lr 3e-4 --warmup 0 --bucket-mb " + std::to_string(c.bucket_mb) +
+         " --grad-overlap " + (overlap ? "on" : "off");
   int st = 0;
   const std::string out = capture(cmd, &st);
   Figures f;
@@ -101,6 +112,7 @@ Figures run_weft(const Config& c, int world, const std::string& dir) {
     if (line.rfind("[0] ", 0) == 0) line = line.substr(4);
     if (line.empty() || line[0] != '{') continue;
     const Json j = Json::parse(line, nullptr, false);
+    if (!j.is_discarded() && j.contains("mean_grad_sync_wait_s")) f.sync_wait_s = j["mean_grad_sync_wait_s"].get<double>();
     if (j.is_discarded() || !j.contains("step_time_s")) continue;
     if (j["step"].get<int>() > c.warmup) sum += j["step_time_s"].get<double>(), ++n;
   }
@@ -134,6 +146,21 @@ Figures run_ddp(const Config& c, int world) {
   return f;
 }
 
+// The run with the median step time (any failed run fails the figure).
+Figures median(std::vector<Figures> runs, int world) {
+  for (const Figures& f : runs)
+    if (!f.ok) return {};
+  if (runs.empty()) return {};
+  std::sort(runs.begin(), runs.end(), [](const Figures& x, const Figures& y) { return x.step_s < y.step_s; });
+  Figures m = runs[runs.size() / 2];
+  if (runs.size() % 2 == 0) m.step_s = (m.step_s + runs[runs.size() / 2 - 1].step_s) / 2;
+  m.tokens_per_s = static_cast<double>(kBatch) * world * kSeq / m.step_s;
+  std::sort(runs.begin(), runs.end(), [](const Figures& x, const Figures& y) { return x.sync_wait_s < y.sync_wait_s; });
+  m.sync_wait_s = runs[runs.size() / 2].sync_wait_s;
+  if (runs.size() % 2 == 0) m.sync_wait_s = (m.sync_wait_s + runs[runs.size() / 2 - 1].sync_wait_s) / 2;
+  return m;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -150,6 +177,8 @@ int main(int argc, char** argv) {
     if (a == "--steps") c.steps = std::stoi(next());
     else if (a == "--warmup") c.warmup = std::stoi(next());
     else if (a == "--no-ddp") c.ddp = false;
+    else if (a == "--bucket-mb") c.bucket_mb = std::stod(next());
+    else if (a == "--repeat") c.repeat = std::stoi(next());
     else if (a == "--python") c.python = next();
     else if (a == "--worlds") {
       c.worlds.clear();
@@ -165,22 +194,34 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "--steps must exceed --warmup\n");
     return 2;
   }
+  if (c.repeat < 1) {
+    std::fprintf(stderr, "--repeat must be at least 1\n");
+    return 2;
+  }
   const std::string dir = (std::filesystem::temp_directory_path() / "weft_runtime_bench").string();
   std::filesystem::create_directories(dir);
   std::printf("model: GPT %d layers, hidden %d, %d heads, ffn %d, vocab %d; %d x %d tokens per rank per step; "
-              "%d steps, first %d untimed\n",
-              kLayers, kHidden, kHeads, kFfn, kVocab, kBatch, kSeq, c.steps, c.warmup);
-  std::printf("%5s | %14s %10s | %14s %10s | %s\n", "ranks", "weft tokens/s", "weft s/step", "DDP tokens/s",
-              "DDP s/step", "step time weft/DDP");
+              "%d steps, first %d untimed; gradient buckets of at most %g MiB; median of %d rounds\n",
+              kLayers, kHidden, kHeads, kFfn, kVocab, kBatch, kSeq, c.steps, c.warmup, c.bucket_mb, c.repeat);
+  std::printf("%5s | %13s %7s %9s | %13s %7s %9s | %12s %7s | %s\n", "ranks", "weft tokens/s", "s/step",
+              "sync wait", "no-overlap", "s/step", "sync wait", "DDP tokens/s", "s/step",
+              "step time weft/DDP (overlap, no overlap)");
   int rc = 0;
   for (int w : c.worlds) {
-    const Figures a = run_weft(c, w, dir);
-    const Figures b = c.ddp ? run_ddp(c, w) : Figures{};
-    if (!a.ok || (c.ddp && !b.ok)) rc = 1;
-    char ratio[32] = "-";
-    if (a.ok && b.ok) std::snprintf(ratio, sizeof ratio, "%.2f", a.step_s / b.step_s);
-    std::printf("%5d | %14.0f %10.3f | %14.0f %10.3f | %s\n", w, a.tokens_per_s, a.step_s, b.tokens_per_s, b.step_s,
-                ratio);
+    std::vector<Figures> runs[3];  // overlap, no overlap, DDP
+    for (int r = 0; r < c.repeat; ++r)
+      for (int k = 0; k < 3; ++k) {
+        const int which = (k + r) % 3;
+        if (which == 2 && !c.ddp) continue;
+        runs[which].push_back(which == 2 ? run_ddp(c, w) : run_weft(c, w, dir, which == 0));
+      }
+    const Figures a = median(runs[0], w), n = median(runs[1], w), b = c.ddp ? median(runs[2], w) : Figures{};
+    if (!a.ok || !n.ok || (c.ddp && !b.ok)) rc = 1;
+    char ratio[64] = "-";
+    if (a.ok && n.ok && b.ok) std::snprintf(ratio, sizeof ratio, "%.2f, %.2f", a.step_s / b.step_s, n.step_s / b.step_s);
+    std::printf("%5d | %13.0f %7.3f %7.1fms | %13.0f %7.3f %7.1fms | %12.0f %7.3f | %s\n", w, a.tokens_per_s,
+                a.step_s, 1e3 * a.sync_wait_s, n.tokens_per_s, n.step_s, 1e3 * n.sync_wait_s, b.tokens_per_s,
+                b.step_s, ratio);
     std::fflush(stdout);
   }
   return rc;

@@ -46,6 +46,14 @@ void register_train_commands(CLI::App& app) {
       ->capture_default_str();
   t->add_option("--save-params", o->save_params, "Write the final parameters, consolidated, to this file");
   t->add_option("--threads", o->threads, "Intra-op threads per rank")->capture_default_str();
+  t->add_option("--device", o->device,
+                "auto (cuda:LOCAL_RANK when CUDA is available, else cpu), cpu or cuda (an error without CUDA)")
+      ->capture_default_str();
+  t->add_option("--bucket-mb", o->bucket_mb, "Data-parallel gradient bucket cap in MiB (as DDP's bucket_cap_mb)")
+      ->capture_default_str();
+  t->add_option("--grad-overlap", o->grad_overlap,
+                "on: reduce each gradient bucket during backward as soon as it is complete; off: after backward")
+      ->capture_default_str();
   t->add_option("--fault", o->fault, "Testing: RANK:STEP:MODE makes that rank exit|kill|hang|stop at that step")
       ->group("Testing");
   t->callback([o] {

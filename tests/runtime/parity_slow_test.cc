@@ -13,6 +13,15 @@ TEST(RuntimeParitySlow, Pipeline2xDp2TiedZero2Gpipe) {
   expect_parity(uniform(tiny_gpt(), 4, 2, strat(1, 2, 1, false, 2), {1, 3}, Schedule::kGpipe, 8, 2), "pp2dp2z2");
 }
 
+// Four shards and 1 KiB buckets: pieces of every size, including empty ones, per bucket.
+TEST(RuntimeParitySlow, Zero1Dp4SmallBuckets) {
+  expect_parity(uniform(tiny_gpt(), 4, 1, strat(1, 4, 1, false, 1)), "zero1dp4_buckets", " --bucket-mb 0.0009765625");
+}
+TEST(RuntimeParitySlow, Zero2Dp4SmallBucketsGqa) {
+  expect_parity(uniform(tiny_llama(), 4, 1, strat(1, 4, 1, false, 2)), "zero2dp4_buckets",
+                " --bucket-mb 0.0009765625");
+}
+
 TEST(RuntimeParitySlow, Dp2xTp2xPp2) {
   expect_parity(uniform(tiny_llama(), 8, 2, strat(2, 2, 1, true, 1), {2, 2}, Schedule::k1F1B, 8, 2), "dp2tp2pp2");
 }

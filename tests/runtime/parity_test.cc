@@ -11,6 +11,24 @@ TEST(RuntimeParity, Zero1Dp2) { expect_parity(uniform(tiny_gpt(), 2, 1, strat(1,
 TEST(RuntimeParity, Zero2Dp2) { expect_parity(uniform(tiny_gpt(), 2, 1, strat(1, 2, 1, false, 2)), "zero2"); }
 TEST(RuntimeParity, Zero3Dp2) { expect_parity(uniform(tiny_llama(), 2, 1, strat(1, 2, 1, false, 3)), "zero3"); }
 
+// Buckets of at most 1 KiB (256 floats): most parameters are a bucket of their own, the small ones
+// share one, and ZeRO buckets straddle shard boundaries (uneven reduce-scatter pieces, some empty).
+constexpr const char* kSmallBuckets = " --bucket-mb 0.0009765625";
+TEST(RuntimeParity, DataParallel2SmallBuckets) {
+  expect_parity(uniform(tiny_gpt(), 2, 1, strat(1, 2)), "dp2_buckets", kSmallBuckets);
+}
+TEST(RuntimeParity, Zero1Dp2SmallBuckets) {
+  expect_parity(uniform(tiny_llama(), 2, 1, strat(1, 2, 1, false, 1)), "zero1_buckets", kSmallBuckets);
+}
+TEST(RuntimeParity, Zero2Dp2SmallBuckets) {
+  expect_parity(uniform(tiny_gpt(), 2, 1, strat(1, 2, 1, false, 2)), "zero2_buckets", kSmallBuckets);
+}
+// The same buckets reduced after backward instead of during it.
+TEST(RuntimeParity, Zero2Dp2SmallBucketsNoOverlap) {
+  expect_parity(uniform(tiny_gpt(), 2, 1, strat(1, 2, 1, false, 2)), "zero2_no_overlap",
+                std::string(kSmallBuckets) + " --grad-overlap off");
+}
+
 TEST(RuntimeParity, TensorParallel2) { expect_parity(uniform(tiny_llama(), 2, 1, strat(2, 1)), "tp2"); }
 TEST(RuntimeParity, TensorParallel2SequenceParallel) {
   expect_parity(uniform(tiny_gpt(), 2, 1, strat(2, 1, 1, true)), "tp2sp");
@@ -36,6 +54,12 @@ TEST(RuntimeParity, RecomputeFullTp2Sp) {
 }
 TEST(RuntimeParity, RecomputeSelectiveUlysses2) {
   expect_parity(uniform(tiny_llama(), 2, 1, strat(1, 1, 2, false, 0, Recompute::kSelective)), "rc_sel");
+}
+// Full recompute runs the layer's gradient accumulators (and so the bucket hooks) inside the
+// re-entrant backward of each recomputed layer.
+TEST(RuntimeParity, RecomputeFullZero1Dp2SmallBuckets) {
+  expect_parity(uniform(tiny_gpt(), 2, 1, strat(1, 2, 1, false, 1, Recompute::kFull)), "rc_zero1_buckets",
+                kSmallBuckets);
 }
 TEST(RuntimeParity, RecomputeFullZero3) {
   expect_parity(uniform(tiny_gpt(), 2, 1, strat(1, 2, 1, false, 3, Recompute::kFull)), "rc_zero3");

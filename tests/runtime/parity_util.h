@@ -50,11 +50,12 @@ inline const Reference& reference(const Plan& p) {
   return cache.emplace(key, std::move(r)).first->second;
 }
 
-inline void expect_parity(const Plan& p, const std::string& name) {
+// `extra`: flags for the parallel run only (the reference runs with the defaults).
+inline void expect_parity(const Plan& p, const std::string& name, const std::string& extra = "") {
   const Reference& ref = reference(p);
   ASSERT_EQ(ref.run.losses.size(), static_cast<size_t>(kSteps)) << ref.run.output;
   const std::string dir = temp_dir(name);
-  const RunResult got = train_plan(p, dir, name, kSteps);
+  const RunResult got = train_plan(p, dir, name, kSteps, extra);
   ASSERT_EQ(got.status, 0) << got.output;
   ASSERT_EQ(got.losses.size(), static_cast<size_t>(kSteps)) << got.output;
   double worst_loss = 0;

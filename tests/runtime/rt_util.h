@@ -125,6 +125,7 @@ struct RunResult {
   int status = -1;           // exit code (128 + signal if killed)
   std::string output;        // stdout and stderr
   std::vector<double> losses, grad_norms, lrs;
+  Json summary;              // rank 0's final summary object (null if none was printed)
   double seconds = 0;
 };
 
@@ -153,10 +154,13 @@ inline RunResult run(const std::string& cmd) {
     std::string line = r.output.substr(pos, nl - pos);
     pos = nl + 1;
     if (line.rfind("[0] ", 0) == 0) line = line.substr(4);
-    if (line.empty() || line[0] != '{' || line.find("\"step\"") == std::string::npos) continue;
+    if (line.empty() || line[0] != '{' || line.find("\"step") == std::string::npos) continue;
     try {
       const Json j = Json::parse(line);
-      if (j.contains("summary")) continue;
+      if (j.contains("summary")) {
+        r.summary = j;
+        continue;
+      }
       r.losses.push_back(j.at("loss").get<double>());
       r.grad_norms.push_back(j.at("grad_norm").get<double>());
       r.lrs.push_back(j.at("lr").get<double>());

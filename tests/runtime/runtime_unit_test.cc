@@ -1,10 +1,11 @@
-// Torch-free parts of the runtime: pipeline schedules, the learning-rate schedule, token sources,
+// Torch-free parts of the runtime: pipeline schedules, the learning-rate schedule, gradient buckets, token sources,
 // parameter files, the torchrun environment and the plan checks.
 #include <cstdlib>
 #include <fstream>
 #include <set>
 
 #include "rt_util.h"
+#include "weft/runtime/buckets.h"
 #include "weft/runtime/data.h"
 #include "weft/runtime/schedule.h"
 #include "weft/runtime/support.h"
@@ -56,6 +57,36 @@ TEST(PipelineSchedule, InterleavedAndBadArgumentsThrow) {
   EXPECT_THROW(pipeline_actions(Schedule::kInterleaved, 2, 0, 4), std::invalid_argument);
   EXPECT_THROW(pipeline_actions(Schedule::k1F1B, 2, 2, 4), std::invalid_argument);
   EXPECT_THROW(pipeline_actions(Schedule::k1F1B, 2, 0, 0), std::invalid_argument);
+}
+
+TEST(GradBuckets, WholeParametersFromTheLastUpToTheCap) {
+  // Parameters of 4, 10, 3, 3 and 6 elements at offsets 0, 4, 14, 17, 20; buffer padded to 28; cap 9.
+  const auto b = bucket_ranges({4, 10, 3, 3, 6}, 28, 9);
+  // From the back: 6 + 3 = 9 fits, + 3 more does not: parameters 3-4 (and the padding). Then 3 alone
+  // (3 + 10 > 9), 10 alone (over the cap by itself), 4.
+  const std::vector<BucketRange> want{{17, 28, 3, 4}, {14, 17, 2, 2}, {4, 14, 1, 1}, {0, 4, 0, 0}};
+  EXPECT_EQ(b, want);
+  // The buckets tile the padded buffer.
+  int64_t covered = 0;
+  for (const auto& r : b) covered += r.end - r.begin;
+  EXPECT_EQ(covered, 28);
+  // A cap above everything: one bucket, padding included.
+  EXPECT_EQ(bucket_ranges({4, 10, 3}, 18, 1 << 20), (std::vector<BucketRange>{{0, 18, 0, 2}}));
+  // A cap of one element: one bucket per parameter, last first.
+  const auto each = bucket_ranges({2, 2, 2}, 6, 1);
+  ASSERT_EQ(each.size(), 3u);
+  EXPECT_EQ(each[0], (BucketRange{4, 6, 2, 2}));
+  EXPECT_EQ(each[2], (BucketRange{0, 2, 0, 0}));
+  EXPECT_THROW(bucket_ranges({4}, 4, 0), std::invalid_argument);
+  EXPECT_THROW(bucket_ranges({4, 4}, 6, 8), std::invalid_argument);
+}
+
+TEST(GradBuckets, ShardPiecesSplitABucketAtShardBoundaries) {
+  // A buffer of 4 shards of 5 elements; bucket [3, 12) covers 2 of shard 0, 5 of shard 1, 2 of shard 2.
+  EXPECT_EQ(shard_pieces(3, 12, 5, 4), (std::vector<int64_t>{2, 5, 2, 0}));
+  EXPECT_EQ(shard_pieces(0, 20, 5, 4), (std::vector<int64_t>{5, 5, 5, 5}));
+  EXPECT_EQ(shard_pieces(15, 20, 5, 4), (std::vector<int64_t>{0, 0, 0, 5}));
+  EXPECT_EQ(shard_pieces(6, 7, 5, 4), (std::vector<int64_t>{0, 1, 0, 0}));
 }
 
 TEST(LrSchedule, LinearWarmupThenHalfCosineToMin) {

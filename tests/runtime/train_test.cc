@@ -104,6 +104,47 @@ TEST(RuntimeTrain, TextFormatPrintsStepLinesAndASummary) {
   EXPECT_NE(r.output.find("done: 3 steps"), std::string::npos) << r.output;
 }
 
+// Asking for CUDA where there is none (this libtorch has no CUDA) is an error before anything
+// connects, with or without the launcher.
+TEST(RuntimeTrain, DeviceCudaWithoutCudaFailsClearly) {
+  const RunResult probe = run(driver() + " train --device cuda --steps 1");
+  if (probe.status == 0) GTEST_SKIP() << "CUDA is available to this libtorch";
+  EXPECT_EQ(probe.status, 2) << probe.output;
+  EXPECT_NE(probe.output.find("--device cuda: CUDA is not available"), std::string::npos) << probe.output;
+  const RunResult two = run(driver() + " launch -n 2 -- " + driver() + " train --device cuda --steps 1");
+  EXPECT_EQ(two.status, 2) << two.output;
+  // Whichever rank reports first; the launcher then stops the other.
+  EXPECT_NE(two.output.find("] weft: error: --device cuda: CUDA is not available"), std::string::npos) << two.output;
+}
+
+// The log says once in which dtype the run computes and communicates; a bf16 plan is run in fp32
+// with a warning saying so.
+TEST(RuntimeTrain, LogSaysOnceWhichDtypeTrainsAndCommunicates) {
+  const std::string dir = temp_dir("dtype");
+  Plan p = uniform(tiny_gpt(), 1, 1, strat(1, 1));
+  const std::string fp32 = write_plan(p, dir, "plan_a");
+  p.train.dtype = DType::kBf16;
+  const std::string bf16 = write_plan(p, dir, "plan_b");
+  auto count = [](const std::string& text, const std::string& what) {
+    size_t n = 0;
+    for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
+    return n;
+  };
+  RunResult r = run(driver() + " train --steps 1 --format text --plan " + fp32);
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_EQ(count(r.output, "precision: parameters, activations, gradients and collectives in fp32 on cpu (Gloo)"), 1u)
+      << r.output;
+  EXPECT_EQ(count(r.output, "fp32"), 1u) << r.output;
+  r = run(driver() + " train --steps 1 --format json --plan " + bf16);
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_EQ(count(r.output, "weft: warning: train.dtype bf16 runs in fp32: parameters, activations, gradients and "
+                            "collectives in fp32 on cpu (Gloo); Gloo has no bf16"),
+            1u)
+      << r.output;
+  EXPECT_EQ(count(r.output, "bf16"), 2u) << r.output;  // "train.dtype bf16" and "Gloo has no bf16", one line
+  std::filesystem::remove_all(dir);
+}
+
 // ---- checkpoints ----
 
 void check_resume(const Plan& p, const std::string& name) {
@@ -158,6 +199,66 @@ TEST(RuntimeCheckpoint, ResumeRefusesAnotherPlan) {
   EXPECT_EQ(r.status, 2) << r.output;
   EXPECT_NE(r.output.find("different plan"), std::string::npos) << r.output;
   std::filesystem::remove_all(dir);
+}
+
+// ---- the data-parallel gradient reduction ----
+
+RunResult train_summary(const Plan& p, const std::string& name, const std::string& extra) {
+  const std::string dir = temp_dir(name);
+  RunResult r = train_plan(p, dir, name, 3, extra);
+  std::filesystem::remove_all(dir);
+  return r;
+}
+
+int summary_int(const RunResult& r, const char* key) {
+  return r.summary.is_object() && r.summary.contains(key) ? r.summary[key].get<int>() : -1;
+}
+
+// The buckets' collectives start while backward is still running (the hooks on the gradient
+// accumulators launch them), in the last of two micro-batches; turning overlap off launches the
+// same buckets after backward and changes no bit of the result.
+TEST(RuntimeGradSync, BucketsAreLaunchedBeforeTheBackwardPassReturns) {
+  const Plan p = uniform(tiny_gpt(), 2, 1, strat(1, 2), {}, Schedule::k1F1B, 8, 2);
+  const std::string small = " --bucket-mb 0.0009765625";
+  const RunResult on = train_summary(p, "overlap_on", small);
+  ASSERT_EQ(on.status, 0) << on.output;
+  const int buckets = summary_int(on, "grad_buckets");
+  // 4 layers of 8 parameters over 1 KiB each, the embedding tables and the head: many buckets.
+  EXPECT_GT(buckets, 20) << on.summary.dump();
+  EXPECT_EQ(summary_int(on, "grad_buckets_launched_in_backward"), buckets) << on.summary.dump();
+
+  const RunResult off = train_summary(p, "overlap_off", small + " --grad-overlap off");
+  ASSERT_EQ(off.status, 0) << off.output;
+  EXPECT_EQ(summary_int(off, "grad_buckets"), buckets);
+  EXPECT_EQ(summary_int(off, "grad_buckets_launched_in_backward"), 0) << off.summary.dump();
+  EXPECT_EQ(off.losses, on.losses);
+  EXPECT_EQ(off.grad_norms, on.grad_norms);
+
+  // The default 25 MiB cap: one bucket per unit (wte, wpe, 4 layers, head), all launched in backward.
+  const RunResult dflt = train_summary(p, "overlap_default", "");
+  ASSERT_EQ(dflt.status, 0) << dflt.output;
+  EXPECT_EQ(summary_int(dflt, "grad_buckets"), 7) << dflt.summary.dump();
+  EXPECT_EQ(summary_int(dflt, "grad_buckets_launched_in_backward"), 7) << dflt.summary.dump();
+}
+
+// ZeRO-2 keeps only the owned shard of the gradient: after backward a rank of dp 2 holds half the
+// gradient (the shard), where ZeRO-1 holds the full buffer plus the shard and ZeRO-0 the full buffer.
+TEST(RuntimeGradSync, Zero2HoldsOnlyTheGradientShard) {
+  int64_t bytes[3] = {0, 0, 0};
+  for (int z = 0; z < 3; ++z) {
+    const RunResult r = train_summary(uniform(tiny_gpt(), 2, 1, strat(1, 2, 1, false, z)), "resident" + std::to_string(z),
+                                      " --bucket-mb 0.0009765625");
+    ASSERT_EQ(r.status, 0) << r.output;
+    ASSERT_TRUE(r.summary.contains("resident_grad_bytes")) << r.output;
+    bytes[z] = r.summary["resident_grad_bytes"].get<int64_t>();
+  }
+  // tiny_gpt: 64 x 32 table, 16 x 32 positions, the head's norm (64), and 4 layers of 8,544: two
+  // norms (2 x 64), q, k, v, o (4 x 32 x 32) with biases (4 x 32), fc1 64 x 32 + 64, fc2 32 x 64 + 32.
+  const int64_t params = 64 * 32 + 16 * 32 + 64 + 4 * 8544;
+  EXPECT_GE(bytes[0], 4 * params);
+  EXPECT_LE(bytes[0], 4 * (params + 7));  // each of the 7 units padded to an even length
+  EXPECT_EQ(bytes[0], 2 * bytes[2]);
+  EXPECT_EQ(bytes[1], 3 * bytes[2]);
 }
 
 // ---- failures ----
@@ -280,6 +381,15 @@ TEST(RuntimeBadInput, BadFlagsAndMissingData) {
   r = run(driver() + " train --resume");
   EXPECT_EQ(r.status, 2);
   EXPECT_NE(r.output.find("--resume needs --checkpoint-dir"), std::string::npos) << r.output;
+  r = run(driver() + " train --device tpu");
+  EXPECT_EQ(r.status, 2);
+  EXPECT_NE(r.output.find("--device: expected auto, cpu or cuda, got \"tpu\""), std::string::npos) << r.output;
+  r = run(driver() + " train --bucket-mb 0");
+  EXPECT_EQ(r.status, 2);
+  EXPECT_NE(r.output.find("--bucket-mb: must be positive, got 0"), std::string::npos) << r.output;
+  r = run(driver() + " train --grad-overlap later");
+  EXPECT_EQ(r.status, 2);
+  EXPECT_NE(r.output.find("--grad-overlap: expected on or off, got \"later\""), std::string::npos) << r.output;
 }
 
 // ---- data files ----

@@ -76,31 +76,10 @@ std::string tp_problem(const LayerGroup& g, int tp) {
 }
 
 Plan one_layer_plan(const ModelSpec& m, int mb, int seq, Recompute rc, int zero = 0) {
-  Plan p;
-  p.model = m;
-  p.cluster.name = "profile";
-  p.cluster.nodes = 1;
-  p.cluster.gpus_per_node = 1;
-  p.cluster.gpu.name = "cpu";
-  p.cluster.gpu.tflops_fp32 = 1;
-  p.cluster.gpu.memory_gib = std::max(1.0, memory_total_bytes() / 1073741824.0);
-  p.cluster.gpu.hbm_gbps = 1;
-  p.cluster.intra.gbps = 1;
-  p.cluster.inter.gbps = 1;
-  p.train.seq = seq;
-  p.train.global_batch = mb;
-  p.train.micro_batches = 1;
-  p.train.pp = 1;
-  p.train.dtype = DType::kFp32;
-  Stage st;
-  st.first_layer = 0;
   LayerStrategy s;
   s.recompute = rc;
   s.zero = zero;
-  st.layers = {s};
-  p.stages = {st};
-  p.embedding.zero = zero;
-  return p;
+  return single_process_plan(m, mb, seq, s, "profile");
 }
 
 // One model instance of a plan on a single rank (no process group).
@@ -245,7 +224,7 @@ Status profile_model(const ModelOptions& o) {
   prof.hostname = host_name();
   prof.threads = o.threads;
   prof.created = utc_now();
-  prof.runtime.grad_sync_overlaps_backward = false;
+  prof.runtime.grad_sync_overlaps_backward = true;
   prof.runtime.dtype = "fp32";
 
   // Distinct layer shapes (groups of one shape are measured once).

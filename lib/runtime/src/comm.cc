@@ -4,11 +4,16 @@
 //                     (same bytes on the wire as a ring reduce-scatter; bitwise equal to r0+r1+...)
 //   allgather_into  = list allgather into narrow() views of the flat output buffer.
 // Gloo has no ReduceOp::AVG and no bf16: callers sum fp32 and divide.
+// With a libtorch built with NCCL (USE_C10D_NCCL), NcclComm sends CUDA tensors through
+// ProcessGroupNCCL and its native _reduce_scatter_base / _allgather_base.
 #include "comm.h"
 
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
+#ifdef USE_C10D_NCCL
+#include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
+#endif
 
 #include <algorithm>
 #include <stdexcept>
@@ -32,6 +37,8 @@ Pending& Pending::operator=(Pending&& o) noexcept {
   return *this;
 }
 Pending::~Pending() = default;
+
+bool Pending::completed() const { return done_ || !work_ || work_->isCompleted(); }
 
 void Pending::wait() {
   if (done_) return;
@@ -65,6 +72,11 @@ class LocalComm final : public Comm {
   }
   at::Tensor reduce_scatter(const at::Tensor& in) override { return in.reshape({-1}).clone(); }
   Pending reduce_scatter_async(const at::Tensor& in, std::function<void(at::Tensor)> then) override {
+    then(in.reshape({-1}).clone());
+    return {};
+  }
+  Pending reduce_scatter_v_async(const at::Tensor& in, std::vector<int64_t>,
+                                 std::function<void(at::Tensor)> then) override {
     then(in.reshape({-1}).clone());
     return {};
   }
@@ -147,6 +159,23 @@ class GlooComm final : public Comm {
     return Pending(w, {flat, out}, [out, n, W, then = std::move(then)]() { then(out.view({W, n}).sum(0)); });
   }
 
+  // Pieces travel by an uneven alltoall_base (rank j sends piece i to rank i), then the W received
+  // pieces are summed in rank order, as in reduce_scatter_async.
+  Pending reduce_scatter_v_async(const at::Tensor& in, std::vector<int64_t> counts,
+                                 std::function<void(at::Tensor)> then) override {
+    const int W = size();
+    int64_t total = 0;
+    for (int64_t c : counts) total += c;
+    TORCH_CHECK(static_cast<int>(counts.size()) == W && total == in.numel(), "reduce_scatter_v: ", counts.size(),
+                " counts summing to ", total, " for ", in.numel(), " elements over ", W, " ranks");
+    at::Tensor flat = in.reshape({-1}).contiguous();
+    const int64_t n = counts[rank_];
+    at::Tensor out = at::empty({W * n}, flat.options());
+    std::vector<int64_t> out_splits(W, n);
+    auto w = pg_->alltoall_base(out, flat, out_splits, counts);
+    return Pending(w, {flat, out}, [out, n, W, then = std::move(then)]() { then(out.view({W, n}).sum(0)); });
+  }
+
   at::Tensor alltoall(const at::Tensor& in) override {
     TORCH_CHECK(in.dim() >= 1 && in.size(0) == size(), "alltoall: leading dimension ", in.size(0), " for ", size(),
                 " ranks");
@@ -175,9 +204,127 @@ class GlooComm final : public Comm {
   c10::intrusive_ptr<c10d::ProcessGroupGloo> pg_;
 };
 
+#ifdef USE_C10D_NCCL
+// CUDA tensors go through NCCL (native reduce-scatter and all-gather-into); CPU tensors (the loss
+// and norm statistics, checkpoint traffic) through the same ranks' Gloo group. Point-to-point
+// transfers are staged through host memory over Gloo: NCCL orders a pair's sends and receives on
+// one stream, so 1F1B's activations and gradients crossing in opposite directions would wait on each
+// other (Gloo sends never block). Built only against a libtorch with NCCL; weft's CPU build
+// machines compile and run none of it.
+class NcclComm final : public Comm {
+ public:
+  NcclComm(std::vector<int> ranks, int rank, c10::intrusive_ptr<c10d::ProcessGroupNCCL> pg, std::unique_ptr<Comm> cpu)
+      : Comm(ranks, rank, group_name(ranks)), pg_(std::move(pg)), cpu_(std::move(cpu)) {}
+
+  void allreduce_sum(at::Tensor& t) override { allreduce_sum_async(t).wait(); }
+
+  Pending allreduce_sum_async(at::Tensor t) override {
+    if (!t.is_cuda()) return cpu_->allreduce_sum_async(t);
+    std::vector<at::Tensor> v{t.contiguous()};
+    auto w = pg_->allreduce(v);
+    if (v[0].is_same(t)) return Pending(w, v);
+    at::Tensor dst = t, src = v[0];
+    return Pending(w, v, [dst, src]() mutable { dst.copy_(src); });
+  }
+
+  void allreduce_max(at::Tensor& t) override {
+    if (!t.is_cuda()) return cpu_->allreduce_max(t);
+    std::vector<at::Tensor> v{t.contiguous()};
+    c10d::AllreduceOptions o;
+    o.reduceOp = c10d::ReduceOp::MAX;
+    pg_->allreduce(v, o)->wait();
+    if (!v[0].is_same(t)) t.copy_(v[0]);
+  }
+
+  at::Tensor allgather(const at::Tensor& t) override {
+    if (!t.is_cuda()) return cpu_->allgather(t);
+    at::Tensor in = t.contiguous();
+    std::vector<int64_t> shape{size()};
+    for (auto d : in.sizes()) shape.push_back(d);
+    at::Tensor out = at::empty(shape, in.options());
+    pg_->_allgather_base(out, in)->wait();
+    return out;
+  }
+
+  Pending allgather_into_async(at::Tensor out, const at::Tensor& shard) override {
+    if (!out.is_cuda()) return cpu_->allgather_into_async(out, shard);
+    TORCH_CHECK(out.numel() == shard.numel() * size() && out.is_contiguous(), "allgather_into: output of ",
+                out.numel(), " elements for ", size(), " shards of ", shard.numel());
+    at::Tensor in = shard.reshape({-1}).clone();  // usually a view of `out`
+    auto w = pg_->_allgather_base(out, in);
+    return Pending(w, {in, out});
+  }
+
+  at::Tensor reduce_scatter(const at::Tensor& in) override {
+    at::Tensor result;
+    reduce_scatter_async(in, [&](at::Tensor r) { result = std::move(r); }).wait();
+    return result;
+  }
+
+  Pending reduce_scatter_async(const at::Tensor& in, std::function<void(at::Tensor)> then) override {
+    if (!in.is_cuda()) return cpu_->reduce_scatter_async(in, std::move(then));
+    TORCH_CHECK(in.numel() % size() == 0, "reduce_scatter: ", in.numel(), " elements over ", size(), " ranks");
+    at::Tensor flat = in.reshape({-1}).contiguous();
+    at::Tensor out = at::empty({flat.numel() / size()}, flat.options());
+    auto w = pg_->_reduce_scatter_base(out, flat);
+    return Pending(w, {flat, out}, [out, then = std::move(then)]() { then(out); });
+  }
+
+  // Equal pieces: the native reduce-scatter. Uneven ones (a gradient bucket straddling ZeRO shard
+  // boundaries): an uneven alltoall_base and a local sum, as on Gloo.
+  Pending reduce_scatter_v_async(const at::Tensor& in, std::vector<int64_t> counts,
+                                 std::function<void(at::Tensor)> then) override {
+    if (!in.is_cuda()) return cpu_->reduce_scatter_v_async(in, std::move(counts), std::move(then));
+    if (std::all_of(counts.begin(), counts.end(), [&](int64_t c) { return c == counts[0]; }))
+      return reduce_scatter_async(in, std::move(then));
+    const int W = size();
+    at::Tensor flat = in.reshape({-1}).contiguous();
+    const int64_t n = counts[rank_];
+    at::Tensor out = at::empty({W * n}, flat.options());
+    std::vector<int64_t> out_splits(W, n);
+    auto w = pg_->alltoall_base(out, flat, out_splits, counts);
+    return Pending(w, {flat, out}, [out, n, W, then = std::move(then)]() { then(out.view({W, n}).sum(0)); });
+  }
+
+  at::Tensor alltoall(const at::Tensor& in) override {
+    if (!in.is_cuda()) return cpu_->alltoall(in);
+    TORCH_CHECK(in.dim() >= 1 && in.size(0) == size(), "alltoall: leading dimension ", in.size(0), " for ", size(),
+                " ranks");
+    at::Tensor src = in.contiguous();
+    at::Tensor out = at::empty_like(src);
+    std::vector<int64_t> equal;
+    pg_->alltoall_base(out, src, equal, equal)->wait();
+    return out;
+  }
+
+  Pending send(const at::Tensor& t, int peer, int tag) override { return cpu_->send(t.to(at::kCPU), peer, tag); }
+
+  void recv(at::Tensor& t, int peer, int tag) override {
+    if (!t.is_cuda()) return cpu_->recv(t, peer, tag);
+    at::Tensor host = at::empty(t.sizes(), t.options().device(at::kCPU));
+    cpu_->recv(host, peer, tag);
+    t.copy_(host);
+  }
+
+  void barrier() override { cpu_->barrier(); }
+
+ private:
+  c10::intrusive_ptr<c10d::ProcessGroupNCCL> pg_;
+  std::unique_ptr<Comm> cpu_;
+};
+#endif
+
 bool is_loopback(const std::string& addr) { return addr.rfind("127.", 0) == 0 || addr == "localhost"; }
 
 }  // namespace
+
+bool nccl_compiled() {
+#ifdef USE_C10D_NCCL
+  return true;
+#else
+  return false;
+#endif
+}
 
 struct GroupSet::Impl {
   c10::intrusive_ptr<c10d::Store> store;
@@ -185,6 +332,8 @@ struct GroupSet::Impl {
 };
 
 GroupSet::GroupSet(const CommConfig& cfg) : cfg_(cfg), impl_(std::make_unique<Impl>()) {
+  if (cfg.cuda && cfg.world > 1 && !nccl_compiled())
+    throw std::invalid_argument("CUDA tensors across ranks need NCCL, and this libtorch was built without it");
   for (int r = 0; r < cfg.world; ++r) all_.push_back(r);
   if (cfg.world > 1) {
     c10d::TCPStoreOptions so;
@@ -214,7 +363,7 @@ c10::intrusive_ptr<c10d::Store> GroupSet::new_store_client() const {
   return c10::make_intrusive<c10d::TCPStore>(cfg_.master_addr, so);
 }
 
-void GroupSet::build(std::vector<std::vector<int>> groups) {
+void GroupSet::build(std::vector<std::vector<int>> groups, Channel ch) {
   for (auto& g : groups) {
     std::sort(g.begin(), g.end());
     g.erase(std::unique(g.begin(), g.end()), g.end());
@@ -223,29 +372,49 @@ void GroupSet::build(std::vector<std::vector<int>> groups) {
   groups.erase(std::unique(groups.begin(), groups.end()), groups.end());
   for (const auto& g : groups) {
     const auto it = std::find(g.begin(), g.end(), cfg_.rank);
-    if (it == g.end() || groups_.count(g)) continue;
+    const auto key = std::make_pair(ch, g);
+    if (it == g.end() || groups_.count(key)) continue;
     const int me = static_cast<int>(it - g.begin());
     if (g.size() == 1) {
-      groups_[g] = std::make_unique<LocalComm>(cfg_.rank);
+      groups_[key] = std::make_unique<LocalComm>(cfg_.rank);
       continue;
     }
     auto opts = c10d::ProcessGroupGloo::Options::create(cfg_.timeout);
     opts->devices.push_back(impl_->device);
     opts->threads = 1;
-    auto prefixed = c10::make_intrusive<c10d::PrefixStore>("weft/" + group_name(g), impl_->store);
+    const std::string prefix = std::string(ch == Channel::kGrad ? "weft/grad/" : "weft/") + group_name(g);
+    auto prefixed = c10::make_intrusive<c10d::PrefixStore>(prefix, impl_->store);
     auto pg = c10::make_intrusive<c10d::ProcessGroupGloo>(prefixed, me, static_cast<int>(g.size()), opts);
-    groups_[g] = std::make_unique<GlooComm>(g, me, std::move(pg));
+    auto gloo = std::make_unique<GlooComm>(g, me, std::move(pg));
+#ifdef USE_C10D_NCCL
+    if (cfg_.cuda) {
+      auto nopts = c10d::ProcessGroupNCCL::Options::create();
+      nopts->timeout = cfg_.timeout;
+      auto nstore = c10::make_intrusive<c10d::PrefixStore>(prefix + "/nccl", impl_->store);
+      auto npg = c10::make_intrusive<c10d::ProcessGroupNCCL>(nstore, me, static_cast<int>(g.size()), nopts);
+      groups_[key] = std::make_unique<NcclComm>(g, me, std::move(npg), std::move(gloo));
+      continue;
+    }
+#endif
+    groups_[key] = std::move(gloo);
   }
 }
 
-Comm& GroupSet::get(const std::vector<int>& ranks) {
-  std::vector<int> key = ranks;
-  std::sort(key.begin(), key.end());
-  auto it = groups_.find(key);
+bool GroupSet::has(const std::vector<int>& ranks, Channel ch) const {
+  std::vector<int> sorted = ranks;
+  std::sort(sorted.begin(), sorted.end());
+  return groups_.count(std::make_pair(ch, sorted)) > 0;
+}
+
+Comm& GroupSet::get(const std::vector<int>& ranks, Channel ch) {
+  std::vector<int> sorted = ranks;
+  std::sort(sorted.begin(), sorted.end());
+  auto it = groups_.find(std::make_pair(ch, sorted));
   if (it == groups_.end()) {
     std::string s;
-    for (int r : key) s += " " + std::to_string(r);
-    throw std::logic_error("process group {" + s + " } was not built on rank " + std::to_string(cfg_.rank));
+    for (int r : sorted) s += " " + std::to_string(r);
+    throw std::logic_error(std::string(ch == Channel::kGrad ? "gradient-channel " : "") + "process group {" + s +
+                           " } was not built on rank " + std::to_string(cfg_.rank));
   }
   return *it->second;
 }

@@ -27,6 +27,9 @@ class Pending {
   ~Pending();
   void wait();
   bool done() const { return done_; }
+  // Whether the operation has finished on the transport's side (wait() may still have to run the
+  // continuation). True for an empty Pending.
+  bool completed() const;
 
  private:
   c10::intrusive_ptr<c10d::Work> work_;
@@ -35,9 +38,10 @@ class Pending {
   bool done_ = true;
 };
 
-// A group of ranks. Tensors are float32/float64/int64 CPU tensors; inputs need not be contiguous.
-// Every member must call the same collectives in the same order. A group of size 1 performs no
-// communication. All calls throw c10::Error (wrapped by the caller) on a transport failure or a
+// A group of ranks. Tensors are float32/float64/int64 CPU tensors, or CUDA tensors in a job built
+// with CommConfig::cuda (then CUDA tensors go through NCCL, CPU ones through Gloo); inputs need not
+// be contiguous. Every member must call the same collectives in the same order. A group of size 1
+// performs no communication. All calls throw c10::Error (wrapped by the caller) on a transport failure or a
 // timeout; after either the group is unusable and the job must stop.
 class Comm {
  public:
@@ -61,6 +65,11 @@ class Comm {
   virtual at::Tensor reduce_scatter(const at::Tensor& in) = 0;
   // As reduce_scatter; `then` receives the result when wait() runs.
   virtual Pending reduce_scatter_async(const at::Tensor& in, std::function<void(at::Tensor)> then) = 0;
+  // Uneven reduce-scatter: `in` (flat, sum(counts) elements) is cut into size() consecutive pieces
+  // of counts[i] elements; member i receives the rank-order sum over members of piece i (counts[i]
+  // elements, possibly none), passed to `then` when wait() runs. Every member passes equal counts.
+  virtual Pending reduce_scatter_v_async(const at::Tensor& in, std::vector<int64_t> counts,
+                                         std::function<void(at::Tensor)> then) = 0;
   // Equal-split all-to-all over the leading dimension: in [size, ...] -> out [size, ...] where
   // out[j] on member i is in[i] of member j.
   virtual at::Tensor alltoall(const at::Tensor& in) = 0;
@@ -84,7 +93,19 @@ struct CommConfig {
   std::string master_addr = "127.0.0.1";
   int master_port = 29500;
   std::chrono::milliseconds timeout{60000};
+  // Each group also gets a ProcessGroupNCCL for CUDA tensors (needs a libtorch with NCCL:
+  // USE_C10D_NCCL; GroupSet throws otherwise). The current CUDA device must already be set.
+  bool cuda = false;
 };
+
+// Whether this libtorch was built with ProcessGroupNCCL (USE_C10D_NCCL).
+bool nccl_compiled();
+
+// A group of ranks can exist twice: the main channel carries every collective of the forward and
+// backward passes and the optimizer; the gradient channel is a second process group over the same
+// ranks for the bucketed gradient reduction alone, so the reductions launched during backward never
+// queue behind (or interleave with) the synchronous collectives of the backward pass itself.
+enum class Channel { kMain, kGrad };
 
 // The process groups of one rank. build() creates, in one global order that every rank computes
 // identically, every group in `groups` that this rank belongs to (groups it is not in are skipped;
@@ -94,8 +115,9 @@ class GroupSet {
  public:
   explicit GroupSet(const CommConfig& cfg);  // connects the store (rank 0 hosts it) when world > 1
   ~GroupSet();
-  void build(std::vector<std::vector<int>> groups);
-  Comm& get(const std::vector<int>& ranks);
+  void build(std::vector<std::vector<int>> groups, Channel ch = Channel::kMain);
+  Comm& get(const std::vector<int>& ranks, Channel ch = Channel::kMain);
+  bool has(const std::vector<int>& ranks, Channel ch = Channel::kMain) const;
   Comm& world() { return get(all_); }
   int rank() const { return cfg_.rank; }
   int world_size() const { return cfg_.world; }
@@ -110,7 +132,7 @@ class GroupSet {
   CommConfig cfg_;
   std::vector<int> all_;
   std::unique_ptr<Impl> impl_;
-  std::map<std::vector<int>, std::unique_ptr<Comm>> groups_;
+  std::map<std::pair<Channel, std::vector<int>>, std::unique_ptr<Comm>> groups_;
 };
 
 }  // namespace weft::runtime

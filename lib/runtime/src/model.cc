@@ -239,6 +239,21 @@ std::vector<std::vector<int>> plan_groups(const Plan& p) {
   return out;
 }
 
+std::vector<std::vector<int>> plan_grad_groups(const Plan& p) {
+  const int S = p.devices_per_stage();
+  const int pp = p.train.pp;
+  std::vector<std::vector<int>> out;
+  auto add = [&](const LayerStrategy& s, int stage) {
+    if (s.zero >= 3) return;
+    for (int j = 0; j < S; ++j) out.push_back(sync_group(stage * S + j, S, s));
+  };
+  for (int g = 0; g < pp; ++g) {
+    for (const LayerStrategy& s : p.stages[g].layers) add(s, g);
+    if (g == 0 || g == pp - 1) add(p.embedding, g);
+  }
+  return out;
+}
+
 // ---- Unit ----
 
 int64_t Unit::owned_begin() const { return spec.zero == 0 ? 0 : shard_rank * shard; }
@@ -265,8 +280,9 @@ at::Tensor Unit::owned_grad() {
 
 // ---- Model ----
 
-Model::Model(const Plan& p, int rank, GroupSet& groups, uint64_t seed)
-    : plan_(p), rank_(rank), S_(p.devices_per_stage()), groups_(groups) {
+Model::Model(const Plan& p, int rank, GroupSet& groups, uint64_t seed, at::Device device)
+    : plan_(p), device_(device), rank_(rank), S_(p.devices_per_stage()), groups_(groups) {
+  const at::TensorOptions on = at::TensorOptions().dtype(at::kFloat).device(device);
   stage_ = rank / S_;
   const int pp = p.train.pp;
   std::vector<int> stage_ranks;
@@ -290,6 +306,9 @@ Model::Model(const Plan& p, int rank, GroupSet& groups, uint64_t seed)
     Unit u;
     u.spec = std::move(spec);
     u.sync = &groups.get(u.spec.sync_ranks);
+    if (u.spec.zero < 3)
+      u.grad_sync = groups.has(u.spec.sync_ranks, Channel::kGrad) ? &groups.get(u.spec.sync_ranks, Channel::kGrad)
+                                                                 : u.sync;
     if (!u.spec.tied_ranks.empty()) u.tied = &groups.get(u.spec.tied_ranks);
     u.shard_rank = u.sync->rank();
     u.shard_size = u.sync->size();
@@ -313,27 +332,32 @@ Model::Model(const Plan& p, int rank, GroupSet& groups, uint64_t seed)
       if (ps.counted) count.narrow(0, ps.offset, ps.numel()).fill_(1);
     }
     if (u.spec.zero == 0 && u.shard_rank != 0) count.zero_();  // replicas count once
+    full_flat = full_flat.to(device);
+    decay = decay.to(device);
+    count = count.to(device);
     if (u.spec.zero < 3) {
       u.flat = full_flat;
-      u.grad = at::zeros({u.spec.padded}, at::kFloat);
+      if (u.spec.zero < 2) u.grad = at::zeros({u.spec.padded}, on);
       for (const auto& ps : u.spec.params) {
-        at::Tensor leaf = at::empty({0}, at::kFloat);
+        at::Tensor leaf = at::empty({0}, on);
         leaf.set_(u.flat.storage(), ps.offset, ps.local_shape, c10::contiguous_strides(ps.local_shape));
         leaf.requires_grad_(true);
-        at::Tensor g = at::empty({0}, at::kFloat);
-        g.set_(u.grad.storage(), ps.offset, ps.local_shape, c10::contiguous_strides(ps.local_shape));
-        leaf.mutable_grad() = g;
+        if (u.grad.defined()) {
+          at::Tensor g = at::empty({0}, on);
+          g.set_(u.grad.storage(), ps.offset, ps.local_shape, c10::contiguous_strides(ps.local_shape));
+          leaf.mutable_grad() = g;
+        }
         u.leaves.push_back(leaf);
       }
     } else {
       u.shard_leaf = full_flat.narrow(0, u.shard_rank * u.shard, u.shard).clone().requires_grad_(true);
     }
     if (u.spec.zero >= 1) {
-      u.shard_grad = at::zeros({u.shard}, at::kFloat);
+      u.shard_grad = at::zeros({u.shard}, on);
       if (u.spec.zero == 3) u.shard_leaf.mutable_grad() = u.shard_grad;
     }
-    u.m = at::zeros({u.owned_len()}, at::kFloat);
-    u.v = at::zeros({u.owned_len()}, at::kFloat);
+    u.m = at::zeros({u.owned_len()}, on);
+    u.v = at::zeros({u.owned_len()}, on);
     u.decay_mask = decay.narrow(0, u.owned_begin(), u.owned_len()).clone();
     u.count_mask = count.narrow(0, u.owned_begin(), u.owned_len()).clone();
     units_.push_back(std::move(u));
@@ -443,7 +467,7 @@ at::Tensor causal_attention(const std::vector<at::Tensor>& in) {
   }
   const int64_t T = q.size(2);
   at::Tensor s = at::matmul(q, k.transpose(-2, -1)) * (1.0 / std::sqrt(static_cast<double>(q.size(3))));
-  at::Tensor mask = at::ones({T, T}, at::TensorOptions().dtype(at::kBool)).triu(1);
+  at::Tensor mask = at::ones({T, T}, q.options().dtype(at::kBool)).triu(1);
   s = s.masked_fill(mask, -std::numeric_limits<float>::infinity());
   return at::matmul(at::softmax(s, -1), v).transpose(1, 2);  // [b, T, h, d]
 }
@@ -451,8 +475,9 @@ at::Tensor causal_attention(const std::vector<at::Tensor>& in) {
 // Rotary embedding (rotate-half form) for positions [pos0, pos0 + t) of x [b, t, h, d].
 at::Tensor rope(const at::Tensor& x, int64_t pos0) {
   const int64_t t = x.size(1), d = x.size(3), half = d / 2;
-  at::Tensor inv = at::pow(kRopeTheta, -at::arange(0, half, at::kDouble) * 2.0 / static_cast<double>(d));
-  at::Tensor ang = at::outer(at::arange(pos0, pos0 + t, at::kDouble), inv);  // [t, half]
+  const at::TensorOptions f64 = x.options().dtype(at::kDouble);
+  at::Tensor inv = at::pow(kRopeTheta, -at::arange(0, half, f64) * 2.0 / static_cast<double>(d));
+  at::Tensor ang = at::outer(at::arange(pos0, pos0 + t, f64), inv);  // [t, half]
   at::Tensor emb = at::cat({ang, ang}, -1);
   at::Tensor c = emb.cos().to(at::kFloat).view({1, t, 1, d});
   at::Tensor s = emb.sin().to(at::kFloat).view({1, t, 1, d});

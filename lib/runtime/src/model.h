@@ -1,6 +1,6 @@
 // The transformer as this rank holds it: parameters grouped into units (the embedding table, the
-// position table, each decoder layer, the head), each unit a flat buffer that is the bucket of the
-// data-parallel gradient reduction and the object ZeRO shards. Forward functions for GPT-2-style
+// position table, each decoder layer, the head), each unit a flat buffer that ZeRO shards and that
+// the data-parallel gradient reduction cuts into buckets (grad_sync.h). Forward functions for GPT-2-style
 // (LayerNorm, learned positions, GELU) and LLaMA-style (RMSNorm, RoPE, SwiGLU, GQA) decoders with
 // tensor, sequence (Megatron-SP, Ulysses) and data parallelism per layer.
 #pragma once
@@ -35,7 +35,7 @@ struct ParamSpec {
   int64_t numel() const;
 };
 
-// A bucket of parameters sharing one strategy (and so one gradient-sum group and ZeRO stage).
+// A group of parameters sharing one strategy (and so one gradient-sum group and ZeRO stage).
 struct UnitSpec {
   std::string name;                  // "wte", "wpe", "layers.3", "head"
   std::vector<ParamSpec> params;
@@ -54,11 +54,15 @@ std::vector<UnitSpec> unit_specs(const Plan& p, int rank);
 struct Unit {
   UnitSpec spec;
   Comm* sync = nullptr;
+  Comm* grad_sync = nullptr;         // zero < 3: the sync ranks' gradient channel (bucket reductions);
+                                     // the main channel's group if the channel was not built
   Comm* tied = nullptr;              // the pair of ranks holding the two copies of a tied table
   int shard_rank = 0, shard_size = 1;
   int64_t shard = 0;                 // padded / shard_size
   at::Tensor flat;                   // zero < 3: [padded] local parameters (leaves share it)
-  at::Tensor grad;                   // zero < 3: [padded] gradients (leaves' .grad share it)
+  at::Tensor grad;                   // zero 0, 1: [padded] gradients (leaves' .grad share it); zero 2
+                                     // keeps no full-size gradient (GradSync reduce-scatters each
+                                     // bucket as its gradients arrive and drops them)
   std::vector<at::Tensor> leaves;    // zero < 3: one per param
   at::Tensor shard_leaf;             // zero 3: [shard] the parameter shard (a leaf)
   at::Tensor shard_grad;             // zero >= 1: [shard] reduced gradient of the owned shard
@@ -97,8 +101,11 @@ struct TokenBlock {
 class Model {
  public:
   // Builds this rank's units and initialises every parameter from (seed, parameter name), so any
-  // plan starts from the same full model. All process groups the model needs must be built.
-  Model(const Plan& p, int rank, GroupSet& groups, uint64_t seed);
+  // plan starts from the same full model (generated on the CPU, then moved to `device`). All
+  // process groups the model needs must be built.
+  Model(const Plan& p, int rank, GroupSet& groups, uint64_t seed, at::Device device = at::kCPU);
+  // Where parameters, gradients, optimizer state and activations live.
+  at::Device device() const { return device_; }
 
   bool first_stage() const { return stage_ == 0; }
   bool last_stage() const { return stage_ == plan_.train.pp - 1; }
@@ -130,6 +137,7 @@ class Model {
   Unit* find_unit(const std::string& name);
 
   const Plan& plan_;
+  at::Device device_;
   int rank_ = 0, stage_ = 0, S_ = 1;
   GroupSet& groups_;
   std::vector<Unit> units_;
@@ -150,5 +158,8 @@ Layout layout_of(const LayerStrategy& s, int S);
 // strategy (weft/plan/rank_map.h): tp, ulysses, dp x ulysses (gradient sums / ZeRO), key/value
 // replicas, the stage, the tied-embedding pairs and the world.
 std::vector<std::vector<int>> plan_groups(const Plan& p);
+
+// The groups of the gradient channel (Channel::kGrad): the sync groups of every unit with zero < 3.
+std::vector<std::vector<int>> plan_grad_groups(const Plan& p);
 
 }  // namespace weft::runtime

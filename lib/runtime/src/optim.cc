@@ -1,6 +1,7 @@
 #include "optim.h"
 
 #include <cmath>
+#include <set>
 
 namespace weft::runtime {
 
@@ -11,42 +12,30 @@ void Optimizer::zero_grad() {
   }
 }
 
-void Optimizer::after_micro_batch() {
-  std::vector<Pending> pending;
-  for (Unit& u : model_.units()) {
-    if (u.spec.zero != 2) continue;
-    Unit* up = &u;
-    at::Tensor sent = u.grad.clone();
-    u.grad.zero_();
-    pending.push_back(u.sync->reduce_scatter_async(sent, [up](at::Tensor r) { up->shard_grad.add_(r); }));
-  }
-  for (auto& p : pending) p.wait();
-}
-
 void Optimizer::sync_grads() {
-  std::vector<Pending> pending;
-  for (Unit& u : model_.units()) {
-    if (u.sync->size() == 1) {
-      if (u.spec.zero == 1 || u.spec.zero == 2) {
-        if (u.spec.zero == 1) u.shard_grad.copy_(u.grad);
-        else u.shard_grad.add_(u.grad), u.grad.zero_();
-      }
-      continue;
-    }
-    if (u.spec.zero == 0) {
-      pending.push_back(u.sync->allreduce_sum_async(u.grad));
-    } else if (u.spec.zero == 1) {
-      Unit* up = &u;
-      pending.push_back(u.sync->reduce_scatter_async(u.grad, [up](at::Tensor r) { up->shard_grad.copy_(r); }));
-    }
-  }
-  for (auto& p : pending) p.wait();
+  grad_sync_->finish();
   for (Unit& u : model_.units()) {
     if (!u.tied) continue;
     at::Tensor g = u.owned_grad().contiguous();
     u.tied->allreduce_sum(g);
     u.owned_grad().copy_(g);
   }
+}
+
+int64_t Optimizer::resident_grad_bytes() {
+  std::set<const void*> seen;
+  int64_t bytes = 0;
+  auto add = [&](const at::Tensor& t) {
+    if (!t.defined() || !t.has_storage()) return;
+    if (seen.insert(t.storage().unsafeGetStorageImpl()).second) bytes += static_cast<int64_t>(t.storage().nbytes());
+  };
+  for (Unit& u : model_.units()) {
+    add(u.grad);
+    add(u.shard_grad);
+    for (const at::Tensor& l : u.leaves) add(l.grad());
+    if (u.shard_leaf.defined()) add(u.shard_leaf.grad());
+  }
+  return bytes;
 }
 
 double Optimizer::local_norm_sq() {

@@ -1,13 +1,18 @@
 // Gradient synchronisation and the optimizer over a Model's units.
-//   zero 0: gradients accumulate in the unit's flat buffer over micro-batches; one all-reduce per
-//           unit (bucket) per step; every replica runs the same AdamW update on the whole unit.
-//   zero 1: as zero 0 but a reduce-scatter; each rank updates its shard; an all-gather restores the
-//           full parameters.
-//   zero 2: the reduce-scatter runs after every micro-batch into a shard accumulator.
+//   zero 0: gradients accumulate in the unit's flat buffer over micro-batches; each bucket is
+//           all-reduced as soon as the last micro-batch's backward has finished it (GradSync);
+//           every replica runs the same AdamW update on the whole unit.
+//   zero 1: as zero 0 but each bucket is reduce-scattered onto the owned shard; each rank updates
+//           its shard; an all-gather restores the full parameters.
+//   zero 2: every micro-batch's gradients are reduce-scattered bucket by bucket during backward
+//           into a shard accumulator; no full-size gradient is kept.
 //   zero 3: parameters live only as shards; gather_shard's backward reduce-scatters per use.
 // A table tied across the first and last stage has its two copies' gradients summed.
 #pragma once
 
+#include <memory>
+
+#include "grad_sync.h"
 #include "model.h"
 
 namespace weft::runtime {
@@ -18,12 +23,19 @@ struct AdamWConfig {
 
 class Optimizer {
  public:
-  Optimizer(Model& m, AdamWConfig c) : model_(m), cfg_(c) {}
+  Optimizer(Model& m, AdamWConfig c, GradSyncOptions g = {})
+      : model_(m), cfg_(c), grad_sync_(std::make_unique<GradSync>(m, g)) {}
   void zero_grad();
-  // After a micro-batch's backward on this stage (zero 2 reduce-scatters here).
-  void after_micro_batch();
-  // After the last micro-batch: the data-parallel reduction and the tied-table sum.
+  // Around each micro-batch's backward on this stage; `last`: the step's last backward here. The
+  // data-parallel reduction runs during (and right after) these backward passes.
+  void begin_backward(bool last) { grad_sync_->begin_backward(last); }
+  void after_backward() { grad_sync_->end_backward(); }
+  // After the last micro-batch: waits for the data-parallel reduction; the tied-table sum.
   void sync_grads();
+  // Bytes of gradient storage this rank holds now (full buffers, shards, any parameter's own
+  // gradient), each storage counted once.
+  int64_t resident_grad_bytes();
+  const GradSync& grad_sync() const { return *grad_sync_; }
   // Sum of squares of this rank's share of the global gradient (each element counted on one rank).
   double local_norm_sq();
   // One AdamW step on every owned range with the gradients scaled by `grad_scale` (clipping), then
@@ -35,6 +47,7 @@ class Optimizer {
  private:
   Model& model_;
   AdamWConfig cfg_;
+  std::unique_ptr<GradSync> grad_sync_;
   int64_t t_ = 0;
 };
 

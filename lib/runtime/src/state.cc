@@ -14,7 +14,7 @@ namespace fs = std::filesystem;
 namespace {
 
 std::vector<float> to_vec(const at::Tensor& t) {
-  at::Tensor c = t.detach().to(at::kFloat).contiguous();
+  at::Tensor c = t.detach().to(at::kCPU, at::kFloat).contiguous();
   return std::vector<float>(c.data_ptr<float>(), c.data_ptr<float>() + c.numel());
 }
 
@@ -31,7 +31,7 @@ std::vector<at::Tensor> local_params(Unit& u) {
     for (auto& l : u.leaves) out.push_back(l.detach());
     return out;
   }
-  at::Tensor full = at::empty({u.spec.padded}, at::kFloat);
+  at::Tensor full = at::empty({u.spec.padded}, u.shard_grad.options());
   u.sync->allgather_into_async(full, u.shard_leaf.detach()).wait();
   for (const auto& p : u.spec.params) out.push_back(full.narrow(0, p.offset, p.numel()).view(p.local_shape));
   return out;

@@ -52,12 +52,14 @@ Status check_supported(const Plan& p) {
   return {};
 }
 
-std::vector<std::string> plan_warnings(const Plan& p) {
-  std::vector<std::string> out;
-  if (p.train.dtype != DType::kFp32)
-    out.push_back(std::string("train.dtype ") + to_string(p.train.dtype) +
-                  ": this runtime build computes in fp32 (CPU); master weights and Adam states are fp32 as planned");
-  return out;
+std::string precision_note(const Plan& p, const std::string& device) {
+  const std::string what = "parameters, activations, gradients and collectives in fp32 on " + device +
+                           (device == "cpu" ? " (Gloo)" : " (NCCL)");
+  if (p.train.dtype == DType::kFp32) return "precision: " + what;
+  return std::string("train.dtype ") + to_string(p.train.dtype) + " runs in fp32: " + what + "; " +
+         (device == "cpu" ? "Gloo has no bf16 and this CPU build computes in fp32"
+                          : "mixed precision is not implemented") +
+         "; master weights and Adam states are fp32 as planned";
 }
 
 namespace {

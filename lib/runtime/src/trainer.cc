@@ -5,7 +5,9 @@
 #include <unistd.h>
 
 #include <ATen/Parallel.h>
+#include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <torch/autograd.h>
+#include <torch/cuda.h>
 
 #include <algorithm>
 #include <atomic>
@@ -388,11 +390,46 @@ Status check_options(const TrainOptions& o) {
     return bad("--progress: expected auto, on or off, got \"" + o.progress + "\"");
   if (!(o.timeout_s > 0)) return bad("--timeout: must be positive, got " + std::to_string(o.timeout_s));
   if (o.threads < 1) return bad("--threads: must be at least 1, got " + std::to_string(o.threads));
+  if (!(o.bucket_mb > 0)) return bad("--bucket-mb: must be positive, got " + std::to_string(o.bucket_mb));
+  if (o.device != "auto" && o.device != "cpu" && o.device != "cuda")
+    return bad("--device: expected auto, cpu or cuda, got \"" + o.device + "\"");
+  if (o.grad_overlap != "on" && o.grad_overlap != "off")
+    return bad("--grad-overlap: expected on or off, got \"" + o.grad_overlap + "\"");
   if (!(o.lr >= 0)) return bad("--lr: must be positive, got " + std::to_string(o.lr));
   if (o.beta1 < 0 || o.beta1 >= 1 || o.beta2 < 0 || o.beta2 >= 1) return bad("--beta1/--beta2: must be in [0, 1)");
   if (o.checkpoint_every < 0) return bad("--checkpoint-every: must be >= 0");
   if (o.resume && o.checkpoint_dir.empty()) return bad("--resume needs --checkpoint-dir");
   return {};
+}
+
+std::string grad_sync_note(const GradSync& g, const TrainOptions& o) {
+  if (g.num_buckets() == 0) return "gradient sync: no data-parallel gradient reduction on this rank";
+  char b[192];
+  std::snprintf(b, sizeof b, "gradient sync: %d bucket%s of at most %g MiB on this rank, reduced %s", g.num_buckets(),
+                g.num_buckets() == 1 ? "" : "s", o.bucket_mb,
+                o.grad_overlap == "on" ? "during backward as each completes" : "after backward");
+  return b;
+}
+
+// cpu; cuda:LOCAL_RANK; auto: cuda when a GPU is usable (and, with more than one rank, the
+// libtorch has NCCL), else cpu. A `cuda` request that cannot be met is an error naming why.
+Result<at::Device> pick_device(const std::string& want, const DistEnv& env) {
+  if (want == "cpu") return at::Device(at::kCPU);
+  const bool cuda = torch::cuda::is_available();
+  const bool comm_ok = env.world == 1 || nccl_compiled();
+  if (want == "auto" && !(cuda && comm_ok)) return at::Device(at::kCPU);
+  if (!cuda)
+    return Error{ErrorKind::kBadInput, "--device cuda: CUDA is not available to this process "
+                                       "(torch::cuda::is_available() is false: a libtorch built without CUDA, "
+                                       "no GPU, or none visible); use --device cpu or auto"};
+  if (!comm_ok)
+    return Error{ErrorKind::kBadInput, "--device cuda: " + std::to_string(env.world) +
+                                           " ranks on CUDA need NCCL, and this libtorch was built without it"};
+  const int64_t n = static_cast<int64_t>(torch::cuda::device_count());
+  if (env.local_rank >= n)
+    return Error{ErrorKind::kBadInput, "--device cuda: LOCAL_RANK " + std::to_string(env.local_rank) + " but only " +
+                                           std::to_string(n) + " CUDA device(s) are visible"};
+  return at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(env.local_rank));
 }
 
 // Everything that lives while the job runs; on a failure it is deliberately leaked so that no
@@ -433,6 +470,13 @@ Status train(const TrainOptions& o) {
     data = std::move(src).value();
   }
   set_threads(o.threads);
+  auto device_r = pick_device(o.device, env);
+  if (!device_r.ok()) return device_r.error();
+  const at::Device device = device_r.value();
+  const std::string device_name = device.is_cuda() ? "cuda" : "cpu";
+  // The rank's GPU becomes the current device of this thread (NCCL communicators and every CUDA
+  // allocation follow it).
+  if (device.is_cuda()) c10::impl::getDeviceGuardImpl(at::kCUDA)->setDevice(device);
   const std::string plan_hash = json_hash(to_json(plan));
   Reporter rep(o, o.steps, rank == 0);
 
@@ -457,10 +501,12 @@ Status train(const TrainOptions& o) {
   cfg.master_addr = env.master_addr;
   cfg.master_port = env.master_port;
   cfg.timeout = std::chrono::milliseconds(static_cast<int64_t>(o.timeout_s * 1000));
+  cfg.cuda = device.is_cuda();
   try {
     job.groups = std::make_unique<GroupSet>(cfg);
     if (env.world > 1) job.watchdog = std::make_unique<Watchdog>(*job.groups, o.timeout_s);
     job.groups->build(plan_groups(plan));
+    job.groups->build(plan_grad_groups(plan), Channel::kGrad);
   } catch (const std::exception& e) {
     return fail("could not form the job of " + std::to_string(env.world) + " ranks through " + env.master_addr + ":" +
                 std::to_string(env.master_port) + ": " + e.what());
@@ -468,9 +514,11 @@ Status train(const TrainOptions& o) {
 
   int start_step = 0;
   try {
-    job.model = std::make_unique<Model>(plan, rank, *job.groups, o.seed);
-    job.opt = std::make_unique<Optimizer>(
-        *job.model, AdamWConfig{o.beta1, o.beta2, o.eps, o.weight_decay});
+    job.model = std::make_unique<Model>(plan, rank, *job.groups, o.seed, device);
+    GradSyncOptions gs;
+    gs.bucket_bytes = std::max<int64_t>(1, static_cast<int64_t>(o.bucket_mb * 1024.0 * 1024.0));
+    gs.overlap = o.grad_overlap == "on";
+    job.opt = std::make_unique<Optimizer>(*job.model, AdamWConfig{o.beta1, o.beta2, o.eps, o.weight_decay}, gs);
     if (o.resume) {
       auto st = load_checkpoint(o.checkpoint_dir, *job.model, *job.opt, rank, env.world, plan_hash);
       if (!st.ok()) return st.error();
@@ -504,10 +552,12 @@ Status train(const TrainOptions& o) {
       << plan.train.global_batch << " x seq " << seq << " in " << m << " micro-batch" << (m > 1 ? "es" : "")
       << "; data: " << data->describe();
     rep.line(h.str());
-    for (const auto& w : plan_warnings(plan)) rep.line("weft: warning: " + w);
+    rep.line((plan.train.dtype == DType::kFp32 ? "" : "weft: warning: ") + precision_note(plan, device_name));
+    rep.line(grad_sync_note(opt.grad_sync(), o));
     if (start_step > 0) rep.line("resumed from step " + std::to_string(start_step) + " in " + o.checkpoint_dir);
   } else if (rank == 0) {
-    for (const auto& w : plan_warnings(plan)) std::fprintf(stderr, "weft: warning: %s\n", w.c_str());
+    std::fprintf(stderr, "%s%s\n", plan.train.dtype == DType::kFp32 ? "weft: " : "weft: warning: ",
+                 precision_note(plan, device_name).c_str());
   }
 
   LrSchedule lrs;
@@ -524,6 +574,9 @@ Status train(const TrainOptions& o) {
   const TokenBlock blk = model.token_block();
   const int64_t bl = pmb / blk.batch_parts, tl = seq / blk.seq_parts;
   const auto actions = pipeline_actions(plan.train.schedule, pp, stage, static_cast<int>(m));
+  size_t last_backward = 0;  // the step's last backward on this stage: zero 0/1 reduce during it
+  for (size_t i = 0; i < actions.size(); ++i)
+    if (actions[i].kind == PipeAction::kBackward) last_backward = i;
 
   // Tokens (inputs) or targets of micro-batch k of `step` for this rank's block.
   auto batch = [&](int step, int k, bool targets) {
@@ -533,12 +586,14 @@ Status train(const TrainOptions& o) {
       data->sample(step, k * pmb + blk.batch_idx * bl + j, seq + 1, buf.data());
       std::copy_n(buf.data() + blk.seq_idx * tl + (targets ? 1 : 0), tl, t[j].data_ptr<int64_t>());
     }
-    return t;
+    return t.to(device);
   };
 
   double total_time = 0, timed = 0;
   int timed_steps = 0;
   double last_loss = 0;
+  int64_t resident_grad_bytes = 0;
+  double timed_grad_wait = 0;  // time spent waiting for the gradient reduction after backward
   const auto run_start = Clock::now();
   try {
     for (int step = start_step + 1; step <= o.steps; ++step) {
@@ -549,14 +604,15 @@ Status train(const TrainOptions& o) {
       std::vector<at::Tensor> xin(m), yout(m);
       std::vector<Pending> sends;
       double loss_sum = 0;
-      for (const PipeAction& a : actions) {
+      for (size_t ai = 0; ai < actions.size(); ++ai) {
+        const PipeAction& a = actions[ai];
         const int k = a.micro_batch;
         if (a.kind == PipeAction::kForward) {
           at::Tensor x;
           if (model.first_stage()) {
             x = model.embed(batch(step, k, false));
           } else {
-            x = at::empty(model.input_shape(), at::kFloat);
+            x = at::empty(model.input_shape(), at::TensorOptions().dtype(at::kFloat).device(device));
             world.recv(x, prev_rank, 2 * k);
             x.requires_grad_(true);
             xin[k] = x;
@@ -571,10 +627,11 @@ Status train(const TrainOptions& o) {
             yout[k] = y;
           }
         } else {
+          opt.begin_backward(ai == last_backward);
           if (model.last_stage()) {
             yout[k].backward();
           } else {
-            at::Tensor dy = at::empty(yout[k].sizes(), at::kFloat);
+            at::Tensor dy = at::empty(yout[k].sizes(), yout[k].options());
             world.recv(dy, next_rank, 2 * k + 1);
             torch::autograd::backward({yout[k]}, {dy});
           }
@@ -584,11 +641,12 @@ Status train(const TrainOptions& o) {
           }
           xin[k] = at::Tensor();
           yout[k] = at::Tensor();
-          opt.after_micro_batch();
+          opt.after_backward();
         }
       }
       for (auto& s : sends) s.wait();
       opt.sync_grads();
+      if (step == o.steps) resident_grad_bytes = opt.resident_grad_bytes();
       at::Tensor stats = at::zeros({2}, at::kDouble);
       stats[0] = model.counts_loss() ? loss_sum : 0.0;
       stats[1] = opt.local_norm_sq();
@@ -607,7 +665,8 @@ Status train(const TrainOptions& o) {
       rep.step(s);
       last_loss = loss;
       total_time += dt;
-      if (step > start_step + 1 || o.steps == start_step + 1) timed += dt, ++timed_steps;
+      if (step > start_step + 1 || o.steps == start_step + 1)
+        timed += dt, ++timed_steps, timed_grad_wait += opt.grad_sync().stats().wait_s;
       const bool last = step == o.steps;
       if (!o.checkpoint_dir.empty() && (last || (o.checkpoint_every > 0 && step % o.checkpoint_every == 0))) {
         Status cs = save_checkpoint(o.checkpoint_dir, step, model, opt, groups, plan_hash, o.keep_checkpoints);
@@ -639,7 +698,12 @@ Status train(const TrainOptions& o) {
            {"mean_tokens_per_s", mean > 0 ? static_cast<double>(tokens_per_step) / mean : 0.0},
            {"total_time_s", seconds_since(run_start)},
            {"world_size", env.world},
-           {"tokens_per_step", tokens_per_step}};
+           {"tokens_per_step", tokens_per_step},
+           {"grad_buckets", opt.grad_sync().stats().buckets},
+           {"grad_buckets_launched_in_backward", opt.grad_sync().stats().launched_in_backward},
+           {"grad_buckets_done_in_backward", opt.grad_sync().stats().done_in_backward},
+           {"mean_grad_sync_wait_s", timed_steps > 0 ? timed_grad_wait / timed_steps : 0.0},
+           {"resident_grad_bytes", resident_grad_bytes}};
   rep.summary(sum);
   (void)total_time;
   return {};

@@ -17,8 +17,11 @@ namespace weft::runtime {
 // dp, zero, recompute and pp (gpipe / 1f1b, uneven stages, layer-wise layouts) is executed.
 Status check_supported(const Plan& p);
 
-// Settings the runtime adjusts rather than refuses (the dtype on a CPU build), one line each.
-std::vector<std::string> plan_warnings(const Plan& p);
+// The one log line saying in which dtype the run actually computes and communicates, on `device`
+// ("cpu" or "cuda"). Everything runs in fp32: on CPU because Gloo has no bf16 (and CPU bf16 matmuls
+// are slow), on CUDA because mixed precision is not implemented; a plan asking for bf16 or fp16 is
+// therefore adjusted, not refused, and the line then starts with "train.dtype ..." (a warning).
+std::string precision_note(const Plan& p, const std::string& device);
 
 // The process's place in the job, read like torchrun: RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR,
 // MASTER_PORT; with fallbacks for mpirun (OMPI_COMM_WORLD_RANK / _SIZE / _LOCAL_RANK) and srun

@@ -37,6 +37,11 @@ struct TrainOptions {
   double timeout_s = 60;       // a peer silent this long is declared dead; collective timeout
   std::string save_params;     // write the consolidated final parameters (weft-params file)
   int threads = 1;             // intra-op threads per rank (torch and OpenBLAS)
+  std::string device = "auto"; // auto (cuda:LOCAL_RANK when CUDA and NCCL are usable, else cpu) | cpu |
+                               // cuda (an error when CUDA is not available)
+  double bucket_mb = 25;       // data-parallel gradient bucket cap in MiB (PyTorch DDP's default)
+  std::string grad_overlap = "on";  // on: reduce each bucket during backward as it completes; off:
+                                    // after backward returns (same buckets, same results)
   std::string fault;           // testing: "RANK:STEP:MODE", MODE = exit | kill | hang | stop
 };
 
