@@ -309,7 +309,9 @@ LayerCost CalibratedCostModel::layer_noted(const LayerContext& ctx, const LayerS
   const double rc_comm = s.recompute == Recompute::kFull ? tp_f + uly : 0.0;
   const double comm_f = tp_f + uly + cp_comm / 2 + ep_comm / 2;
   const double comm_b = tp_b + uly + cp_comm / 2 + ep_comm / 2 + rc_comm;
-  const bool overlap = analytic_.options().overlap_grad_sync;
+  // The profiled runtime overlaps its bucketed gradient reductions (ZeRO 0-2) with backward when
+  // grad_sync_overlaps_backward; ZeRO-3's gathers and reduce-scatters block (docs/runtime.md).
+  const bool overlap = analytic_.options().overlap_grad_sync && s.zero < 3;
   const double slow = analytic_.options().overlap_slowdown;
   double fwd = 0, bwd = 0;
   if (overlap) {
@@ -487,7 +489,7 @@ LayerCost CalibratedCostModel::stage_extra_noted(const StageContext& ctx, const 
   }
 
   LayerCost out;
-  const bool overlap = analytic_.options().overlap_grad_sync;
+  const bool overlap = analytic_.options().overlap_grad_sync && emb.zero < 3;  // as for layers
   const double slow = analytic_.options().overlap_slowdown;
   out.fwd = Seconds(overlap ? overlapped(fwd + tp_f, mb_f, slow) : fwd + tp_f + mb_f);
   out.bwd = Seconds(overlap ? overlapped(bwd + tp_b, mb_b, slow) : bwd + tp_b + mb_b);

@@ -238,22 +238,7 @@ CollectiveEntry time_collective(Ctx& cx, Collective k, const Shape& sh, std::vec
 // layers, head and loss, backward, AdamW.
 void warm_up_runtime() {
   const ModelSpec m = runtime::builtin_model();
-  Plan p;
-  p.model = m;
-  p.cluster.name = "warm-up";
-  p.cluster.nodes = 1;
-  p.cluster.gpus_per_node = 1;
-  p.cluster.gpu.name = "cpu";
-  p.cluster.gpu.tflops_fp32 = 1;
-  p.cluster.gpu.memory_gib = 1;
-  p.cluster.gpu.hbm_gbps = 1;
-  p.cluster.intra.gbps = 1;
-  p.train.seq = 32;
-  p.train.global_batch = 2;
-  p.train.dtype = DType::kFp32;
-  Stage st;
-  st.layers.assign(m.num_layers(), LayerStrategy{});
-  p.stages = {st};
+  const Plan p = single_process_plan(m, 2, 32, LayerStrategy{}, "warm-up");
   GroupSet local(runtime::CommConfig{});
   local.build(runtime::plan_groups(p));
   runtime::Model model(p, 0, local, 1);
@@ -284,21 +269,7 @@ struct LayerWork {
     g.shape.head_dim = 64;
     g.shape.ffn = 1024;
     m.groups = {g};
-    plan.model = m;
-    plan.cluster.name = "sharing";
-    plan.cluster.nodes = 1;
-    plan.cluster.gpus_per_node = 1;
-    plan.cluster.gpu.name = "cpu";
-    plan.cluster.gpu.tflops_fp32 = 1;
-    plan.cluster.gpu.memory_gib = 1;
-    plan.cluster.gpu.hbm_gbps = 1;
-    plan.cluster.intra.gbps = 1;
-    plan.train.seq = 128;
-    plan.train.global_batch = 4;
-    plan.train.dtype = DType::kFp32;
-    Stage st;
-    st.layers = {LayerStrategy{}};
-    plan.stages = {st};
+    plan = single_process_plan(m, 4, 128, LayerStrategy{}, "sharing");
     local = std::make_unique<GroupSet>(runtime::CommConfig{});
     local->build(runtime::plan_groups(plan));
     model = std::make_unique<runtime::Model>(plan, 0, *local, 1);

@@ -3,6 +3,7 @@
 #include <malloc.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <ctime>
 #include <fstream>
@@ -116,6 +117,32 @@ void Progress::finish() {
     draw();
     std::fprintf(stderr, "\n");
   }
+}
+
+Plan single_process_plan(const ModelSpec& m, int samples, int seq, const LayerStrategy& layer,
+                         const std::string& name) {
+  Plan p;
+  p.model = m;
+  p.cluster.name = name;
+  p.cluster.nodes = 1;
+  p.cluster.gpus_per_node = 1;
+  p.cluster.gpu.name = "cpu";
+  p.cluster.gpu.tflops_fp32 = 1;
+  p.cluster.gpu.memory_gib = std::max(1.0, memory_total_bytes() / 1073741824.0);
+  p.cluster.gpu.hbm_gbps = 1;
+  p.cluster.intra.gbps = 1;
+  p.cluster.inter.gbps = 1;
+  p.train.seq = seq;
+  p.train.global_batch = samples;
+  p.train.micro_batches = 1;
+  p.train.pp = 1;
+  p.train.dtype = DType::kFp32;
+  Stage st;
+  st.first_layer = 0;
+  st.layers.assign(m.num_layers(), layer);
+  p.stages = {st};
+  p.embedding.zero = layer.zero;
+  return p;
 }
 
 }  // namespace weft::profiler

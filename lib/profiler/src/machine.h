@@ -1,9 +1,11 @@
-// Facts about the machine and this process, read from the operating system, and the progress
-// display. Torch-free.
+// Facts about the machine and this process, read from the operating system, the progress
+// display, and the one-process plan the profiler runs the runtime's code under. Torch-free.
 #pragma once
 
 #include <chrono>
 #include <string>
+
+#include "weft/plan/plan.h"
 
 namespace weft::profiler {
 
@@ -15,6 +17,12 @@ double memory_available_bytes();// /proc/meminfo MemAvailable
 double resident_bytes();        // this process's VmRSS
 double heap_in_use_bytes();     // glibc allocator: bytes handed out (arena + mmapped chunks)
 std::string utc_now();          // ISO 8601, seconds
+
+// A plan that runs all of `m` in this one process (a 1 x 1 CPU "cluster" with this machine's
+// memory): `samples` per step in one micro-batch of `seq` tokens, fp32, every layer under `layer`
+// and the embedding / head under its ZeRO stage. `name` labels the cluster.
+Plan single_process_plan(const ModelSpec& m, int samples, int seq, const LayerStrategy& layer,
+                         const std::string& name);
 
 // A progress display for `total` steps on stderr: a bar redrawn in place when `mode` is "on", or
 // "auto" and stderr is a terminal; otherwise one line per `note()` call (none for tick()). Only
