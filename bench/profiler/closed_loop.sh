@@ -99,15 +99,13 @@ layerwise() {
     --model-profile "$OUT/layers.json" --out "$OUT/plans/$name.json" --format json >/dev/null
   echo "$name $n" >>"$OUT/cases"
 }
-# planner NAME WORLD: weft plan's best plan for the measured machine.
+# planner NAME WORLD: weft plan's best plan for the measured machine, searched in fp32 (the dtype
+# the CPU runtime trains in).
 planner() {
   local name=$1 n=$2
   if "$WEFT" plan --model "$MODEL" --hardware-profile "$OUT/hw$n.json" --model-profile "$OUT/layers.json" \
-    --seq "$SEQ" --global-batch "$BATCH" --out "$OUT/plans/$name.raw.json" --format json >"$OUT/plans/$name.search.json"; then
-    # Re-cost as fp32, the dtype the CPU runtime trains in (the search's default is bf16).
-    jq '.train.dtype = "fp32"' "$OUT/plans/$name.raw.json" >"$OUT/plans/$name.fp32.json"
-    "$WEFT" estimate --plan "$OUT/plans/$name.fp32.json" --hardware-profile "$OUT/hw$n.json" \
-      --model-profile "$OUT/layers.json" --out "$OUT/plans/$name.json" --format json >/dev/null
+    --seq "$SEQ" --global-batch "$BATCH" --dtype fp32 --out "$OUT/plans/$name.json" --format json \
+    >"$OUT/plans/$name.search.json"; then
     echo "$name $n" >>"$OUT/cases"
   else
     say "weft plan failed for $n ranks; no planner case"
