@@ -6,7 +6,7 @@
 #   bench/profiler/closed_loop.sh              # everything; about 10 minutes on 2 cores
 #   WORLDS=4 STEPS=20 bench/profiler/closed_loop.sh
 #
-# Environment: BUILD (a build with -DWEFT_WITH_TORCH=ON; default build-profiler), OUT (work folder,
+# Environment: BUILD (a build with -DWEFT_WITH_TORCH=ON, e.g. scripts/setup's; default build), OUT (work folder,
 # default /tmp/weft-closed-loop), WORLDS ("2 4"), STEPS (16 optimizer steps per run; the runtime's
 # mean leaves out the first), SEQ (128), BATCH (16 samples per step), REUSE=1 (keep profiles found
 # in OUT). Measured memory is the peak resident set size (RSS) of each rank's process, from
@@ -15,7 +15,7 @@ set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
-BUILD=${BUILD:-$root/build-profiler}
+BUILD=${BUILD:-$root/build}
 WEFT=$(cd "$BUILD/bin" && pwd)/weft
 PREDICT=$(cd "$BUILD/bin" && pwd)/weft_profile_predict
 OUT=${OUT:-/tmp/weft-closed-loop}

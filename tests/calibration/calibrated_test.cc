@@ -204,6 +204,40 @@ TEST(Calibrated, ComputeSharingScalesMeasuredCompute) {
   EXPECT_DOUBLE_EQ(c.bwd.value(), 0.030);
 }
 
+// Two ranks as a 2-stage pipeline (one layer each), 4 micro-batches of 2 samples. With a node
+// that computes two ranks at half speed (sharing 2.0) the schedule's bubble is time in which the
+// waiting rank's share goes to the other: the step is the larger of the mean device group's work
+// and the schedule at full speed, when that is shorter than the schedule (then + the per-step
+// loss/norm all-reduce, which the calibrated step always adds).
+TEST(Calibrated, OversubscribedPipelineConservesTheNodesWork) {
+  Plan p;
+  p.model = tiny_model(2);
+  p.cluster = two_rank_node();
+  p.train.seq = 64;
+  p.train.global_batch = 8;
+  p.train.micro_batches = 4;
+  p.train.pp = 2;
+  p.train.dtype = DType::kFp32;
+  for (int st = 0; st < 2; ++st) {
+    Stage stage;
+    stage.first_layer = st;
+    stage.layers = {LayerStrategy{}};
+    p.stages.push_back(stage);
+  }
+  ASSERT_TRUE(validate(p).ok()) << validate(p).error().message;
+  for (double share : {1.0, 2.0}) {
+    HardwareProfile hw = hw_profile();
+    hw.sharing = {{2, share}};
+    CalibratedCostModel cm(hw, layers_profile(), p.model, p.cluster);
+    const StepCost sched = cm.analytic().step(p.train, stage_sums(p, cm));
+    const double mean = (sched.stage_time[0].value() + sched.stage_time[1].value()) / 2;
+    const double makespan = sched.step_time.value();
+    const double want = share > 1 ? std::min(makespan, std::max(mean, makespan / share)) : makespan;
+    EXPECT_NEAR(estimate(p, cm).step_time.value(), want + kStats, 1e-12) << "sharing " << share;
+    if (share > 1) EXPECT_LT(want, makespan - 1e-4);  // the bubble (first/last stage imbalance) is absorbed
+  }
+}
+
 TEST(Calibrated, FallsBackToAnalyticWithoutProfiles) {
   const Plan p = dp_plan();
   AnalyticOptions ao;

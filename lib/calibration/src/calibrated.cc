@@ -574,6 +574,30 @@ Seconds CalibratedCostModel::p2p_noted(const StageContext& ctx, const LayerStrat
 
 StepCost CalibratedCostModel::step(const TrainSettings& train, const std::vector<StageSums>& stages) const {
   StepCost sc = analytic_.step(train, stages);
+  // More ranks than the node computes at full speed (compute_sharing > 1, e.g. 4 ranks on 2 CPU
+  // cores): every compute time above is slowed by the sharing measured with all ranks busy. A
+  // pipeline's ranks are not all busy -- while one device group waits in its bubble the others
+  // get its share of the node -- so the node's work is conserved rather than the per-rank speed:
+  // the step is at least the mean device group's work (its stages' m * (fwd + bwd + p2p), sync
+  // and update, all at the shared speed) and at least the schedule at full speed (step / sharing);
+  // the larger of the two replaces the schedule's makespan when it is shorter.
+  const double share = sharing(cluster_);
+  const int p = std::max(1, std::min(train.pp, static_cast<int>(stages.size())));
+  if (share > 1.0 && p > 1) {
+    std::vector<double> group(p, 0.0);
+    for (size_t st = 0; st < sc.stage_time.size(); ++st) group[st % p] += sc.stage_time[st].value();
+    double mean = 0;
+    for (double g : group) mean += g / p;
+    const double conserved = std::max(mean, sc.step_time.value() / share);
+    if (conserved < sc.step_time.value()) {
+      const Seconds absorbed = sc.step_time - Seconds(conserved);
+      sc.step_time = Seconds(conserved);
+      // Out of the bubble first, the rest out of the compute that ran faster than shared.
+      const Seconds from_bubble = std::min(absorbed, sc.time.bubble);
+      sc.time.bubble -= from_bubble;
+      sc.time.compute = std::max(Seconds(0), sc.time.compute - (absorbed - from_bubble));
+    }
+  }
   // Once per step the runtime all-reduces the loss and the gradient-norm sum (two doubles) over the
   // world; it waits for every rank, so it adds to the step.
   const CommGroup world = place_group(cluster_, cluster_.total_gpus(), 1);
