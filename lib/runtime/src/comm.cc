@@ -381,7 +381,9 @@ void GroupSet::build(std::vector<std::vector<int>> groups, Channel ch) {
     }
     auto opts = c10d::ProcessGroupGloo::Options::create(cfg_.timeout);
     opts->devices.push_back(impl_->device);
-    opts->threads = 1;
+    // Two worker threads on the gradient channel (PyTorch DDP's Gloo default) let one bucket's
+    // all-reduce start while the previous one finishes; one elsewhere keeps ordering simple.
+    opts->threads = ch == Channel::kGrad ? 2 : 1;
     const std::string prefix = std::string(ch == Channel::kGrad ? "weft/grad/" : "weft/") + group_name(g);
     auto prefixed = c10::make_intrusive<c10d::PrefixStore>(prefix, impl_->store);
     auto pg = c10::make_intrusive<c10d::ProcessGroupGloo>(prefixed, me, static_cast<int>(g.size()), opts);
