@@ -88,6 +88,18 @@ class LocalComm final : public Comm {
   void barrier() override {}
 };
 
+// All-reduce of t over pg with op, in place: a non-contiguous t goes through a contiguous copy that
+// is copied back when the returned Pending is waited on.
+Pending allreduce_in_place(c10d::ProcessGroup& pg, at::Tensor t, c10d::ReduceOp op) {
+  std::vector<at::Tensor> v{t.contiguous()};
+  c10d::AllreduceOptions o;
+  o.reduceOp = op;
+  auto w = pg.allreduce(v, o);
+  if (v[0].is_same(t)) return Pending(w, v);
+  at::Tensor dst = t, src = v[0];
+  return Pending(w, v, [dst, src]() mutable { dst.copy_(src); });
+}
+
 class GlooComm final : public Comm {
  public:
   GlooComm(std::vector<int> ranks, int rank, c10::intrusive_ptr<c10d::ProcessGroupGloo> pg)
@@ -95,26 +107,9 @@ class GlooComm final : public Comm {
 
   void allreduce_sum(at::Tensor& t) override { allreduce_sum_async(t).wait(); }
 
-  Pending allreduce_sum_async(at::Tensor t) override {
-    if (t.is_contiguous()) {
-      std::vector<at::Tensor> v{t};
-      auto w = pg_->allreduce(v);
-      return Pending(w, v);
-    }
-    std::vector<at::Tensor> v{t.contiguous()};
-    auto w = pg_->allreduce(v);
-    at::Tensor dst = t;
-    at::Tensor src = v[0];
-    return Pending(w, v, [dst, src]() mutable { dst.copy_(src); });
-  }
+  Pending allreduce_sum_async(at::Tensor t) override { return allreduce_in_place(*pg_, t, c10d::ReduceOp::SUM); }
 
-  void allreduce_max(at::Tensor& t) override {
-    std::vector<at::Tensor> v{t.contiguous()};
-    c10d::AllreduceOptions o;
-    o.reduceOp = c10d::ReduceOp::MAX;
-    pg_->allreduce(v, o)->wait();
-    if (!v[0].is_same(t)) t.copy_(v[0]);
-  }
+  void allreduce_max(at::Tensor& t) override { allreduce_in_place(*pg_, t, c10d::ReduceOp::MAX).wait(); }
 
   at::Tensor allgather(const at::Tensor& t) override {
     at::Tensor in = t.contiguous();
@@ -220,20 +215,12 @@ class NcclComm final : public Comm {
 
   Pending allreduce_sum_async(at::Tensor t) override {
     if (!t.is_cuda()) return cpu_->allreduce_sum_async(t);
-    std::vector<at::Tensor> v{t.contiguous()};
-    auto w = pg_->allreduce(v);
-    if (v[0].is_same(t)) return Pending(w, v);
-    at::Tensor dst = t, src = v[0];
-    return Pending(w, v, [dst, src]() mutable { dst.copy_(src); });
+    return allreduce_in_place(*pg_, t, c10d::ReduceOp::SUM);
   }
 
   void allreduce_max(at::Tensor& t) override {
     if (!t.is_cuda()) return cpu_->allreduce_max(t);
-    std::vector<at::Tensor> v{t.contiguous()};
-    c10d::AllreduceOptions o;
-    o.reduceOp = c10d::ReduceOp::MAX;
-    pg_->allreduce(v, o)->wait();
-    if (!v[0].is_same(t)) t.copy_(v[0]);
+    allreduce_in_place(*pg_, t, c10d::ReduceOp::MAX).wait();
   }
 
   at::Tensor allgather(const at::Tensor& t) override {
