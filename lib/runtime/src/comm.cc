@@ -100,6 +100,30 @@ Pending allreduce_in_place(c10d::ProcessGroup& pg, at::Tensor t, c10d::ReduceOp 
   return Pending(w, v, [dst, src]() mutable { dst.copy_(src); });
 }
 
+// Reduce-scatter with per-rank counts as one all-to-all (every rank receives the W slices of its
+// part) and a local sum in rank order, run by `then` when the Pending is waited on.
+Pending reduce_scatter_by_alltoall(c10d::ProcessGroup& pg, const at::Tensor& in, const std::vector<int64_t>& counts,
+                                   int rank, std::function<void(at::Tensor)> then) {
+  const int W = static_cast<int>(counts.size());
+  at::Tensor flat = in.reshape({-1}).contiguous();
+  const int64_t n = counts[rank];
+  at::Tensor out = at::empty({W * n}, flat.options());
+  std::vector<int64_t> out_splits(W, n);
+  std::vector<int64_t> in_splits = counts;
+  auto w = pg.alltoall_base(out, flat, out_splits, in_splits);
+  return Pending(w, {flat, out}, [out, n, W, then = std::move(then)]() { then(out.view({W, n}).sum(0)); });
+}
+
+// Equal-split all-to-all over the leading dimension.
+at::Tensor alltoall_equal(c10d::ProcessGroup& pg, const at::Tensor& in, int size) {
+  TORCH_CHECK(in.dim() >= 1 && in.size(0) == size, "alltoall: leading dimension ", in.size(0), " for ", size, " ranks");
+  at::Tensor src = in.contiguous();
+  at::Tensor out = at::empty_like(src);
+  std::vector<int64_t> equal;
+  pg.alltoall_base(out, src, equal, equal)->wait();
+  return out;
+}
+
 class GlooComm final : public Comm {
  public:
   GlooComm(std::vector<int> ranks, int rank, c10::intrusive_ptr<c10d::ProcessGroupGloo> pg)
@@ -163,22 +187,11 @@ class GlooComm final : public Comm {
     for (int64_t c : counts) total += c;
     TORCH_CHECK(static_cast<int>(counts.size()) == W && total == in.numel(), "reduce_scatter_v: ", counts.size(),
                 " counts summing to ", total, " for ", in.numel(), " elements over ", W, " ranks");
-    at::Tensor flat = in.reshape({-1}).contiguous();
-    const int64_t n = counts[rank_];
-    at::Tensor out = at::empty({W * n}, flat.options());
-    std::vector<int64_t> out_splits(W, n);
-    auto w = pg_->alltoall_base(out, flat, out_splits, counts);
-    return Pending(w, {flat, out}, [out, n, W, then = std::move(then)]() { then(out.view({W, n}).sum(0)); });
+    return reduce_scatter_by_alltoall(*pg_, in, counts, rank_, std::move(then));
   }
 
   at::Tensor alltoall(const at::Tensor& in) override {
-    TORCH_CHECK(in.dim() >= 1 && in.size(0) == size(), "alltoall: leading dimension ", in.size(0), " for ", size(),
-                " ranks");
-    at::Tensor src = in.contiguous();
-    at::Tensor out = at::empty_like(src);
-    std::vector<int64_t> equal;
-    pg_->alltoall_base(out, src, equal, equal)->wait();
-    return out;
+    return alltoall_equal(*pg_, in, size());
   }
 
   Pending send(const at::Tensor& t, int peer, int tag) override {
@@ -264,24 +277,12 @@ class NcclComm final : public Comm {
     if (!in.is_cuda()) return cpu_->reduce_scatter_v_async(in, std::move(counts), std::move(then));
     if (std::all_of(counts.begin(), counts.end(), [&](int64_t c) { return c == counts[0]; }))
       return reduce_scatter_async(in, std::move(then));
-    const int W = size();
-    at::Tensor flat = in.reshape({-1}).contiguous();
-    const int64_t n = counts[rank_];
-    at::Tensor out = at::empty({W * n}, flat.options());
-    std::vector<int64_t> out_splits(W, n);
-    auto w = pg_->alltoall_base(out, flat, out_splits, counts);
-    return Pending(w, {flat, out}, [out, n, W, then = std::move(then)]() { then(out.view({W, n}).sum(0)); });
+    return reduce_scatter_by_alltoall(*pg_, in, counts, rank_, std::move(then));
   }
 
   at::Tensor alltoall(const at::Tensor& in) override {
     if (!in.is_cuda()) return cpu_->alltoall(in);
-    TORCH_CHECK(in.dim() >= 1 && in.size(0) == size(), "alltoall: leading dimension ", in.size(0), " for ", size(),
-                " ranks");
-    at::Tensor src = in.contiguous();
-    at::Tensor out = at::empty_like(src);
-    std::vector<int64_t> equal;
-    pg_->alltoall_base(out, src, equal, equal)->wait();
-    return out;
+    return alltoall_equal(*pg_, in, size());
   }
 
   Pending send(const at::Tensor& t, int peer, int tag) override { return cpu_->send(t.to(at::kCPU), peer, tag); }
