@@ -112,6 +112,19 @@ Timed repeat(F iteration, double budget, int min_iters) {
   return {median(f), median(b), median(a)};
 }
 
+PhaseSample sample(int tp, Recompute rc, int zero, int mb, int seq, const Timed& t) {
+  PhaseSample ps;
+  ps.tp = tp;
+  ps.recompute = rc;
+  ps.zero = zero;
+  ps.micro_batch = mb;
+  ps.seq = seq;
+  ps.forward_s = t.fwd;
+  ps.backward_s = t.bwd;
+  ps.activation_bytes = t.act;
+  return ps;
+}
+
 Timed time_layer(runtime::Model& model, int mb, int seq, int64_t H, const ModelOptions& o) {
   return repeat(
       [&] {
@@ -309,17 +322,7 @@ Status profile_model(const ModelOptions& o) {
                 continue;
               }
               Rig rig(p);
-              const Timed t = time_layer(*rig.model, mb, seq, m.hidden, o);
-              PhaseSample ps;
-              ps.tp = tp;
-              ps.recompute = rc;
-              ps.zero = zero;
-              ps.micro_batch = mb;
-              ps.seq = seq;
-              ps.forward_s = t.fwd;
-              ps.backward_s = t.bwd;
-              ps.activation_bytes = t.act;
-              lp.samples.push_back(ps);
+              lp.samples.push_back(sample(tp, rc, zero, mb, seq, time_layer(*rig.model, mb, seq, m.hidden, o)));
               progress.tick(what);
             }
           }
@@ -348,19 +351,8 @@ Status profile_model(const ModelOptions& o) {
             Rig rig(one_layer_plan(em, mb, seq, Recompute::kNone, zero));
             const Timed e = time_embedding(*rig.model, mb, seq, em.vocab, m.hidden, o);
             const Timed h = time_head(*rig.model, mb, seq, em.vocab, m.hidden, o);
-            PhaseSample ps;
-            ps.tp = tp;
-            ps.zero = zero;
-            ps.micro_batch = mb;
-            ps.seq = seq;
-            ps.forward_s = e.fwd;
-            ps.backward_s = e.bwd;
-            ps.activation_bytes = e.act;
-            prof.embedding.push_back(ps);
-            ps.forward_s = h.fwd;
-            ps.backward_s = h.bwd;
-            ps.activation_bytes = h.act;
-            prof.head.push_back(ps);
+            prof.embedding.push_back(sample(tp, Recompute::kNone, zero, mb, seq, e));
+            prof.head.push_back(sample(tp, Recompute::kNone, zero, mb, seq, h));
             progress.tick(what);
           }
         }
