@@ -5,6 +5,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
+#include <utility>
 
 #include "weft/cost/estimate.h"
 #include "weft/cost/memory.h"
@@ -96,6 +98,21 @@ DType CalibratedCostModel::wire_dtype(const TrainSettings& tr) const {
   return tr.dtype;
 }
 
+namespace {
+
+// ZeRO-3's own work on one rank (views of the gathered parameters and their gradients), forward and
+// backward seconds: the zero-3 samples minus the zero-0 ones at the same point; nullopt without
+// both.
+std::optional<std::pair<double, double>> zero3_own_work(const std::vector<PhaseSample>& v, int tp, double samples,
+                                                        double seq) {
+  const auto z3 = interpolate(v, tp, Recompute::kNone, samples, seq, 3);
+  const auto z0 = interpolate(v, tp, Recompute::kNone, samples, seq, 0);
+  if (!z3 || !z0) return std::nullopt;
+  return std::pair{std::max(0.0, z3->forward_s - z0->forward_s), std::max(0.0, z3->backward_s - z0->backward_s)};
+}
+
+}  // namespace
+
 double CalibratedCostModel::sharing(const ClusterSpec& c) const {
   if (!hw_) return 1.0;
   return hw_->sharing_slowdown(std::min(c.gpus_per_node, c.total_gpus()));
@@ -170,11 +187,8 @@ CalibratedCostModel::Compute CalibratedCostModel::layer_compute(const LayerConte
   // measured as the difference between the zero-3 and zero-0 samples (a full recompute gathers,
   // and so pays the forward part, again).
   if (s.zero == 3) {
-    auto z3 = interpolate(lp->samples, tp_eff, Recompute::kNone, samples, seq, 3);
-    auto z0 = interpolate(lp->samples, tp_eff, Recompute::kNone, samples, seq, 0);
-    if (z3 && z0) {
-      const double f = std::max(0.0, z3->forward_s - z0->forward_s) * share;
-      const double b = std::max(0.0, z3->backward_s - z0->backward_s) * share;
+    if (auto own = zero3_own_work(lp->samples, tp_eff, samples, seq)) {
+      const double f = own->first * share, b = own->second * share;
       out.fwd += f;
       out.bwd += b + (s.recompute == Recompute::kFull ? f : 0.0);
     } else {
@@ -406,14 +420,13 @@ LayerCost CalibratedCostModel::stage_extra_noted(const StageContext& ctx, const 
   // ZeRO-3's own compute on the gathered views: zero-3 minus zero-0 samples.
   auto zero3_extra = [&](const std::vector<PhaseSample>& v, double& f, double& b) {
     if (emb.zero != 3) return;
-    auto z3 = interpolate(v, emb.tp, Recompute::kNone, samples, seq_local, 3);
-    auto z0 = interpolate(v, emb.tp, Recompute::kNone, samples, seq_local, 0);
-    if (!z3 || !z0) {
+    const auto own = zero3_own_work(v, emb.tp, samples, seq_local);
+    if (!own) {
       note(notes, what + ": no zero=3 samples (ZeRO-3's own compute left out)");
       return;
     }
-    f += std::max(0.0, z3->forward_s - z0->forward_s) * share;
-    b += std::max(0.0, z3->backward_s - z0->backward_s) * share;
+    f += own->first * share;
+    b += own->second * share;
   };
   double fwd = 0, bwd = 0, tp_f = 0, tp_b = 0, saved = 0, params = 0;
   std::vector<double> units;  // parameter buckets the runtime reduces separately
@@ -584,10 +597,8 @@ StepCost CalibratedCostModel::step(const TrainSettings& train, const std::vector
   const double share = sharing(cluster_);
   const int p = std::max(1, std::min(train.pp, static_cast<int>(stages.size())));
   if (share > 1.0 && p > 1) {
-    std::vector<double> group(p, 0.0);
-    for (size_t st = 0; st < sc.stage_time.size(); ++st) group[st % p] += sc.stage_time[st].value();
-    double mean = 0;
-    for (double g : group) mean += g / p;
+    double mean = 0;  // over device groups: every stage's busy time, divided by the groups
+    for (const Seconds& t : sc.stage_time) mean += t.value() / p;
     const double conserved = std::max(mean, sc.step_time.value() / share);
     if (conserved < sc.step_time.value()) {
       const Seconds absorbed = sc.step_time - Seconds(conserved);

@@ -499,25 +499,11 @@ StepCost AnalyticCostModel::step(const TrainSettings& train, const std::vector<S
   StepCost out;
   const int n = static_cast<int>(stages.size());
   if (n == 0) return out;
-  int p = std::max(1, std::min(train.pp, n));
-  if (n % p != 0) p = n;  // not a p x v layout: one stage per device group
-  const int v = n / p;
-  ScheduleSpec spec;
-  spec.schedule = v > 1 ? Schedule::kInterleaved : train.schedule;
-  spec.pp = p;
-  spec.vp = v;
-  spec.micro_batches = std::max(1, train.micro_batches);
-  spec.overlap_grad_sync = opt_.overlap_grad_sync;
-  spec.overlap_slowdown = std::max(1.0, opt_.overlap_slowdown);
+  ScheduleSpec spec = schedule_spec(train, n, *this);
   spec.record_events = false;
-  std::vector<StageTiming> timing(n);
-  for (int s = 0; s < n; ++s) {
-    timing[s].fwd = stages[s].fwd;
-    timing[s].bwd = stages[s].bwd;
-    timing[s].p2p = stages[s].p2p;
-    timing[s].grad_sync = stages[s].grad_sync;
-    timing[s].optimizer = stages[s].optimizer;
-  }
+  const int p = spec.pp;
+  std::vector<StageTiming> timing;
+  for (const StageSums& s : stages) timing.push_back(stage_timing(s));
   const Result<Simulation> sim = simulate_schedule(spec, timing);
   if (!sim.ok()) throw InputError("pipeline step: " + sim.error().message);
   const double m = spec.micro_batches;

@@ -202,33 +202,42 @@ Result<Simulation> simulate_schedule(const ScheduleSpec& spec, const std::vector
   return catch_errors([&]() -> Result<Simulation> { return run(spec, stages); });
 }
 
+StageTiming stage_timing(const StageSums& s) {
+  StageTiming t;
+  t.fwd = s.fwd;
+  t.bwd = s.bwd;
+  t.recompute = std::clamp(s.time.recompute, Seconds(0), s.bwd);
+  t.p2p = s.p2p;
+  t.grad_sync = s.grad_sync;
+  t.optimizer = s.optimizer;
+  t.detail = s.time;
+  return t;
+}
+
 std::vector<StageTiming> stage_timings(const Plan& p, const CostModel& cm) {
   std::vector<StageTiming> out;
-  for (const StageSums& s : stage_sums(p, cm)) {
-    StageTiming t;
-    t.fwd = s.fwd;
-    t.bwd = s.bwd;
-    t.recompute = std::clamp(s.time.recompute, Seconds(0), s.bwd);
-    t.p2p = s.p2p;
-    t.grad_sync = s.grad_sync;
-    t.optimizer = s.optimizer;
-    t.detail = s.time;
-    out.push_back(t);
-  }
+  for (const StageSums& s : stage_sums(p, cm)) out.push_back(stage_timing(s));
   return out;
 }
 
-ScheduleSpec schedule_spec(const Plan& p, const CostModel& cm) {
+ScheduleSpec schedule_spec(const TrainSettings& train, int stages, const CostModel& cm) {
+  const int n = std::max(1, stages);
+  int pp = std::max(1, std::min(train.pp, n));
+  if (n % pp != 0) pp = n;  // not a pp x vp layout: one stage per device group
   ScheduleSpec sp;
-  sp.schedule = p.train.schedule;
-  sp.pp = p.train.pp;
-  sp.vp = p.train.vp;
-  sp.micro_batches = p.train.micro_batches;
+  sp.pp = pp;
+  sp.vp = n / pp;
+  sp.schedule = sp.vp > 1 ? Schedule::kInterleaved : train.schedule;
+  sp.micro_batches = std::max(1, train.micro_batches);
   if (const auto* a = dynamic_cast<const AnalyticCostModel*>(&cm)) {
     sp.overlap_grad_sync = a->options().overlap_grad_sync;
     sp.overlap_slowdown = std::max(1.0, a->options().overlap_slowdown);
   }
   return sp;
+}
+
+ScheduleSpec schedule_spec(const Plan& p, const CostModel& cm) {
+  return schedule_spec(p.train, static_cast<int>(p.stages.size()), cm);
 }
 
 Result<Simulation> simulate_plan(const Plan& p, const CostModel& cm) {

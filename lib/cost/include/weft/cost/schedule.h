@@ -93,11 +93,16 @@ struct Simulation {
 // inconsistent durations (recompute > bwd), vp > 1 without the interleaved schedule.
 Result<Simulation> simulate_schedule(const ScheduleSpec& spec, const std::vector<StageTiming>& stages);
 
-// Stage timings of a plan under a cost model: weft::stage_sums (the sums estimate() uses) with the
-// recompute part taken from each stage's breakdown.
+// One stage's sums as simulator timings, the recompute part taken from its breakdown.
+StageTiming stage_timing(const StageSums& s);
+// Stage timings of a plan under a cost model: weft::stage_sums (the sums estimate() uses).
 std::vector<StageTiming> stage_timings(const Plan& p, const CostModel& cm);
-// The schedule of a plan under cm: overlap_grad_sync and overlap_slowdown follow AnalyticOptions
-// when cm is the analytic model; otherwise true and 1.0.
+// The schedule of `stages` (virtual) stages trained under `train`: pp = min(train.pp, stages), or
+// one stage per device group when that does not divide them; vp = stages / pp (interleaved when
+// > 1). overlap_grad_sync and overlap_slowdown follow AnalyticOptions when cm is the analytic
+// model; otherwise true and 1.0.
+ScheduleSpec schedule_spec(const TrainSettings& train, int stages, const CostModel& cm);
+// The same for a plan's own stages.
 ScheduleSpec schedule_spec(const Plan& p, const CostModel& cm);
 // stage_timings + schedule_spec + simulate_schedule. The plan must pass validate().
 Result<Simulation> simulate_plan(const Plan& p, const CostModel& cm);
