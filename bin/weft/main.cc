@@ -1,9 +1,7 @@
 // weft: the command-line entry point. Thin: parse flags, call the libraries, map errors to exit
 // codes (0 ok, 2 bad input, 3 nothing fits, 4 I/O, 5 runtime failure).
-#include <csignal>
 #include <cstdio>
 #include <iostream>
-#include <string>
 
 #include "commands.h"
 
@@ -39,17 +37,6 @@ int main(int argc, char** argv) {
 #ifdef WEFT_CMD_PROFILE
   register_profile_commands(app);
 #endif
-  // Ranks of a distributed job talk over sockets: a peer that dies must surface as a write error
-  // the runtime reports (exit 5, naming the rank), not as a silent SIGPIPE death. Commands whose
-  // output is piped (weft plan | head) keep the default.
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    if (a == "train" || a == "profile" || a == "launch") {
-      std::signal(SIGPIPE, SIG_IGN);
-      break;
-    }
-    if (!a.empty() && a[0] != '-') break;
-  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

@@ -15,6 +15,8 @@
 #include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
 #endif
 
+#include <csignal>
+
 #include <algorithm>
 #include <stdexcept>
 
@@ -324,6 +326,9 @@ GroupSet::GroupSet(const CommConfig& cfg) : cfg_(cfg), impl_(std::make_unique<Im
     throw std::invalid_argument("CUDA tensors across ranks need NCCL, and this libtorch was built without it");
   for (int r = 0; r < cfg.world; ++r) all_.push_back(r);
   if (cfg.world > 1) {
+    // A peer that dies must surface as a failed socket write the caller reports (naming the rank),
+    // not as a SIGPIPE that ends this process silently.
+    std::signal(SIGPIPE, SIG_IGN);
     c10d::TCPStoreOptions so;
     so.port = static_cast<std::uint16_t>(cfg.master_port);
     so.isServer = cfg.rank == 0;
