@@ -37,7 +37,7 @@ using namespace weft;
 struct Row {
   int gpus = 0, global_batch = 0, micro_batch = 0, hidden = 0, heads = 0, layers = 0, seq = 0;
   int tp = 1, dp = 1, pp = 1;
-  double measured_ms = 0, predicted_ms = 0;
+  double measured_ms = 0, predicted_ms = 0, peak_gib = 0;
   std::string model;  // group key
 };
 
@@ -280,12 +280,14 @@ void report(const char* title, std::vector<Row>& rows, const ClusterSpec& base, 
       std::fprintf(stderr, "skipped row (%s): %s\n", r.model.c_str(), why.c_str());
       continue;
     }
-    r.predicted_ms = estimate(p, cm).step_time.value() * 1e3;
+    const Estimate est = estimate(p, cm);
+    r.predicted_ms = est.step_time.value() * 1e3;
+    r.peak_gib = est.peak_memory.value() / (1024.0 * 1024 * 1024);
     ok.push_back(&r);
     if (print_rows) {
-      std::printf("  %-22s gpus %3d gb %4d mb %2d tp %2d dp %2d pp %2d  measured %9.1f ms  predicted %9.1f ms  %+6.1f%%\n",
+      std::printf("  %-22s gpus %3d gb %4d mb %2d tp %2d dp %2d pp %2d  measured %9.1f ms  predicted %9.1f ms  %+6.1f%%  peak %5.1f GiB\n",
                   r.model.c_str(), r.gpus, r.global_batch, r.micro_batch, r.tp, r.dp, r.pp, r.measured_ms,
-                  r.predicted_ms, 100 * (r.predicted_ms - r.measured_ms) / r.measured_ms);
+                  r.predicted_ms, 100 * (r.predicted_ms - r.measured_ms) / r.measured_ms, r.peak_gib);
     }
   }
   std::printf("\n%s: %zu runs (%d skipped)\n", title, ok.size(), skipped);
@@ -325,9 +327,9 @@ int main(int argc, char** argv) {
   std::string gpu = "a100-80gb";
   std::string calibrate_on;
   bool rows = false;
-  AnalyticOptions opt;
-  opt.overlap_grad_sync = false;  // no gradient bucketing in vTrain's runs
-  opt.flash_attention = false;    // Megatron-DeepSpeed's fused scale-mask-softmax attention
+  // Megatron-DeepSpeed: fused scale-mask-softmax attention without flash, gradients all-reduced
+  // after the backward (vTrain's runs used no gradient bucketing).
+  AnalyticOptions opt = *framework_options("megatron-deepspeed");
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--dir") && i + 1 < argc) {
       dir = argv[++i];

@@ -24,12 +24,16 @@ void add_input_flags(CLI::App* cmd, InputFlags& f) {
   cmd->add_option("--galvatron-model", f.galvatron_model, "Galvatron model YAML (supplies the model)");
   cmd->add_option("--hardware-profile", f.hardware_profile, "Measured hardware profile (weft profile hardware)");
   cmd->add_option("--model-profile", f.model_profile, "Measured per-layer profile (weft profile model)");
+  std::string names;
+  for (const FrameworkInfo& fw : frameworks()) names += std::string(names.empty() ? "" : ", ") + fw.name;
+  cmd->add_option("--framework", f.framework,
+                  "Training framework the plan runs on, for weft's analytic model: " + names + " (default megatron)");
   cmd->add_option("--host-op-us", f.host_op_us,
                   "Host (CPU) time per eager operator in us, for weft's analytic model (default 7)");
   cmd->add_option("--host-function-us", f.host_function_us,
                   "Host time per Python autograd Function in us, for weft's analytic model (default 20)");
   cmd->add_option("--compute-time-scale", f.compute_time_scale,
-                  "In-training / best-case GPU kernel time, for weft's analytic model (default 1.165)");
+                  "In-training / best-case GPU kernel time, for weft's analytic model (default 1.154)");
 }
 
 namespace {
@@ -37,13 +41,18 @@ namespace {
 // The analytic model's options from the framework flags; errors name the flag and the value.
 Result<AnalyticOptions> analytic_options(const InputFlags& f) {
   AnalyticOptions o;
-  const bool any = f.host_op_us >= 0 || f.host_function_us >= 0 || f.compute_time_scale >= 0;
+  const bool any = !f.framework.empty() || f.host_op_us >= 0 || f.host_function_us >= 0 || f.compute_time_scale >= 0;
   if (!any) return o;
   if (f.cost_model != "weft" || !f.galvatron_profiles.empty() || !f.hardware_profile.empty() ||
       !f.model_profile.empty())
     return Error{ErrorKind::kBadInput,
-                 "--host-op-us, --host-function-us and --compute-time-scale set weft's analytic model; they "
-                 "cannot be combined with measured or Galvatron profiles, which measure these costs"};
+                 "--framework, --host-op-us, --host-function-us and --compute-time-scale set weft's analytic "
+                 "model; they cannot be combined with measured or Galvatron profiles, which measure these costs"};
+  if (!f.framework.empty()) {
+    auto fw = framework_options(f.framework, o);
+    if (!fw.ok()) return fw.error();
+    o = *fw;
+  }
   auto check = [](const char* name, double v, double lo, double hi) -> Status {
     if (v < 0) return Status{};
     if (!(v >= lo && v <= hi))

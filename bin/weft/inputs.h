@@ -22,6 +22,8 @@ struct InputFlags {
   std::string galvatron_model;      // --galvatron-model YAML (also supplies the model)
   std::string hardware_profile;     // --hardware-profile hw.json
   std::string model_profile;        // --model-profile layers.json
+  // Framework of weft's analytic model (docs/cost-model.md §4.1); empty = megatron.
+  std::string framework;            // --framework
   // Framework figures of weft's analytic model (docs/cost-model.md §4); < 0 = the default.
   double host_op_us = -1;           // --host-op-us
   double host_function_us = -1;     // --host-function-us

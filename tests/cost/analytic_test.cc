@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include "weft/cost/compute.h"
 #include "weft/cost/estimate.h"
 #include "weft/spec/counts.h"
 #include "weft/spec/presets.h"
@@ -324,6 +325,81 @@ TEST(AnalyticLayout, TransitionAndP2p) {
 TEST(AnalyticMemory, BudgetKeepsAllocatorReserve) {
   Bench s("llama-2-7b", "a100-80gb");
   EXPECT_NEAR(AnalyticCostModel().memory_budget(s.cluster).value(), 0.9 * s.cluster.gpu.memory_gib * 1073741824.0, 1.0);
+}
+
+// Framework traits (docs/cost-model.md §2.3, §4.1) against hand derivations on a Llama-3-8B layer
+// (h 4096, q 4096, kv 1024 (GQA), SwiGLU f 14336, RMSNorm, rotary), one device, 4096 tokens, bf16,
+// host time and the sustained factor off so that only the kernel model remains. Eager operators
+// add, per forward, bytes/token of: 2 RMSNorms x (28 + 4e - 2e) x h, the rotary embedding's
+// 16 x (q + kv), the attention output copy 2e x q and the repeated K and V 2e x (kv + q), the
+// unfused SwiGLU 2e x f; backward twice that.
+TEST(AnalyticFramework, EagerElementwiseBytesByHand) {
+  Bench s("llama-3-8b", "a100-80gb");
+  s.train.global_batch = 1;
+  s.train.micro_batches = 1;
+  AnalyticOptions fused;
+  fused.framework_overhead = false;
+  fused.compute_time_scale = 1.0;
+  AnalyticOptions eager = fused;
+  eager.fused_elementwise = false;
+  const LayerCost a = AnalyticCostModel(fused).layer(s.layer(0), strat(1, 1));
+  const LayerCost b = AnalyticCostModel(eager).layer(s.layer(0), strat(1, 1));
+  const double e = 2, h = 4096, q = 4096, kv = 1024, f = 14336, T = 4096;
+  const double bytes = T * (2 * (28 + 2 * e) * h + 16 * (q + kv) + 2 * e * q + 2 * e * (kv + q) + 2 * e * f);
+  const double hbm = s.cluster.gpu.hbm_gbps * 1e9 * 0.90;
+  EXPECT_NEAR((b.fwd - a.fwd).value(), bytes / hbm, 1e-6);
+  EXPECT_NEAR((b.bwd - a.bwd).value(), 2 * bytes / hbm, 2e-6);
+  // Saved for backward, no recompute: the norms' fp32 input copies 2 x 4h, the SiLU output e*f and
+  // K, V repeated to the query width 2e(q - kv), per token.
+  EXPECT_NEAR((b.memory.activations - a.memory.activations).value(), T * (8 * h + e * f + 2 * e * (q - kv)), 1.0);
+}
+
+// torchtitan's op-level selective checkpointing by hand: it keeps the layer input and the outputs
+// of the 1st, 3rd, 5th and 7th matmul (wq: q, wv: kv, w1: f, w2: h) and of the attention kernel (q,
+// with its fp32 log-sum-exp per head and query), and re-runs wk, wo and w3 plus every elementwise
+// kernel of the forward.
+TEST(AnalyticFramework, AlternateMatmulSelectiveByHand) {
+  Bench s("llama-3-8b", "a100-80gb");
+  s.train.global_batch = 1;
+  s.train.micro_batches = 1;
+  AnalyticOptions o;
+  o.framework_overhead = false;
+  o.compute_time_scale = 1.0;
+  o.selective = SelectivePolicy::kAlternateMatmuls;
+  const LayerCost sel = AnalyticCostModel(o).layer(s.layer(0), strat(1, 1, 0, Recompute::kSelective));
+  const double e = 2, h = 4096, q = 4096, kv = 1024, f = 14336, T = 4096, heads = 32;
+  EXPECT_NEAR(sel.memory.activations.value(), e * T * (h + q + kv + f + h + q) + 4 * heads * T, 1.0);
+  const KernelModel km(s.cluster.gpu, DType::kBf16, 1.0);
+  const double gemms = km.gemm(T, kv, h).value() + km.gemm(T, h, q).value() + km.gemm(T, f, h).value();
+  // the forward's memory-bound kernels: 2 norms + 2 residual adds, SwiGLU, fused rotary
+  const double mem = 2 * (km.memory(Bytes(2 * e * T * h)) + km.memory(Bytes(3 * e * T * h))).value() +
+                     km.memory(Bytes(3 * e * T * f)).value() + km.memory(Bytes(2 * e * T * (q + kv))).value();
+  EXPECT_NEAR(sel.time.recompute.value(), gemms + mem, 1e-9);
+  // Megatron's selective keeps far more (every tensor but the attention core) and re-runs only it.
+  const LayerCost core = AnalyticCostModel().layer(s.layer(0), strat(1, 1, 0, Recompute::kSelective));
+  EXPECT_GT(core.memory.activations.value(), 1.5 * sel.memory.activations.value());
+  EXPECT_LT(core.time.recompute.value(), 0.5 * sel.time.recompute.value());
+}
+
+// The presets set the traits they document; an unknown name is refused with the known names.
+TEST(AnalyticFramework, Presets) {
+  auto ds = framework_options("megatron-deepspeed");
+  ASSERT_TRUE(ds.ok());
+  EXPECT_FALSE(ds->flash_attention);
+  EXPECT_FALSE(ds->overlap_grad_sync);
+  auto tt = framework_options("torchtitan");
+  ASSERT_TRUE(tt.ok());
+  EXPECT_FALSE(tt->fused_elementwise);
+  EXPECT_EQ(tt->selective, SelectivePolicy::kAlternateMatmuls);
+  EXPECT_TRUE(framework_options("torchtitan-compile")->fused_elementwise);
+  AnalyticOptions slow;
+  slow.host_op_us = 30;
+  EXPECT_EQ(framework_options("torchtitan", slow)->host_op_us, 30);  // constants are kept
+  EXPECT_EQ(AnalyticCostModel(*tt).source(), "analytic, torchtitan");
+  auto bad = framework_options("colossal");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.error().message.find("known: megatron, megatron-deepspeed, torchtitan, torchtitan-compile"),
+            std::string::npos);
 }
 
 }  // namespace

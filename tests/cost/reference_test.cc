@@ -99,9 +99,9 @@ TEST(ReferenceMegatron, Gpt3_175bOn1024A100) {
 // Galvatron's measured forward time of one Llama-2-7B layer on an A100 (bf16, flash attention,
 // seq 2048; reference/galvatron computation profile: the per-layer time is the difference between
 // the 4- and 2-layer models, halved). The kernel model's sustained factor (compute_time_scale,
-// 1.165) was derived from the two largest batches (docs/cost-model.md §2.5); the smaller batches
+// 1.154) was derived from the two largest batches (docs/cost-model.md §2.5); the smaller batches
 // are the check: within -10% .. +2% of the measurements at every batch, and without the factor
-// the model is 15-22% optimistic.
+// the model is 13-22% optimistic.
 TEST(ReferenceGalvatron, Llama7bLayerForwardOnA100) {
   const Json prof = read_json_file(std::string(WEFT_SHARED_DIR) +
                                    "/reference/galvatron/computation_profiling_bf16_llama2-7b_all.json");
@@ -129,9 +129,73 @@ TEST(ReferenceGalvatron, Llama7bLayerForwardOnA100) {
     const double best_case = AnalyticCostModel(plain).layer(ctx, s).fwd.value();
     EXPECT_GT(model, 0.90 * measured) << "batch " << b;
     EXPECT_LT(model, 1.02 * measured) << "batch " << b;
-    EXPECT_LT(best_case, 0.86 * measured) << "batch " << b;
+    EXPECT_LT(best_case, 0.88 * measured) << "batch " << b;
     EXPECT_GT(best_case, 0.75 * measured) << "batch " << b;
   }
+}
+
+// torchtitan's published throughput (pytorch/torchtitan docs/performance.md, "Llama 3 performance
+// numbers" and "Llama 2 performance numbers"): FSDP2 (ZeRO-3) over 64 A100-80GB, bf16, one micro-batch
+// per step of `local` samples, sequence 8192 (Llama 3) or 4096 (Llama 2), tokens per second per GPU.
+// The network is not stated; the A100 preset's 25 GB/s per GPU (HDR InfiniBand) is used. With the
+// torchtitan framework traits (eager norm, rotary and SwiGLU operators; op-level selective
+// checkpointing, docs/cost-model.md §4.1) every run is within 20% and the mean error within 8%;
+// costed as Megatron (fused kernels, attention-core selective recompute) the same runs are 8-36%
+// optimistic, so the traits must bring the prediction closer on average.
+TEST(ReferenceTorchtitan, Fsdp2On64A100) {
+  struct Run {
+    const char* model;
+    int seq, local;
+    Recompute rc;
+    double measured;  // tokens/s per GPU
+  };
+  const Run runs[] = {
+      {"llama-3-8b", 8192, 1, Recompute::kSelective, 2973},  // "selective op"
+      {"llama-3-70b", 8192, 1, Recompute::kFull, 331},
+      {"llama-2-13b", 4096, 2, Recompute::kNone, 2162},
+      {"llama-2-13b", 4096, 2, Recompute::kSelective, 1904},  // "selective op"
+      {"llama-2-70b", 4096, 1, Recompute::kSelective, 355},   // "selective op"
+      {"llama-2-70b", 4096, 2, Recompute::kFull, 353},
+  };
+  auto c = load_cluster("a100-80gb");
+  ASSERT_TRUE(c.ok());
+  auto tt = framework_options("torchtitan");
+  ASSERT_TRUE(tt.ok());
+  const AnalyticCostModel titan(*tt), megatron;
+  double sum_titan = 0, sum_megatron = 0;
+  for (const Run& r : runs) {
+    auto m = load_model(r.model);
+    ASSERT_TRUE(m.ok());
+    Plan p;
+    p.model = *m;
+    p.cluster = *c;
+    p.cluster.nodes = 8;
+    p.train.seq = r.seq;
+    p.train.global_batch = 64 * r.local;
+    p.train.micro_batches = 1;
+    p.train.dtype = DType::kBf16;
+    LayerStrategy s;
+    s.dp = 64;
+    s.zero = 3;
+    s.recompute = r.rc;
+    p.embedding = s;
+    p.embedding.recompute = Recompute::kNone;
+    Stage stage;
+    stage.layers.assign(m->num_layers(), s);
+    p.stages.push_back(stage);
+    const Status ok = validate(p);
+    ASSERT_TRUE(ok.ok()) << ok.error().message;
+    auto per_gpu = [&](const CostModel& cm) {
+      return p.train.global_batch * static_cast<double>(r.seq) / estimate(p, cm).step_time.value() / 64;
+    };
+    const double err_titan = per_gpu(titan) / r.measured - 1, err_megatron = per_gpu(megatron) / r.measured - 1;
+    EXPECT_LT(std::abs(err_titan), 0.20) << r.model << " seq " << r.seq << " local " << r.local;
+    sum_titan += std::abs(err_titan);
+    sum_megatron += std::abs(err_megatron);
+  }
+  const double n = std::size(runs);
+  EXPECT_LT(sum_titan / n, 0.08);
+  EXPECT_LT(sum_titan, 0.5 * sum_megatron);
 }
 
 }  // namespace

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdio>
+#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -199,6 +200,45 @@ TEST(CliPlan, FrameworkFlagsChangeTheEstimate) {
   CliRun mixed = run(with(est, {"--host-op-us", "10", "--hardware-profile", "hw.json"}));
   EXPECT_EQ(mixed.code, 2);
   EXPECT_NE(mixed.err.find("cannot be combined with measured or Galvatron profiles"), std::string::npos) << mixed.err;
+}
+
+// --framework picks the framework traits (docs/cost-model.md §4.1): eager torchtitan costs a Llama
+// layer's unfused norm, rotary and SwiGLU operators, so its step is slower than Megatron's fused
+// one; op-level selective recompute keeps more than Megatron's and re-runs more; the plan file
+// names the framework; an unknown name lists the known ones.
+TEST(CliPlan, FrameworkPicksTheTraits) {
+  const std::vector<std::string> est{"estimate", "--model", "llama-2-7b", "--cluster", "a100-80gb", "--gpus", "8",
+                                     "--seq", "4096", "--global-batch", "16", "--micro-batch", "1", "--tp", "1",
+                                     "--pp", "1", "--zero", "3", "--recompute", "selective", "--format", "json"};
+  auto get = [&](const std::vector<std::string>& more) {
+    CliRun r = run(with(est, more));
+    EXPECT_EQ(r.code, 0) << r.err;
+    return r.code == 0 ? Json::parse(r.out) : Json::object();
+  };
+  const Json megatron = get({}), titan = get({"--framework", "torchtitan"}),
+             compiled = get({"--framework", "torchtitan-compile"});
+  const double t_meg = megatron.at("step_time_s").get<double>(), t_titan = titan.at("step_time_s").get<double>(),
+               t_comp = compiled.at("step_time_s").get<double>();
+  EXPECT_GT(t_titan, 1.05 * t_meg);
+  EXPECT_LT(t_comp, t_titan);
+  EXPECT_GT(t_comp, t_meg);  // fused kernels, but op-level selective recomputes half the matmuls
+  EXPECT_LT(titan.at("peak_memory_gib").get<double>(), megatron.at("peak_memory_gib").get<double>());
+  EXPECT_EQ(get({"--framework", "megatron"}).at("step_time_s").get<double>(), t_meg);
+
+  std::filesystem::path dir = std::filesystem::temp_directory_path() / "weft_framework_test";
+  std::filesystem::create_directories(dir);
+  const std::string out = (dir / "plan.json").string();
+  ASSERT_EQ(run(with(est, {"--framework", "torchtitan", "--out", out})).code, 0);
+  const Json plan = read_json_file(out);
+  EXPECT_NE(plan.dump().find("analytic, torchtitan"), std::string::npos);
+
+  CliRun bad = run(with(est, {"--framework", "jax"}));
+  EXPECT_EQ(bad.code, 2);
+  EXPECT_NE(bad.err.find("--framework: unknown framework \"jax\" (known: megatron, megatron-deepspeed, torchtitan"),
+            std::string::npos)
+      << bad.err;
+  CliRun mixed = run(with(est, {"--framework", "torchtitan", "--model-profile", "layers.json"}));
+  EXPECT_EQ(mixed.code, 2);
 }
 
 // The space flags restrict what the search returns; out-of-range values name the flag.

@@ -31,6 +31,13 @@ constexpr double kElementwiseBackward = 2.0;
 // e written).
 constexpr double kLossFwdBytesPerLogit = 4 + 4 + 8 + 8 + 4 + 8;  // + e, added where used
 constexpr double kLossBwdBytesPerLogit = 8 + 4;                  // + e
+// §2.3 Eager RMSNorm in fp32 (Llama's reference implementation, as torchtitan runs it), bytes per
+// element: 28 for the fp32 sides of the casts in and out (4 + 4), x^2 (4 read, 4 written), the mean
+// (4 read) and x * rsqrt (4 + 4), plus 4e for the casts' compute-dtype sides and the weight
+// product. Eager rotary embedding through complex numbers, per element of Q or K: 16 for the fp32
+// sides of the casts (4 + 4) and the complex product (4 read, 4 written), plus 2e.
+constexpr double kEagerRmsNormBytes = 28;
+constexpr double kEagerRopeBytes = 16;
 // §4 Host (CPU) time of an eager framework: one ATen operator with autograd recording costs about
 // 7 us (PyTorch issue #41383: 6.8 s per 10^6 scalar ops with requires_grad), one Python
 // torch.autograd.Function.apply about 20 us (PyTorch issue #189573: 20.7 us median); backward
@@ -86,7 +93,7 @@ double seconds(Seconds s) { return s.value(); }
 AnalyticCostModel::AnalyticCostModel(AnalyticOptions opt) : opt_(opt) {}
 AnalyticCostModel::~AnalyticCostModel() = default;
 
-std::string AnalyticCostModel::source() const { return "analytic"; }
+std::string AnalyticCostModel::source() const { return "analytic, " + opt_.framework; }
 
 Bytes AnalyticCostModel::memory_budget(const ClusterSpec& c) const {
   return GiB(c.gpu.memory_gib) * (1.0 - kAllocatorReserve);
@@ -115,6 +122,10 @@ LayerCost AnalyticCostModel::layer(const LayerContext& ctx, const LayerStrategy&
   const bool flash = opt_.flash_attention || s.cp > 1;
   const bool moe = L.moe.enabled();
   const double mask = dropout ? 1.0 : 0.0;
+  const bool eager = !opt_.fused_elementwise;
+  const bool rms = ctx.model != nullptr && ctx.model->norm == NormKind::kRmsNorm;
+  const bool rope = ctx.model != nullptr && ctx.model->position == PositionKind::kRope;
+  const bool swiglu = L.ffn_kind == FfnKind::kSwiglu;
 
   Pass f, b;
 
@@ -148,7 +159,10 @@ LayerCost AnalyticCostModel::layer(const LayerContext& ctx, const LayerStrategy&
 
   // --- FFN (§2.1): dense, or routed experts (tokens spread evenly) + shared experts
   const double in_mats = L.ffn_kind == FfnKind::kSwiglu ? 2 : 1;
-  const double act_bytes = (L.ffn_kind == FfnKind::kSwiglu ? 3 : 2) * e;  // per FFN element
+  // Per FFN element: fused SwiGLU reads gate and up and writes the product (3e), fused (bias-)GELU
+  // reads and writes (2e); eager SwiGLU runs SiLU (2e) then the product (3e), eager GELU with a
+  // bias adds it first (3e).
+  const double act_bytes = (swiglu ? (eager ? 5 : 3) : (eager && L.bias ? 5 : 2)) * e;
   auto dense_ffn = [&](double ff) {
     if (ff <= 0) return;
     f.gemm += seconds(km.gemm(tokens, in_mats * ff / t, h)) + seconds(km.gemm(tokens, h, ff / t));
@@ -175,10 +189,27 @@ LayerCost AnalyticCostModel::layer(const LayerContext& ctx, const LayerStrategy&
   }
 
   // --- norms and bias + dropout + residual (§2.3)
-  const double norm_kernel = seconds(km.memory(Bytes(2 * e * norm_tokens * h)));              // read x, write y
-  const double residual_kernel = seconds(km.memory(Bytes((3 * e + mask) * norm_tokens * h)));  // x, residual -> out (+mask)
+  // Fused: a norm reads x and writes y (2e per element), bias + dropout + residual add read x and
+  // the residual and write the sum (3e, + the 1-byte mask). Eager: an RMSNorm in fp32 as plain
+  // operators (cast, square, mean, rsqrt, scale, cast back, weight) moves 28 + 4e bytes (LayerNorm
+  // stays one ATen kernel); a bias add and a dropout are kernels of their own.
+  const double norm_bytes = eager && rms ? kEagerRmsNormBytes + 4 * e : 2 * e;
+  const double residual_bytes = eager ? 3 * e + (L.bias ? 3 * e : 0.0) + (dropout ? 2 * e + 1 : 0.0) : 3 * e + mask;
+  const double norm_kernel = seconds(km.memory(Bytes(norm_bytes * norm_tokens * h)));
+  const double residual_kernel = seconds(km.memory(Bytes(residual_bytes * norm_tokens * h)));
   f.mem += norms * (norm_kernel + residual_kernel);
   b.mem += kElementwiseBackward * norms * (norm_kernel + residual_kernel);
+  // Rotary embedding of Q and K: fused, one read and write (2e per element); eager in fp32 through
+  // complex numbers (cast, complex product, cast back: 16 + 2e). Eager attention also copies its
+  // output out of the heads-first layout (2e per element) and, with GQA, repeats K and V to every
+  // query head before the attention kernel (e per read element, e per written).
+  double layout_bytes = 0;
+  if (rope) layout_bytes += (eager ? kEagerRopeBytes + 2 * e : 2 * e) * (q + kv) / t;
+  if (eager && flash) layout_bytes += 2 * e * q / t + (kv < q ? 2 * e * (kv + q) / t : 0.0);
+  if (layout_bytes > 0) {
+    f.mem += blocks * seconds(km.memory(Bytes(layout_bytes * tokens)));
+    b.mem += blocks * kElementwiseBackward * seconds(km.memory(Bytes(layout_bytes * tokens)));
+  }
 
   // --- tensor parallel communication (§3.1): per block and FFN one all-reduce, or with sequence
   // parallelism an all-gather + reduce-scatter pair; the same again in backward.
@@ -261,17 +292,25 @@ LayerCost AnalyticCostModel::layer(const LayerContext& ctx, const LayerStrategy&
 
   // --- host time of an eager framework (§4): operators and autograd Functions per layer
   const double attn_ops = flash ? 7 : 21 + mask;
-  const double fwd_ops = blocks * attn_ops + 3 * norms + 3 + (moe ? 20 : 0);
-  const double fwd_fns = norms + blocks + 1 + (dropout ? norms : 0) + (s.tp > 1 ? 2 * (blocks + 1) : 0) +
-                         (s.ulysses > 1 ? 4 * blocks : 0) + (s.cp > 1 ? blocks : 0) + (moe && s.ep > 1 ? 2 : 0) +
-                         (s.zero >= 3 ? 1 : 0);
+  // Eager operators that a fused implementation does not issue (§4): an RMSNorm's 7 more, the
+  // rotary embedding's 7 per tensor (views included), the SwiGLU product, the attention kernel as
+  // an ATen operator, its 4 layout operators and, with GQA, 3 per repeated K and V.
+  const double eager_ops = eager ? norms * (rms ? 7 : 0) + blocks * ((rope ? 14 : 0) + (flash ? 5 : 0) +
+                                                                     (kv < q ? 6 : 0)) + (swiglu ? 1 : 0)
+                                 : 0;
+  const double fwd_ops = blocks * attn_ops + 3 * norms + 3 + (moe ? 20 : 0) + eager_ops;
+  // Python autograd Functions: the fused norms, attention kernel, activation and bias-dropout-add
+  // (none when eager), then the parallel mappings.
+  const double fused_fns = eager ? 0 : norms + blocks + 1 + (dropout ? norms : 0);
+  const double fwd_fns = fused_fns + (s.tp > 1 ? 2 * (blocks + 1) : 0) + (s.ulysses > 1 ? 4 * blocks : 0) +
+                         (s.cp > 1 ? blocks : 0) + (moe && s.ep > 1 ? 2 : 0) + (s.zero >= 3 ? 1 : 0);
   const double host_f = opt_.framework_overhead ? (fwd_ops * opt_.host_op_us + fwd_fns * opt_.host_function_us) * 1e-6 : 0;
   const double linears = 2 * blocks + 2 + (moe ? 3 : 0);
   const bool layer_norm = ctx.model == nullptr || ctx.model->norm == NormKind::kLayerNorm;
   const double param_tensors = linears * (L.bias ? 2 : 1) + norms * (layer_norm ? 2 : 1);
   const double bwd_kernels = linears * (kBwdKernelsPerLinear + (L.bias ? 1 : 0)) + norms * (layer_norm ? 3 : 2) +
                              2 * norms + blocks * (flash ? kBwdKernelsFlash : kBwdKernelsAttnCore) + 1 +
-                             param_tensors + (moe ? 20 : 0);
+                             param_tensors + (moe ? 20 : 0) + eager_ops;
   double host_b = opt_.framework_overhead
                       ? (bwd_kernels * opt_.host_op_us + (fwd_fns + (s.zero >= 3 ? 1 : 0)) * opt_.host_function_us) * 1e-6
                       : 0;
@@ -282,6 +321,13 @@ LayerCost AnalyticCostModel::layer(const LayerContext& ctx, const LayerStrategy&
   if (s.recompute == Recompute::kFull) {
     recompute = f.gpu();
     if (opt_.framework_overhead) host_b += host_f + (2 * opt_.host_function_us + 4 * opt_.host_op_us) * 1e-6;
+  } else if (s.recompute == Recompute::kSelective && opt_.selective == SelectivePolicy::kAlternateMatmuls) {
+    // Op-level policy: the 2nd, 4th, ... matmul, every elementwise kernel and the tensor-parallel
+    // all-gathers (reduce-scatter outputs are kept) run again; the attention kernel's output is kept.
+    const std::vector<LayerMatmul> mm = layer_matmuls(L, t);
+    for (size_t i = 1; i < mm.size(); i += 2) recompute += seconds(km.gemm(tokens, mm[i].n, mm[i].k));
+    recompute += f.mem + (s.sp ? 0.5 : 0.0) * f.tp;
+    if (opt_.framework_overhead) host_b += host_f;  // every forward operator passes the policy again
   } else if (s.recompute == Recompute::kSelective) {
     recompute = f.core;
     if (opt_.framework_overhead) host_b += ((flash ? 2 : 10) * opt_.host_op_us + 2 * opt_.host_function_us) * 1e-6;
@@ -330,6 +376,9 @@ LayerCost AnalyticCostModel::layer(const LayerContext& ctx, const LayerStrategy&
   ao.elem_bytes = e;
   ao.flash_attention = flash;
   ao.dropout = dropout;
+  ao.eager_elementwise = eager;
+  ao.rms_norm = rms;
+  ao.alternate_matmuls = opt_.selective == SelectivePolicy::kAlternateMatmuls;
   mem.activations = layer_activation_bytes(L, s, ao) * micro_batches_in_flight(tr, ctx.stage);
   return out;
 }

@@ -24,6 +24,28 @@ StateBytes sharded_state_bytes(DType dtype, int zero, int shard) {
   return b;
 }
 
+std::vector<LayerMatmul> layer_matmuls(const LayerShape& s, double tp) {
+  const double t = std::max(1.0, tp);
+  const double h = static_cast<double>(s.hidden);
+  const double q = static_cast<double>(s.heads) * s.head_dim;
+  const double kv = static_cast<double>(s.kv_heads) * s.head_dim;
+  std::vector<LayerMatmul> out;
+  const int blocks = s.kind == LayerKind::kCrossDecoder ? 2 : 1;
+  for (int b = 0; b < blocks; ++b) {
+    out.push_back({q / t, h});
+    out.push_back({kv / t, h});
+    out.push_back({kv / t, h});
+    out.push_back({h, q / t});
+  }
+  const double ff = s.moe.enabled()
+                        ? static_cast<double>(s.moe.expert_ffn) * (s.moe.top_k + s.moe.shared_experts)
+                        : static_cast<double>(s.ffn);
+  out.push_back({ff / t, h});
+  if (s.ffn_kind == FfnKind::kSwiglu) out.push_back({ff / t, h});
+  out.push_back({h, ff / t});
+  return out;
+}
+
 Bytes layer_activation_bytes(const LayerShape& s, const LayerStrategy& st, const ActivationOptions& o) {
   const double t = std::max(1, st.tp), u = std::max(1, st.ulysses), cp = std::max(1, st.cp);
   const double e = o.elem_bytes;
@@ -37,25 +59,40 @@ Bytes layer_activation_bytes(const LayerShape& s, const LayerStrategy& st, const
   const double mask = o.dropout ? 1.0 : 0.0;
 
   if (st.recompute == Recompute::kFull) return Bytes(e * tokens * h * rep);
+  const double heads_local = static_cast<double>(s.heads) / (t * u);
+  const double blocks = s.kind == LayerKind::kCrossDecoder ? 2 : 1;
+  const double lse = 4.0 * o.samples * heads_local * (o.seq / cp);  // fp32 log-sum-exp per query and head
+
+  if (st.recompute == Recompute::kSelective && o.alternate_matmuls) {
+    // The layer input, the outputs of the 1st, 3rd, ... matmul and of each attention kernel (with
+    // its log-sum-exp); everything else is recomputed in backward.
+    const std::vector<LayerMatmul> mm = layer_matmuls(s, t);
+    double kept = h * rep;
+    for (size_t i = 0; i < mm.size(); i += 2) kept += mm[i].n;
+    return Bytes(e * tokens * (kept + blocks * q / t) + blocks * lse);
+  }
 
   // Attention block: norm input and output, Q, K, V, the output projection's input, the
   // post-attention dropout mask; without flash attention the s x s softmax output, its dropout
   // mask and dropped output (per local head: heads / (t*u), queries s/cp, keys s).
-  const double heads_local = static_cast<double>(s.heads) / (t * u);
   const double scores = o.samples * heads_local * (o.seq / cp) * o.seq;
   double attn = e * tokens * h * rep * 2 + e * tokens * (q + 2 * kv) / t + e * tokens * q / t +
                 mask * tokens * h * rep;
   const bool keep_core = st.recompute == Recompute::kNone;
   if (o.flash_attention) {
-    attn += 4.0 * o.samples * heads_local * (o.seq / cp);  // fp32 log-sum-exp per query and head
+    attn += lse;
+    if (o.eager_elementwise && kv < q) attn += 2 * e * tokens * (q - kv) / t;  // K, V repeated per head
   } else if (keep_core) {
     attn += (e + mask + (o.dropout ? e : 0.0)) * scores;
   }
+  if (o.eager_elementwise && o.rms_norm) attn += 4 * tokens * h * rep;  // the norm's fp32 input copy
   if (s.kind == LayerKind::kCrossDecoder) attn *= 2;  // self- and cross-attention blocks
 
   // FFN block: norm input, FC1 input, activation inputs, the down projection's input, dropout mask.
   double ffn = e * tokens * h * rep * 2 + mask * tokens * h * rep;
-  const double inner_mats = s.ffn_kind == FfnKind::kSwiglu ? 3.0 : 2.0;  // (gate, up,) down input
+  if (o.eager_elementwise && o.rms_norm) ffn += 4 * tokens * h * rep;
+  // (gate, up,) down input; eager SwiGLU also keeps the SiLU output for the product's backward
+  const double inner_mats = s.ffn_kind == FfnKind::kSwiglu ? (o.eager_elementwise ? 4.0 : 3.0) : 2.0;
   if (s.moe.enabled()) {
     const double routed = tokens * s.moe.top_k;
     const double ef = static_cast<double>(s.moe.expert_ffn);

@@ -2,7 +2,10 @@
 #pragma once
 
 #include <memory>
+#include <string>
+#include <vector>
 
+#include "weft/core/error.h"
 #include "weft/cost/collectives.h"
 #include "weft/cost/cost_model.h"
 
@@ -10,6 +13,13 @@ namespace weft {
 
 // Measured figures that replace analytic ones where present (issue: profiler). Empty by default.
 struct CalibrationTables;  // defined in weft/cost/calibration.h
+
+// What recompute "selective" re-runs in backward (docs/cost-model.md §2.4).
+enum class SelectivePolicy {
+  kAttentionCore,     // Megatron-LM (Korthikanti et al. 2022): the attention core only
+  kAlternateMatmuls,  // torchtitan's op-level selective checkpointing: keeps the output of every
+                      // other matmul and of the attention kernel, re-runs the rest of the layer
+};
 
 struct AnalyticOptions {
   // Fraction of compute slowed by overlapped communication (1.0 = none). Default from Galvatron's
@@ -26,13 +36,36 @@ struct AnalyticOptions {
   // instance from a measured profile) sets its own.
   double host_op_us = 7.0;
   double host_function_us = 20.0;
-  // In-training GPU kernel time / the kernel model's isolated best case. The default, 1.165, is
+  // In-training GPU kernel time / the kernel model's isolated best case. The default, 1.154, is
   // Galvatron's measured A100 Llama-2-7B layer forward (bf16, flash attention, seq 2048, batch 8
   // and 12; reference/galvatron computation profile) over the kernel model's time for the same
   // layer (docs/cost-model.md §2.5). Calibration from measured runs may set another.
-  double compute_time_scale = 1.165;
+  double compute_time_scale = 1.154;
+  // Elementwise kernels fused (Megatron's and Transformer Engine's fused norm, activation and
+  // rotary kernels, or torch.compile) or run as the eager PyTorch operators of a plain
+  // implementation (one kernel per operator, fp32 norm and rotary math; docs/cost-model.md §2.3).
+  bool fused_elementwise = true;
+  SelectivePolicy selective = SelectivePolicy::kAttentionCore;
+  std::string framework = "megatron";  // the preset these options came from (framework_options)
   CollectiveOptions comm;           // collective call latency and link efficiencies
 };
+
+// The training frameworks weft knows, each a set of the options above (docs/cost-model.md §4.1):
+//   megatron            Megatron-LM / Megatron-Core: fused kernels, flash attention, gradient
+//                       reduction overlapped with backward, selective = attention core (default)
+//   megatron-deepspeed  Megatron-DeepSpeed as vTrain measured it: fused softmax attention without
+//                       flash, gradients all-reduced after the backward (no bucketing)
+//   torchtitan          eager PyTorch with FSDP2: unfused norm, rotary and SwiGLU operators, SDPA
+//                       flash attention, selective = op-level (every other matmul kept)
+//   torchtitan-compile  torchtitan with torch.compile: the same with fused elementwise kernels
+struct FrameworkInfo {
+  const char* name;
+  const char* summary;
+};
+const std::vector<FrameworkInfo>& frameworks();
+// `base` with the traits of framework `name` (its host and GPU constants are kept); an error naming
+// the known frameworks if `name` is not one.
+Result<AnalyticOptions> framework_options(const std::string& name, AnalyticOptions base = {});
 
 class AnalyticCostModel : public CostModel {
  public:

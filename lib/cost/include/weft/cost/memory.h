@@ -3,6 +3,8 @@
 // Pure functions; thread-safe.
 #pragma once
 
+#include <vector>
+
 #include "weft/core/units.h"
 #include "weft/plan/plan.h"
 #include "weft/plan/strategy.h"
@@ -34,7 +36,24 @@ struct ActivationOptions {
   double elem_bytes = 2;       // bytes of a stored activation element
   bool flash_attention = true; // no s x s score/probability tensors are stored
   bool dropout = false;        // dropout masks (1 byte per element) on attention probs and outputs
+  // Eager elementwise operators (AnalyticOptions::fused_elementwise off): an RMSNorm saves its fp32
+  // input copy, SwiGLU its SiLU output, and the attention kernel its K and V repeated to every
+  // query head (GQA).
+  bool eager_elementwise = false;
+  bool rms_norm = false;
+  // Selective recompute keeps the output of every other matmul and of the attention kernel
+  // (torchtitan's op-level policy) instead of dropping the attention core.
+  bool alternate_matmuls = false;
 };
+
+// One matmul of a layer's forward on one device, per token: n output and k reduction elements.
+struct LayerMatmul {
+  double n = 0, k = 0;
+};
+// The layer's matmuls in forward order as a plain implementation issues them: per attention block
+// wq, wk, wv (column-parallel, / tp) and wo (row-parallel), then the FFN's w1 (and w3 for SwiGLU)
+// and w2. A MoE FFN is listed as one FFN of top_k routed plus the shared expert widths.
+std::vector<LayerMatmul> layer_matmuls(const LayerShape& s, double tp);
 
 // Saved activation bytes of one layer under strategy st (Korthikanti et al. 2022, generalised per
 // tensor to GQA, SwiGLU, MoE, Ulysses and context parallelism; formula in docs/cost-model.md §5).
