@@ -349,9 +349,10 @@ TEST(AnalyticFramework, EagerElementwiseBytesByHand) {
   const double hbm = s.cluster.gpu.hbm_gbps * 1e9 * 0.90;
   EXPECT_NEAR((b.fwd - a.fwd).value(), bytes / hbm, 1e-6);
   EXPECT_NEAR((b.bwd - a.bwd).value(), 2 * bytes / hbm, 2e-6);
-  // Saved for backward, no recompute: the norms' fp32 input copies 2 x 4h, the SiLU output e*f and
-  // K, V repeated to the query width 2e(q - kv), per token.
-  EXPECT_NEAR((b.memory.activations - a.memory.activations).value(), T * (8 * h + e * f + 2 * e * (q - kv)), 1.0);
+  // Saved for backward, no recompute: the norms' fp32 input copies 2 x 4h, the SiLU output e*f, the
+  // attention kernel's own output e*q and K, V repeated to the query width 2e(q - kv), per token.
+  EXPECT_NEAR((b.memory.activations - a.memory.activations).value(),
+              T * (8 * h + e * f + e * q + 2 * e * (q - kv)), 1.0);
 }
 
 // torchtitan's op-level selective checkpointing by hand: it keeps the layer input and the outputs
@@ -400,6 +401,22 @@ TEST(AnalyticFramework, Presets) {
   ASSERT_FALSE(bad.ok());
   EXPECT_NE(bad.error().message.find("known: megatron, megatron-deepspeed, torchtitan, torchtitan-compile"),
             std::string::npos);
+}
+
+// The loss's memory (docs/cost-model.md §5.3): Megatron's vocab-parallel cross entropy works in place
+// on one fp32 copy of the logits (e + 4 bytes per logit); PyTorch's F.cross_entropy on an fp32 copy
+// (torchtitan) holds three fp32 tensors per logit at its peak (12).
+TEST(AnalyticFramework, LossMemoryByHand) {
+  Bench s("llama-3-8b", "a100-80gb");
+  s.train.global_batch = 2;
+  s.train.micro_batches = 1;
+  auto tt = framework_options("torchtitan");
+  ASSERT_TRUE(tt.ok());
+  const LayerStrategy st = strat(1, 1);
+  const double logits = 2.0 * 4096 * 128256;
+  const double megatron = AnalyticCostModel().stage_extra(s.stage(0, 1), st).memory.other.value();
+  const double titan = AnalyticCostModel(*tt).stage_extra(s.stage(0, 1), st).memory.other.value();
+  EXPECT_NEAR(titan - megatron, (12 - (2 + 4)) * logits, 1.0);
 }
 
 }  // namespace

@@ -140,7 +140,7 @@ TEST(ReferenceGalvatron, Llama7bLayerForwardOnA100) {
 // The network is not stated; the A100 preset's 25 GB/s per GPU (HDR InfiniBand) is used. With the
 // torchtitan framework traits (eager norm, rotary and SwiGLU operators; op-level selective
 // checkpointing, docs/cost-model.md §4.1) every run is within 20% and the mean error within 8%;
-// costed as Megatron (fused kernels, attention-core selective recompute) the same runs are 8-36%
+// costed as Megatron (fused kernels, attention-core selective recompute) the same runs are 9-38%
 // optimistic, so the traits must bring the prediction closer on average.
 TEST(ReferenceTorchtitan, Fsdp2On64A100) {
   struct Run {

@@ -31,6 +31,15 @@ constexpr double kElementwiseBackward = 2.0;
 // e written).
 constexpr double kLossFwdBytesPerLogit = 4 + 4 + 8 + 8 + 4 + 8;  // + e, added where used
 constexpr double kLossBwdBytesPerLogit = 8 + 4;                  // + e
+// §2 PyTorch's F.cross_entropy (log_softmax + nll_loss) over an fp32 copy of the logits, as
+// torchtitan computes its loss: forward casts (e read, 4 written) and runs log_softmax (two
+// reading passes, one write: 12); backward writes nll's dense gradient (4), runs log_softmax's
+// backward (reads gradient and output, a reduction pass and an elementwise pass: 16) and casts
+// back (4 read, e written). Its peak holds three fp32 tensors per logit: the saved log-softmax,
+// its gradient and the outgoing gradient.
+constexpr double kTorchLossFwdBytesPerLogit = 4 + 12;  // + e
+constexpr double kTorchLossBwdBytesPerLogit = 4 + 16 + 4;  // + e
+constexpr double kTorchLossPeakBytesPerLogit = 12;
 // §2.3 Eager RMSNorm in fp32 (Llama's reference implementation, as torchtitan runs it), bytes per
 // element: 28 for the fp32 sides of the casts in and out (4 + 4), x^2 (4 read, 4 written), the mean
 // (4 read) and x * rsqrt (4 + 4), plus 4e for the casts' compute-dtype sides and the weight
@@ -426,8 +435,11 @@ LayerCost AnalyticCostModel::stage_extra(const StageContext& ctx, const LayerStr
     f.gemm += seconds(km.gemm(tokens, vocab / t, h));
     b.gemm += bwd_gemm(km, tokens, vocab / t, h);
     const double local_logits = tokens * vocab / t;
-    f.mem += seconds(km.memory(Bytes((kLossFwdBytesPerLogit + e) * local_logits)));
-    b.mem += seconds(km.memory(Bytes((kLossBwdBytesPerLogit + e) * local_logits)));
+    const bool megatron_loss = opt_.vocab_parallel_loss;
+    f.mem += seconds(km.memory(
+        Bytes(((megatron_loss ? kLossFwdBytesPerLogit : kTorchLossFwdBytesPerLogit) + e) * local_logits)));
+    b.mem += seconds(km.memory(
+        Bytes(((megatron_loss ? kLossBwdBytesPerLogit : kTorchLossBwdBytesPerLogit) + e) * local_logits)));
     if (emb.tp > 1) {
       // input copied to (or with SP gathered on) every rank; max, exp-sum and target logit summed
       if (emb.sp) {
@@ -438,7 +450,9 @@ LayerCost AnalyticCostModel::stage_extra(const StageContext& ctx, const LayerStr
       }
       f.tp += 3 * seconds(collective_time(Collective::kAllReduce, Bytes(4 * tokens), tp_group, c, co));
     }
-    logits = (e + 4) * local_logits;  // compute-dtype logits and their fp32 copy, one micro-batch
+    // compute-dtype logits and their fp32 copy (Megatron's loss works in place on it), or PyTorch's
+    // three fp32 tensors; one micro-batch
+    logits = (megatron_loss ? e + 4 : kTorchLossPeakBytesPerLogit) * local_logits;
     saved += e * norm_tokens * h;
     ops_f += 25;
     fns_f += 3 + (emb.tp > 1 ? 2 : 0);

@@ -24,16 +24,19 @@ Result<AnalyticOptions> framework_options(const std::string& name, AnalyticOptio
     o.fused_elementwise = true;
     o.overlap_grad_sync = true;
     o.selective = SelectivePolicy::kAttentionCore;
+    o.vocab_parallel_loss = true;
   } else if (name == "megatron-deepspeed") {
     o.flash_attention = false;
     o.fused_elementwise = true;
     o.overlap_grad_sync = false;
     o.selective = SelectivePolicy::kAttentionCore;
+    o.vocab_parallel_loss = true;
   } else if (name == "torchtitan" || name == "torchtitan-compile") {
     o.flash_attention = true;
     o.fused_elementwise = name == "torchtitan-compile";
     o.overlap_grad_sync = true;
     o.selective = SelectivePolicy::kAlternateMatmuls;
+    o.vocab_parallel_loss = false;
   } else {
     std::string known;
     for (const FrameworkInfo& f : frameworks()) known += std::string(known.empty() ? "" : ", ") + f.name;

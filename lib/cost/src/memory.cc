@@ -81,7 +81,11 @@ Bytes layer_activation_bytes(const LayerShape& s, const LayerStrategy& st, const
   const bool keep_core = st.recompute == Recompute::kNone;
   if (o.flash_attention) {
     attn += lse;
-    if (o.eager_elementwise && kv < q) attn += 2 * e * tokens * (q - kv) / t;  // K, V repeated per head
+    if (o.eager_elementwise) {
+      // the kernel keeps its own heads-first output besides the projection's contiguous input, and
+      // K, V repeated to every query head (GQA)
+      attn += e * tokens * q / t + (kv < q ? 2 * e * tokens * (q - kv) / t : 0.0);
+    }
   } else if (keep_core) {
     attn += (e + mask + (o.dropout ? e : 0.0)) * scores;
   }

@@ -45,6 +45,10 @@ struct AnalyticOptions {
   // rotary kernels, or torch.compile) or run as the eager PyTorch operators of a plain
   // implementation (one kernel per operator, fp32 norm and rotary math; docs/cost-model.md §2.3).
   bool fused_elementwise = true;
+  // Loss: Megatron's vocab-parallel cross entropy, in place on one fp32 copy of the logits; or
+  // PyTorch's F.cross_entropy on an fp32 copy (torchtitan), which holds three fp32 tensors per
+  // logit at its peak (docs/cost-model.md §5.3).
+  bool vocab_parallel_loss = true;
   SelectivePolicy selective = SelectivePolicy::kAttentionCore;
   std::string framework = "megatron";  // the preset these options came from (framework_options)
   CollectiveOptions comm;           // collective call latency and link efficiencies

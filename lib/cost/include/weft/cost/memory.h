@@ -37,8 +37,8 @@ struct ActivationOptions {
   bool flash_attention = true; // no s x s score/probability tensors are stored
   bool dropout = false;        // dropout masks (1 byte per element) on attention probs and outputs
   // Eager elementwise operators (AnalyticOptions::fused_elementwise off): an RMSNorm saves its fp32
-  // input copy, SwiGLU its SiLU output, and the attention kernel its K and V repeated to every
-  // query head (GQA).
+  // input copy, SwiGLU its SiLU output, and the attention kernel its heads-first output (the output
+  // projection saves its own contiguous copy) and K and V repeated to every query head (GQA).
   bool eager_elementwise = false;
   bool rms_norm = false;
   // Selective recompute keeps the output of every other matmul and of the attention kernel
