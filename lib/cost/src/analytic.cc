@@ -20,6 +20,10 @@ namespace {
 constexpr double kFlashFwdEfficiency = 0.60;
 constexpr double kFlashBwdEfficiency = 0.50;
 constexpr double kFlashBwdWork = 2.5;
+// §2.1 FP8 GEMM operands (Transformer Engine, per-tensor current scaling): a pass reading the
+// 16-bit tensor for its absolute maximum (2 bytes per element), then a cast reading it again (2)
+// and writing the fp8 copy and its transpose for the other GEMM layout (1 + 1).
+constexpr double kFp8QuantBytes = 2 + 2 + 1 + 1;
 // §2 Backward of a memory-bound kernel moves about twice the forward bytes: it reads the saved input
 // and the incoming gradient and writes the outgoing gradient (plus parameter-gradient reductions).
 constexpr double kElementwiseBackward = 2.0;
@@ -136,6 +140,11 @@ LayerCost AnalyticCostModel::layer(const LayerContext& ctx, const LayerStrategy&
   const bool rope = ctx.model != nullptr && ctx.model->position == PositionKind::kRope;
   const bool swiglu = L.ffn_kind == FfnKind::kSwiglu;
 
+  // §2.2 FP8 training (Transformer Engine's recipes) runs the GEMMs in fp8 and the attention core
+  // in 16 bits.
+  const bool fp8 = tr.dtype == DType::kFp8;
+  const KernelModel km16 = fp8 ? KernelModel(c.gpu, DType::kBf16, opt_.compute_time_scale) : km;
+
   Pass f, b;
 
   // --- attention projections (§2.1)
@@ -149,19 +158,19 @@ LayerCost AnalyticCostModel::layer(const LayerContext& ctx, const LayerStrategy&
   double core_f = 0, core_b = 0;
   if (flash) {
     const double work = 4.0 * core_batch * sq * sk * hd * (causal ? 0.5 : 1.0);
-    core_f = seconds(km.flops(work, kFlashFwdEfficiency));
-    core_b = seconds(km.flops(kFlashBwdWork * work, kFlashBwdEfficiency));
+    core_f = seconds(km16.flops(work, kFlashFwdEfficiency));
+    core_b = seconds(km16.flops(kFlashBwdWork * work, kFlashBwdEfficiency));
   } else {
     const double s2 = core_batch * sq * sk;
-    core_f = seconds(km.gemm(sq, sk, hd, core_batch)) + seconds(km.gemm(sq, hd, sk, core_batch)) +
-             seconds(km.memory(Bytes(2 * e * s2))) +                               // scale-mask-softmax
-             (dropout ? seconds(km.memory(Bytes((2 * e + 1) * s2))) : 0.0) +       // dropout
-             seconds(km.memory(Bytes(2 * e * tokens * q / t)));                     // context re-layout
-    core_b = seconds(km.gemm(sq, hd, sk, core_batch)) + seconds(km.gemm(sk, hd, sq, core_batch)) +
-             seconds(km.gemm(sq, sk, hd, core_batch)) + seconds(km.gemm(sk, hd, sq, core_batch)) +
-             seconds(km.memory(Bytes(3 * e * s2))) +
-             (dropout ? seconds(km.memory(Bytes((2 * e + 1) * s2))) : 0.0) +
-             seconds(km.memory(Bytes(2 * e * tokens * q / t)));
+    core_f = seconds(km16.gemm(sq, sk, hd, core_batch)) + seconds(km16.gemm(sq, hd, sk, core_batch)) +
+             seconds(km16.memory(Bytes(2 * e * s2))) +                               // scale-mask-softmax
+             (dropout ? seconds(km16.memory(Bytes((2 * e + 1) * s2))) : 0.0) +       // dropout
+             seconds(km16.memory(Bytes(2 * e * tokens * q / t)));                     // context re-layout
+    core_b = seconds(km16.gemm(sq, hd, sk, core_batch)) + seconds(km16.gemm(sk, hd, sq, core_batch)) +
+             seconds(km16.gemm(sq, sk, hd, core_batch)) + seconds(km16.gemm(sk, hd, sq, core_batch)) +
+             seconds(km16.memory(Bytes(3 * e * s2))) +
+             (dropout ? seconds(km16.memory(Bytes((2 * e + 1) * s2))) : 0.0) +
+             seconds(km16.memory(Bytes(2 * e * tokens * q / t)));
   }
   f.core += blocks * core_f;
   b.core += blocks * core_b;
@@ -195,6 +204,16 @@ LayerCost AnalyticCostModel::layer(const LayerContext& ctx, const LayerStrategy&
     dense_ffn(L.moe.shared_experts * ef);
   } else {
     dense_ffn(static_cast<double>(L.ffn));
+  }
+
+  // --- FP8 quantization (§2.1): every GEMM input (forward) and output gradient (backward) is cast
+  // to fp8 row- and column-wise after a pass for its absolute maximum
+  if (fp8) {
+    const double ff_local = static_cast<double>(moe ? L.moe.expert_ffn * (L.moe.top_k + L.moe.shared_experts) : L.ffn) / t;
+    const double inputs = blocks * (h + q / t) + h + ff_local;
+    const double grads = blocks * ((q + 2 * kv) / t + h) + in_mats * ff_local + h;
+    f.mem += seconds(km.memory(Bytes(kFp8QuantBytes * tokens * inputs)));
+    b.mem += seconds(km.memory(Bytes(kFp8QuantBytes * tokens * grads)));
   }
 
   // --- norms and bias + dropout + residual (§2.3)
