@@ -194,6 +194,11 @@ TEST(AnalyticTime, Fp8GemmsAndQuantizationByHand) {
   const double d = (cm.layer(s8.layer(0), strat(1, 1)).fwd - cm.layer(s.layer(0), strat(1, 1)).fwd).value();
   EXPECT_NEAR(d, gemms(k8) - gemms(k16) + quant, 1e-7);
   EXPECT_LT(d, 0);  // still faster overall
+  // Saved activations: the QKV, gate/up and down projections keep 1-byte fp8 inputs (h, h, f)
+  // instead of 2-byte ones, the output projection an fp8 copy (q) beside the attention output.
+  const double saved_bf16 = cm.layer(s.layer(0), strat(1, 1)).memory.activations.value();
+  const double saved_fp8 = cm.layer(s8.layer(0), strat(1, 1)).memory.activations.value();
+  EXPECT_NEAR(saved_bf16 - saved_fp8, T * (2 * h + f - q), 1.0);
 }
 
 TEST(AnalyticTime, HostOverheadBoundsTinyLayers) {

@@ -407,6 +407,7 @@ LayerCost AnalyticCostModel::layer(const LayerContext& ctx, const LayerStrategy&
   ao.eager_elementwise = eager;
   ao.rms_norm = rms;
   ao.alternate_matmuls = opt_.selective == SelectivePolicy::kAlternateMatmuls;
+  ao.fp8_gemm_inputs = fp8;
   mem.activations = layer_activation_bytes(L, s, ao) * micro_batches_in_flight(tr, ctx.stage);
   return out;
 }

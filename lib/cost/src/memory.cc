@@ -76,8 +76,9 @@ Bytes layer_activation_bytes(const LayerShape& s, const LayerStrategy& st, const
   // post-attention dropout mask; without flash attention the s x s softmax output, its dropout
   // mask and dropped output (per local head: heads / (t*u), queries s/cp, keys s).
   const double scores = o.samples * heads_local * (o.seq / cp) * o.seq;
-  double attn = e * tokens * h * rep * 2 + e * tokens * (q + 2 * kv) / t + e * tokens * q / t +
-                mask * tokens * h * rep;
+  const double g = o.fp8_gemm_inputs ? 1.0 : e;  // bytes of a saved GEMM input element
+  double attn = e * tokens * h * rep + g * tokens * h * rep + e * tokens * (q + 2 * kv) / t + e * tokens * q / t +
+                (o.fp8_gemm_inputs ? g * tokens * q / t : 0.0) + mask * tokens * h * rep;
   const bool keep_core = st.recompute == Recompute::kNone;
   if (o.flash_attention) {
     attn += lse;
@@ -93,19 +94,20 @@ Bytes layer_activation_bytes(const LayerShape& s, const LayerStrategy& st, const
   if (s.kind == LayerKind::kCrossDecoder) attn *= 2;  // self- and cross-attention blocks
 
   // FFN block: norm input, FC1 input, activation inputs, the down projection's input, dropout mask.
-  double ffn = e * tokens * h * rep * 2 + mask * tokens * h * rep;
+  double ffn = e * tokens * h * rep + g * tokens * h * rep + mask * tokens * h * rep;
   if (o.eager_elementwise && o.rms_norm) ffn += 4 * tokens * h * rep;
-  // (gate, up,) down input; eager SwiGLU also keeps the SiLU output for the product's backward
-  const double inner_mats = s.ffn_kind == FfnKind::kSwiglu ? (o.eager_elementwise ? 4.0 : 3.0) : 2.0;
+  // Per FFN element: the activation's inputs (gate and up, or the GELU input), the down
+  // projection's input; eager SwiGLU also keeps the SiLU output for the product's backward.
+  const double inner = (s.ffn_kind == FfnKind::kSwiglu ? (o.eager_elementwise ? 3.0 : 2.0) : 1.0) * e + g;
   if (s.moe.enabled()) {
     const double routed = tokens * s.moe.top_k;
     const double ef = static_cast<double>(s.moe.expert_ffn);
     ffn += 4.0 * tokens * s.moe.experts * rep;            // fp32 router logits
     ffn += e * routed * h * rep;                           // dispatched token copies
-    ffn += inner_mats * e * routed * ef / t;
-    ffn += inner_mats * e * tokens * s.moe.shared_experts * ef / t;
+    ffn += inner * routed * ef / t;
+    ffn += inner * tokens * s.moe.shared_experts * ef / t;
   } else {
-    ffn += inner_mats * e * tokens * static_cast<double>(s.ffn) / t;
+    ffn += inner * tokens * static_cast<double>(s.ffn) / t;
   }
   return Bytes(attn + ffn);
 }

@@ -44,6 +44,10 @@ struct ActivationOptions {
   // Selective recompute keeps the output of every other matmul and of the attention kernel
   // (torchtitan's op-level policy) instead of dropping the attention core.
   bool alternate_matmuls = false;
+  // FP8 training (Transformer Engine): the linear layers save their fp8-quantized inputs (1 byte per
+  // element) for the weight gradient instead of 16-bit ones; the attention kernel's own output stays
+  // 16-bit beside the output projection's fp8 input.
+  bool fp8_gemm_inputs = false;
 };
 
 // One matmul of a layer's forward on one device, per token: n output and k reduction elements.
