@@ -169,6 +169,8 @@ void run_plan(const PlanFlags& f) {
   if (f.max_tp < 0) fail(Error{ErrorKind::kBadInput, "--max-tp: must be >= 1, got " + S(f.max_tp)});
   opt.max_tp = f.max_tp;
   opt.layerwise = !f.uniform;
+  // A named framework: only plans it can run (uniform, its ZeRO stages and schedules).
+  if (!f.in.framework.empty()) check(restrict_to_framework(opt, f.in.framework));
   // Progress: only on a terminal, and only once the search has run for half a second.
   const bool tty = isatty(fileno(stderr));
   const auto t0 = std::chrono::steady_clock::now();
@@ -430,6 +432,8 @@ void run_estimate(const EstimateFlags& f, const CLI::App& cmd) {
     p = plan_from_flags(f, in);
     cm = std::move(in.cost);
   }
+  // A plan for a named framework must be one it can run (the rules of restrict_to_framework).
+  if (!f.in.framework.empty()) check(framework_runs(p, f.in.framework));
 #ifdef WEFT_CMD_GALVATRON
   // Galvatron's model: its exact accounting (the plan's own task and buffer).
   const galvatron::GalvatronCostModel* gcm = galvatron::as_galvatron(*cm);

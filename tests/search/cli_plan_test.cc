@@ -239,6 +239,20 @@ TEST(CliPlan, FrameworkPicksTheTraits) {
       << bad.err;
   CliRun mixed = run(with(est, {"--framework", "torchtitan", "--model-profile", "layers.json"}));
   EXPECT_EQ(mixed.code, 2);
+
+  // What the framework cannot run is refused, naming it; a search returns a plan it can run.
+  CliRun uly = run(with(est, {"--framework", "torchtitan", "--ulysses", "2"}));
+  EXPECT_EQ(uly.code, 2);
+  EXPECT_NE(uly.err.find("layer 0: ulysses=2: framework torchtitan cannot run it"), std::string::npos) << uly.err;
+  CliRun searched = run({"plan", "--model", "llama-2-7b", "--cluster", "a100-80gb", "--gpus", "8", "--seq", "4096",
+                         "--global-batch", "64", "--framework", "torchtitan", "--format", "json"});
+  ASSERT_EQ(searched.code, 0) << searched.err;
+  auto best = plan_from_json(Json::parse(searched.out).at("plan"));
+  ASSERT_TRUE(best.ok());
+  EXPECT_TRUE(best->uniform());
+  const LayerStrategy& l = best->stages.front().layers.front();
+  EXPECT_EQ(l.ulysses, 1);
+  EXPECT_NE(l.zero, 1);
 }
 
 // The space flags restrict what the search returns; out-of-range values name the flag.

@@ -115,6 +115,75 @@ TEST(Search, RestrictionsAreHonoured) {
   }
 }
 
+// A named framework (docs/search.md, "Frameworks"): the search returns only plans it can run.
+TEST(Search, FrameworkRestrictsTheSpace) {
+  for (const char* fw : {"megatron", "megatron-deepspeed", "torchtitan"}) {
+    Scenario s;
+    s.opt.top_k = 40;
+    s.fake.budget_units = 1000;
+    ASSERT_TRUE(restrict_to_framework(s.opt, fw).ok());
+    EXPECT_FALSE(s.opt.layerwise);
+    const FakeCostModel cm(s.fake);
+    auto r = search(s.model, s.cluster, cm, s.opt);
+    ASSERT_TRUE(r.ok()) << r.error().message;
+    ASSERT_FALSE(r->top.empty()) << fw;
+    for (const Plan& p : r->top) {
+      const Status ok = framework_runs(p, fw);
+      EXPECT_TRUE(ok.ok()) << fw << ": " << ok.error().message;
+    }
+  }
+  // Without the restriction the same search returns plans some framework cannot run.
+  Scenario s;
+  s.opt.top_k = 40;
+  s.fake.budget_units = 1000;
+  const FakeCostModel cm(s.fake);
+  auto r = search(s.model, s.cluster, cm, s.opt);
+  ASSERT_TRUE(r.ok());
+  int refused = 0;
+  for (const Plan& p : r->top) refused += !framework_runs(p, "torchtitan").ok();
+  EXPECT_GT(refused, 0);
+  // A schedule the framework lacks is an error naming it.
+  SearchOptions o;
+  o.schedules = {Schedule::kInterleaved};
+  const Status bad = restrict_to_framework(o, "megatron-deepspeed");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.error().message.find("framework megatron-deepspeed has no interleaved schedule"), std::string::npos);
+}
+
+TEST(Search, FrameworkRunsNamesWhatItCannotRun) {
+  Plan p;
+  p.model = testing::small_model({{4, testing::dense_shape(2048, 16, 16)}});
+  p.cluster = testing::small_cluster(8, 8);
+  p.train.seq = 4096;
+  p.train.global_batch = 8;
+  p.train.micro_batches = 1;
+  LayerStrategy s;
+  s.dp = 4;
+  s.ulysses = 2;
+  s.zero = 1;
+  Stage st;
+  st.layers.assign(4, s);
+  p.stages.push_back(st);
+  p.embedding = embedding_for(s);
+  const Status valid = validate(p);
+  ASSERT_TRUE(valid.ok()) << valid.error().message;
+  EXPECT_TRUE(framework_runs(p, "megatron-deepspeed").ok());  // DeepSpeed-Ulysses, ZeRO-1
+  const Status titan = framework_runs(p, "torchtitan");
+  ASSERT_FALSE(titan.ok());
+  EXPECT_NE(titan.error().message.find("layer 0: ulysses=2: framework torchtitan cannot run it"), std::string::npos);
+  p.stages[0].layers[2].ulysses = 1;
+  p.stages[0].layers[2].dp = 8;
+  const Status mix = framework_runs(p, "megatron-deepspeed");
+  ASSERT_FALSE(mix.ok());
+  EXPECT_NE(mix.error().message.find("layer 2: a strategy other than layer 0's"), std::string::npos);
+  for (LayerStrategy& l : p.stages[0].layers) l = p.stages[0].layers[2];
+  for (LayerStrategy& l : p.stages[0].layers) l.zero = 2;
+  const Status z2 = framework_runs(p, "megatron");
+  ASSERT_FALSE(z2.ok());
+  EXPECT_NE(z2.error().message.find("zero=2 (it offers ZeRO 0, 1, 3)"), std::string::npos);
+  EXPECT_TRUE(framework_runs(p, "torchtitan").ok());
+}
+
 TEST(Search, NothingFitsGivesTheClosestPlanAndTheMemoryItNeeds) {
   Scenario s;
   s.fake.budget_units = 12;  // less than one layer's states under any strategy

@@ -15,6 +15,10 @@ std::vector<int> divisors(int n) {
 
 bool contains(const std::vector<Schedule>& v, Schedule s) { return std::find(v.begin(), v.end(), s) != v.end(); }
 
+bool zero_allowed(const SearchOptions& opt, int zero) {
+  return opt.zero_stages.empty() || std::find(opt.zero_stages.begin(), opt.zero_stages.end(), zero) != opt.zero_stages.end();
+}
+
 }  // namespace
 
 std::vector<PipelineConfig> pipeline_configs(const ModelSpec& model, const ClusterSpec& cluster,
@@ -173,7 +177,7 @@ std::vector<LayerStrategy> layer_candidates(const LayerShape& shape, const Clust
               log.add(kRuleZeroNeedsShards);
               continue;
             }
-            if (zero == 3 && !opt.allow_zero3) {
+            if ((zero == 3 && !opt.allow_zero3) || !zero_allowed(opt, zero)) {
               log.add(kRuleOptions);
               continue;
             }
@@ -248,7 +252,7 @@ std::vector<LayerStrategy> embedding_candidates(const ModelSpec& model, const Cl
             log.add(kRuleZeroNeedsShards);
             continue;
           }
-          if (zero == 3 && !opt.allow_zero3) {
+          if ((zero == 3 && !opt.allow_zero3) || !zero_allowed(opt, zero)) {
             log.add(kRuleOptions);
             continue;
           }
