@@ -182,6 +182,12 @@ void run_export(const ExportFlags& fl) {
     emit(fl.out, c.config.dump(2) + "\n", "DeepSpeed config");
     return;
   }
+  if (fl.target == "torchtitan") {
+    const TorchtitanConfig c = unwrap(torchtitan_config(p));
+    for (const auto& n : c.notes) note(n);
+    emit(fl.out, c.toml, "torchtitan job config");
+    return;
+  }
 #ifdef WEFT_CMD_GALVATRON
   const Json g = unwrap(galvatron::export_strategy(p));
   emit(fl.out, g.dump(2) + "\n", "Galvatron strategy");
@@ -216,11 +222,11 @@ void register_report_commands(CLI::App& app) {
   }
   {
     auto fl = std::make_shared<ExportFlags>();
-    auto* cmd = app.add_subcommand("export", "Export a plan as Megatron-LM flags, a DeepSpeed config or a Galvatron "
-                                             "strategy");
-    cmd->add_option("target", fl->target, "megatron, deepspeed or galvatron")
+    auto* cmd = app.add_subcommand("export", "Export a plan as Megatron-LM flags, a DeepSpeed config, torchtitan "
+                                             "job-config tables or a Galvatron strategy");
+    cmd->add_option("target", fl->target, "megatron, deepspeed, torchtitan or galvatron")
         ->required()
-        ->check(CLI::IsMember({"megatron", "deepspeed", "galvatron"}));
+        ->check(CLI::IsMember({"megatron", "deepspeed", "torchtitan", "galvatron"}));
     cmd->add_option("plan", fl->plan, "Plan file")->required();
     cmd->add_option("--out,-o", fl->out, "File to write (default: stdout)");
     cmd->add_option("--format", fl->format, "megatron: text (one flag per line) or json")

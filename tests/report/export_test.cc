@@ -211,5 +211,68 @@ TEST(Export, InvalidPlanIsAnErrorNotACrash) {
   EXPECT_FALSE(deepspeed_config(p).ok());
 }
 
+// torchtitan: the tables written out here from torchtitan's job-config keys. 16 GPUs, pp 2 x
+// (tp2+sp, dp 4, FSDP with resharding), 8 micro-batches of 64 samples: each data-parallel rank takes
+// 16 samples per step in micro-batches of 2.
+TEST(Torchtitan, FsdpPipelinePlanGivesExactTables) {
+  Plan p = plan(llama(8), cluster(2, 8), train(2, 8, 64, Schedule::k1F1B, 1, 4096),
+                LayerStrategy{.tp = 2, .sp = true, .dp = 4, .zero = 3, .recompute = Recompute::kSelective});
+  ASSERT_TRUE(validate(p).ok()) << validate(p).error().message;
+  auto c = torchtitan_config(p);
+  ASSERT_TRUE(c.ok()) << c.error().message;
+  EXPECT_EQ(c->toml,
+            "[training]\n"
+            "local_batch_size = 16\n"
+            "global_batch_size = 64\n"
+            "seq_len = 4096\n"
+            "mixed_precision_param = \"bfloat16\"\n"
+            "\n[parallelism]\n"
+            "data_parallel_replicate_degree = 1\n"
+            "data_parallel_shard_degree = 4\n"
+            "fsdp_reshard_after_forward = \"always\"\n"
+            "tensor_parallel_degree = 2\n"
+            "context_parallel_degree = 1\n"
+            "pipeline_parallel_degree = 2\n"
+            "pipeline_parallel_schedule = \"1F1B\"\n"
+            "pipeline_parallel_microbatch_size = 2\n"
+            "pipeline_parallel_layers_per_stage = 4\n"
+            "\n[activation_checkpoint]\n"
+            "mode = \"selective\"\n"
+            "selective_ac_option = \"op\"\n");
+}
+
+// Without a pipeline the micro-batches are gradient accumulation: local_batch_size is one
+// micro-batch of one rank; ZeRO 0 is DDP (the replicate degree), ZeRO 2 FSDP without resharding.
+TEST(Torchtitan, AccumulationAndDataParallelModes) {
+  Plan ddp = plan(llama(8), cluster(1, 8), train(1, 4, 64), LayerStrategy{.dp = 8, .zero = 0});
+  ASSERT_TRUE(validate(ddp).ok()) << validate(ddp).error().message;
+  auto a = torchtitan_config(ddp);
+  ASSERT_TRUE(a.ok()) << a.error().message;
+  EXPECT_TRUE(contains(a->toml, "local_batch_size = 2\nglobal_batch_size = 64\n"));  // 64 / (4 * 8)
+  EXPECT_TRUE(contains(a->toml, "data_parallel_replicate_degree = 8\ndata_parallel_shard_degree = 1\n"));
+  EXPECT_FALSE(contains(a->toml, "fsdp_reshard_after_forward"));
+  EXPECT_TRUE(contains(a->toml, "mode = \"none\"\n"));
+  Plan z2 = plan(llama(8), cluster(1, 8), train(1, 4, 64), LayerStrategy{.dp = 8, .zero = 2});
+  auto b = torchtitan_config(z2);
+  ASSERT_TRUE(b.ok()) << b.error().message;
+  EXPECT_TRUE(contains(b->toml, "data_parallel_shard_degree = 8\nfsdp_reshard_after_forward = \"never\"\n"));
+}
+
+TEST(Torchtitan, RefusesWhatItCannotRun) {
+  Plan z1 = plan(llama(8), cluster(1, 8), train(1, 4, 64), LayerStrategy{.dp = 8, .zero = 1});
+  auto a = torchtitan_config(z1);
+  ASSERT_FALSE(a.ok());
+  EXPECT_TRUE(contains(a.error().message, "torchtitan: zero=1: torchtitan shards with FSDP")) << a.error().message;
+  Plan uly = plan(llama(8), cluster(1, 8), train(1, 4, 64), LayerStrategy{.ulysses = 2, .dp = 4});
+  auto b = torchtitan_config(uly);
+  ASSERT_FALSE(b.ok());
+  EXPECT_TRUE(contains(b.error().message, "ulysses=2: torchtitan has no Ulysses")) << b.error().message;
+  Plan mixed = plan(llama(8), cluster(1, 8), train(1, 4, 64), LayerStrategy{.dp = 8, .zero = 3});
+  mixed.stages[0].layers[5].recompute = Recompute::kFull;
+  auto c = torchtitan_config(mixed);
+  ASSERT_FALSE(c.ok());
+  EXPECT_TRUE(contains(c.error().message, "this plan is layer-wise: layers 0-4: dp8 z3; layer 5:")) << c.error().message;
+}
+
 }  // namespace
 }  // namespace weft

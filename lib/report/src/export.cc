@@ -362,7 +362,92 @@ DeepSpeedConfig deepspeed_or_throw(const Plan& p, DeepSpeedTarget target) {
   return r;
 }
 
+// --- torchtitan ----------------------------------------------------------------------------------
+
+const char* kTitan = "torchtitan";
+
+TorchtitanConfig torchtitan_or_throw(const Plan& p) {
+  require_valid(p);
+  TorchtitanConfig r;
+  {
+    auto rs = runs(p, [](const LayerStrategy& s) { return s; });
+    if (rs.size() > 1)
+      refuse(kTitan, "torchtitan applies one strategy to every layer, but this plan is layer-wise: " + describe(rs, 6));
+  }
+  const LayerStrategy s = p.layer_strategy(0);
+  if (s.ulysses > 1) refuse(kTitan, "ulysses=" + S(s.ulysses) + ": torchtitan has no Ulysses sequence parallelism");
+  if (s.zero == 1)
+    refuse(kTitan, "zero=1: torchtitan shards with FSDP (ZeRO-2 without resharding after forward, or ZeRO-3) or "
+                   "replicates (DDP); it has no optimizer-only sharding");
+  if (p.embedding.zero != s.zero)
+    refuse(kTitan, "embedding.zero=" + S(p.embedding.zero) + " but the layers use zero=" + S(s.zero) +
+                       "; torchtitan applies one data-parallel mode to all parameters");
+  if (p.embedding.tp != s.tp)
+    refuse(kTitan, "embedding.tp=" + S(p.embedding.tp) + " but the layers use tp=" + S(s.tp) +
+                       "; torchtitan shards the embedding and output over the same tensor-parallel mesh");
+  const int B = p.train.global_batch, m = std::max(1, p.train.micro_batches), dp = std::max(1, s.dp);
+  const int pp = std::max(1, p.train.pp), vp = std::max(1, p.train.vp);
+  const int per_micro = B / (m * dp);  // samples of one micro-batch on one data-parallel rank
+  std::string t;
+  auto line = [&](const std::string& k, const std::string& v) { t += k + " = " + v + "\n"; };
+  auto q = [](const std::string& v) { return "\"" + v + "\""; };
+  t += "[training]\n";
+  // Without a pipeline, micro-batches are gradient accumulation: torchtitan runs global / (local * dp)
+  // steps of local_batch_size samples. With one, the local batch is split into pipeline micro-batches.
+  line("local_batch_size", S(pp > 1 ? B / dp : per_micro));
+  line("global_batch_size", S(B));
+  line("seq_len", S(p.train.seq));
+  switch (p.train.dtype) {
+    case DType::kFp32:
+    case DType::kTf32: line("mixed_precision_param", q("float32")); break;
+    case DType::kFp16:
+      line("mixed_precision_param", q("float16"));
+      break;
+    case DType::kBf16:
+    case DType::kFp8: line("mixed_precision_param", q("bfloat16")); break;
+  }
+  t += "\n[parallelism]\n";
+  line("data_parallel_replicate_degree", S(s.zero == 0 ? dp : 1));
+  line("data_parallel_shard_degree", S(s.zero == 0 ? 1 : dp));
+  if (s.zero >= 2) line("fsdp_reshard_after_forward", q(s.zero == 3 ? "always" : "never"));
+  line("tensor_parallel_degree", S(s.tp));
+  line("context_parallel_degree", S(s.cp));
+  if (s.ep > 1) line("expert_parallel_degree", S(s.ep));
+  line("pipeline_parallel_degree", S(pp));
+  if (pp > 1) {
+    const char* sched = p.train.schedule == Schedule::kGpipe ? "GPipe"
+                        : p.train.schedule == Schedule::kInterleaved && vp > 1 ? "Interleaved1F1B"
+                                                                                : "1F1B";
+    line("pipeline_parallel_schedule", q(sched));
+    line("pipeline_parallel_microbatch_size", S(per_micro));
+    const auto counts = stage_layer_counts(p);
+    if (std::all_of(counts.begin(), counts.end(), [&](int c) { return c == counts[0]; })) {
+      line("pipeline_parallel_layers_per_stage", S(counts[0]));
+    } else {
+      r.notes.push_back("uneven stages (" + join_counts(counts) +
+                        " layers): give torchtitan the split points (pipeline_parallel_split_points)");
+    }
+  }
+  t += "\n[activation_checkpoint]\n";
+  line("mode", q(s.recompute == Recompute::kFull ? "full" : s.recompute == Recompute::kSelective ? "selective" : "none"));
+  if (s.recompute == Recompute::kSelective) line("selective_ac_option", q("op"));
+  if (s.tp > 1 && !s.sp)
+    r.notes.push_back("torchtitan's tensor parallelism always shards the norms over the sequence (Megatron-SP); "
+                      "this plan was costed without it (plan with --framework torchtitan)");
+  if (p.train.dtype == DType::kFp8)
+    r.notes.push_back("fp8: enable torchtitan's Float8 linear converter; the tables set bf16 parameters");
+  if (p.train.dtype == DType::kFp16)
+    r.notes.push_back("fp16: torchtitan trains in bf16 or fp32; fp16 needs a loss scaler it does not provide");
+  r.notes.push_back("model, tokenizer, data, optimizer and learning-rate settings are not part of a plan");
+  r.toml = std::move(t);
+  return r;
+}
+
 }  // namespace
+
+Result<TorchtitanConfig> torchtitan_config(const Plan& p) {
+  return catch_errors([&]() -> Result<TorchtitanConfig> { return torchtitan_or_throw(p); });
+}
 
 std::string MegatronArgs::text() const {
   std::string out;

@@ -1,8 +1,9 @@
 // Exports of a plan to the frameworks people already run (docs/report.md, "Exports"):
 //  - Megatron-LM command-line flags, one per line;
 //  - a DeepSpeed config JSON, for plain DeepSpeed (data parallel + ZeRO) or for Megatron-DeepSpeed
-//    (which takes tp / pp / Ulysses from its own flags and ZeRO from this config).
-// Both express one strategy for every layer. A plan they cannot express is refused with an Error
+//    (which takes tp / pp / Ulysses from its own flags and ZeRO from this config);
+//  - torchtitan job-config tables (TOML).
+// All express one strategy for every layer. A plan they cannot express is refused with an Error
 // (kBadInput) that names what differs and where: the layers whose strategies differ, uneven stages,
 // ZeRO-2/3 under Megatron-LM, tensor or pipeline parallelism under plain DeepSpeed, ...
 #pragma once
@@ -43,6 +44,21 @@ struct DeepSpeedConfig {
 // DeepSpeed config for plan p: train_batch_size, train_micro_batch_size_per_gpu,
 // gradient_accumulation_steps, zero_optimization.stage, bf16 / fp16, activation_checkpointing.
 Result<DeepSpeedConfig> deepspeed_config(const Plan& p, DeepSpeedTarget target = DeepSpeedTarget::kDeepSpeed);
+
+struct TorchtitanConfig {
+  std::string toml;                 // the [training], [parallelism] and [activation_checkpoint] tables
+  std::vector<std::string> notes;
+};
+
+// torchtitan job-config tables for plan p (torchtitan's TOML keys: training.local_batch_size /
+// global_batch_size / seq_len / mixed_precision_param, parallelism.data_parallel_replicate_degree /
+// data_parallel_shard_degree / fsdp_reshard_after_forward / tensor_parallel_degree /
+// context_parallel_degree / expert_parallel_degree / pipeline_parallel_degree /
+// pipeline_parallel_schedule / pipeline_parallel_microbatch_size, activation_checkpoint.mode /
+// selective_ac_option). Expressible: one layer strategy; ZeRO 0 (DDP: the replicate degree), 2
+// (FSDP without resharding after forward) or 3 (FSDP); no Ulysses; embedding on the layers' tp and
+// ZeRO stage. Other plans are refused naming what differs.
+Result<TorchtitanConfig> torchtitan_config(const Plan& p);
 
 // "layers 0-11: tp4+sp dp2 z1; layers 12-23: tp2 dp4" (runs of equal strategies, at most
 // max_runs of them, then "... and N more runs"). Used in the refusals above.
