@@ -118,12 +118,24 @@ TEST(Megatron, LayerwisePlanIsRefusedNamingTheLayers) {
   EXPECT_TRUE(contains(m, "layers 4-7: tp2 dp2 z1")) << m;
 }
 
-TEST(Megatron, RefusesZero2AndMixedSelectiveRecompute) {
-  Plan z2 = plan(gpt(8), cluster(1, 8), train(1, 4, 32), LayerStrategy{.dp = 8, .zero = 2});
-  auto r = megatron_args(z2);
+// ZeRO-2/3 are Megatron FSDP (Megatron-Core's --use-megatron-fsdp with
+// --data-parallel-sharding-strategy optim_grads / optim_grads_params); selective recompute mixed per
+// layer is refused.
+TEST(Megatron, FsdpForZero23AndRefusesMixedSelectiveRecompute) {
+  for (int zero : {2, 3}) {
+    Plan z = plan(gpt(8), cluster(1, 8), train(1, 4, 32), LayerStrategy{.dp = 8, .zero = zero});
+    auto r = megatron_args(z);
+    ASSERT_TRUE(r.ok()) << r.error().message;
+    const std::string t = r->text();
+    EXPECT_TRUE(contains(t, "--use-distributed-optimizer\n--use-megatron-fsdp\n--data-parallel-sharding-strategy " +
+                                std::string(zero == 3 ? "optim_grads_params" : "optim_grads") + "\n"))
+        << t;
+  }
+  Plan mixed = plan(gpt(8), cluster(1, 8), train(1, 4, 32), LayerStrategy{.dp = 8, .zero = 3});
+  mixed.embedding.zero = 1;
+  auto r = megatron_args(mixed);
   ASSERT_FALSE(r.ok());
-  EXPECT_TRUE(contains(r.error().message, "ZeRO-2")) << r.error().message;
-  EXPECT_TRUE(contains(r.error().message, "--use-distributed-optimizer")) << r.error().message;
+  EXPECT_TRUE(contains(r.error().message, "embedding.zero=1 but the layers use zero=3")) << r.error().message;
 
   Plan sel = plan(gpt(8), cluster(1, 8), train(1, 4, 32), LayerStrategy{.dp = 8});
   sel.stages[0].layers[3].recompute = Recompute::kSelective;
@@ -236,34 +248,37 @@ TEST(Torchtitan, FsdpPipelinePlanGivesExactTables) {
             "pipeline_parallel_schedule = \"1F1B\"\n"
             "pipeline_parallel_microbatch_size = 2\n"
             "pipeline_parallel_layers_per_stage = 4\n"
+            "pipeline_parallel_first_stage_less_layers = 0\n"
+            "pipeline_parallel_last_stage_less_layers = 0\n"
             "\n[activation_checkpoint]\n"
             "mode = \"selective\"\n"
             "selective_ac_option = \"op\"\n");
 }
 
 // Without a pipeline the micro-batches are gradient accumulation: local_batch_size is one
-// micro-batch of one rank; ZeRO 0 is DDP (the replicate degree), ZeRO 2 FSDP without resharding.
-TEST(Torchtitan, AccumulationAndDataParallelModes) {
-  Plan ddp = plan(llama(8), cluster(1, 8), train(1, 4, 64), LayerStrategy{.dp = 8, .zero = 0});
-  ASSERT_TRUE(validate(ddp).ok()) << validate(ddp).error().message;
-  auto a = torchtitan_config(ddp);
+// micro-batch of one rank. ZeRO 2 is FSDP2 without resharding after forward.
+TEST(Torchtitan, AccumulationAndFsdpModes) {
+  Plan z2 = plan(llama(8), cluster(1, 8), train(1, 4, 64), LayerStrategy{.dp = 8, .zero = 2});
+  ASSERT_TRUE(validate(z2).ok()) << validate(z2).error().message;
+  auto a = torchtitan_config(z2);
   ASSERT_TRUE(a.ok()) << a.error().message;
   EXPECT_TRUE(contains(a->toml, "local_batch_size = 2\nglobal_batch_size = 64\n"));  // 64 / (4 * 8)
-  EXPECT_TRUE(contains(a->toml, "data_parallel_replicate_degree = 8\ndata_parallel_shard_degree = 1\n"));
-  EXPECT_FALSE(contains(a->toml, "fsdp_reshard_after_forward"));
+  EXPECT_TRUE(contains(a->toml, "data_parallel_replicate_degree = 1\ndata_parallel_shard_degree = 8\n"
+                                "fsdp_reshard_after_forward = \"never\"\n"));
   EXPECT_TRUE(contains(a->toml, "mode = \"none\"\n"));
-  Plan z2 = plan(llama(8), cluster(1, 8), train(1, 4, 64), LayerStrategy{.dp = 8, .zero = 2});
-  auto b = torchtitan_config(z2);
-  ASSERT_TRUE(b.ok()) << b.error().message;
-  EXPECT_TRUE(contains(b->toml, "data_parallel_shard_degree = 8\nfsdp_reshard_after_forward = \"never\"\n"));
+  EXPECT_FALSE(contains(a->toml, "pipeline_parallel_schedule"));
 }
 
 TEST(Torchtitan, RefusesWhatItCannotRun) {
   Plan z1 = plan(llama(8), cluster(1, 8), train(1, 4, 64), LayerStrategy{.dp = 8, .zero = 1});
   auto a = torchtitan_config(z1);
   ASSERT_FALSE(a.ok());
-  EXPECT_TRUE(contains(a.error().message, "torchtitan: zero=1: torchtitan shards with FSDP")) << a.error().message;
-  Plan uly = plan(llama(8), cluster(1, 8), train(1, 4, 64), LayerStrategy{.ulysses = 2, .dp = 4});
+  EXPECT_TRUE(contains(a.error().message, "torchtitan: zero=1: torchtitan's data parallelism is FSDP2")) << a.error().message;
+  Plan no_sp = plan(llama(8), cluster(1, 8), train(1, 4, 64), LayerStrategy{.tp = 2, .dp = 4, .zero = 3});
+  auto d = torchtitan_config(no_sp);
+  ASSERT_FALSE(d.ok());
+  EXPECT_TRUE(contains(d.error().message, "tp=2 without sequence parallelism")) << d.error().message;
+  Plan uly = plan(llama(8), cluster(1, 8), train(1, 4, 64), LayerStrategy{.ulysses = 2, .dp = 4, .zero = 3});
   auto b = torchtitan_config(uly);
   ASSERT_FALSE(b.ok());
   EXPECT_TRUE(contains(b.error().message, "ulysses=2: torchtitan has no Ulysses")) << b.error().message;

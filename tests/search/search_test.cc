@@ -170,7 +170,9 @@ TEST(Search, FrameworkRunsNamesWhatItCannotRun) {
   EXPECT_TRUE(framework_runs(p, "megatron-deepspeed").ok());  // DeepSpeed-Ulysses, ZeRO-1
   const Status titan = framework_runs(p, "torchtitan");
   ASSERT_FALSE(titan.ok());
-  EXPECT_NE(titan.error().message.find("layer 0: ulysses=2: framework torchtitan cannot run it"), std::string::npos);
+  EXPECT_NE(titan.error().message.find("layer 0: ulysses=2 (no Ulysses): framework torchtitan cannot run it"),
+            std::string::npos)
+      << titan.error().message;
   p.stages[0].layers[2].ulysses = 1;
   p.stages[0].layers[2].dp = 8;
   const Status mix = framework_runs(p, "megatron-deepspeed");
@@ -178,10 +180,20 @@ TEST(Search, FrameworkRunsNamesWhatItCannotRun) {
   EXPECT_NE(mix.error().message.find("layer 2: a strategy other than layer 0's"), std::string::npos);
   for (LayerStrategy& l : p.stages[0].layers) l = p.stages[0].layers[2];
   for (LayerStrategy& l : p.stages[0].layers) l.zero = 2;
-  const Status z2 = framework_runs(p, "megatron");
+  p.embedding.zero = 2;
+  p.embedding.ulysses = 1;
+  p.embedding.dp = 8;
+  const Status z2 = framework_runs(p, "megatron-deepspeed");
   ASSERT_FALSE(z2.ok());
-  EXPECT_NE(z2.error().message.find("zero=2 (it offers ZeRO 0, 1, 3)"), std::string::npos);
+  EXPECT_NE(z2.error().message.find("zero=2 (it offers ZeRO 0, 1)"), std::string::npos) << z2.error().message;
   EXPECT_TRUE(framework_runs(p, "torchtitan").ok());
+  EXPECT_TRUE(framework_runs(p, "megatron").ok());  // Megatron FSDP
+  for (LayerStrategy& l : p.stages[0].layers) l.tp = 2, l.dp = 4;
+  p.embedding.tp = 2;
+  p.embedding.dp = 4;
+  const Status no_sp = framework_runs(p, "torchtitan");
+  ASSERT_FALSE(no_sp.ok());
+  EXPECT_NE(no_sp.error().message.find("tp=2 without sequence parallelism"), std::string::npos) << no_sp.error().message;
 }
 
 TEST(Search, NothingFitsGivesTheClosestPlanAndTheMemoryItNeeds) {

@@ -179,8 +179,8 @@ LayerCost AnalyticCostModel::layer(const LayerContext& ctx, const LayerStrategy&
   const double in_mats = L.ffn_kind == FfnKind::kSwiglu ? 2 : 1;
   // Per FFN element: fused SwiGLU reads gate and up and writes the product (3e), fused (bias-)GELU
   // reads and writes (2e); eager SwiGLU runs SiLU (2e) then the product (3e), eager GELU with a
-  // bias adds it first (3e).
-  const double act_bytes = (swiglu ? (eager ? 5 : 3) : (eager && L.bias ? 5 : 2)) * e;
+  // bias adds it first (2e: the bias itself is one row).
+  const double act_bytes = (swiglu ? (eager ? 5 : 3) : (eager && L.bias ? 4 : 2)) * e;
   auto dense_ffn = [&](double ff) {
     if (ff <= 0) return;
     f.gemm += seconds(km.gemm(tokens, in_mats * ff / t, h)) + seconds(km.gemm(tokens, h, ff / t));
@@ -210,8 +210,10 @@ LayerCost AnalyticCostModel::layer(const LayerContext& ctx, const LayerStrategy&
   // to fp8 row- and column-wise after a pass for its absolute maximum
   if (fp8) {
     const double ff_local = static_cast<double>(moe ? L.moe.expert_ffn * (L.moe.top_k + L.moe.shared_experts) : L.ffn) / t;
-    const double inputs = blocks * (h + q / t) + h + ff_local;
-    const double grads = blocks * ((q + 2 * kv) / t + h) + in_mats * ff_local + h;
+    // a MoE layer's experts see each token top_k times (+ once per shared expert)
+    const double ffn_rows = moe ? L.moe.top_k + L.moe.shared_experts : 1.0;
+    const double inputs = blocks * (h + q / t) + ffn_rows * h + ff_local;
+    const double grads = blocks * ((q + 2 * kv) / t + h) + in_mats * ff_local + ffn_rows * h;
     f.mem += seconds(km.memory(Bytes(kFp8QuantBytes * tokens * inputs)));
     b.mem += seconds(km.memory(Bytes(kFp8QuantBytes * tokens * grads)));
   }
@@ -220,9 +222,9 @@ LayerCost AnalyticCostModel::layer(const LayerContext& ctx, const LayerStrategy&
   // Fused: a norm reads x and writes y (2e per element), bias + dropout + residual add read x and
   // the residual and write the sum (3e, + the 1-byte mask). Eager: an RMSNorm in fp32 as plain
   // operators (cast, square, mean, rsqrt, scale, cast back, weight) moves 28 + 4e bytes (LayerNorm
-  // stays one ATen kernel); a bias add and a dropout are kernels of their own.
+  // stays one ATen kernel); a bias add (2e) and a dropout (2e + 1) are kernels of their own.
   const double norm_bytes = eager && rms ? kEagerRmsNormBytes + 4 * e : 2 * e;
-  const double residual_bytes = eager ? 3 * e + (L.bias ? 3 * e : 0.0) + (dropout ? 2 * e + 1 : 0.0) : 3 * e + mask;
+  const double residual_bytes = eager ? 3 * e + (L.bias ? 2 * e : 0.0) + (dropout ? 2 * e + 1 : 0.0) : 3 * e + mask;
   const double norm_kernel = seconds(km.memory(Bytes(norm_bytes * norm_tokens * h)));
   const double residual_kernel = seconds(km.memory(Bytes(residual_bytes * norm_tokens * h)));
   f.mem += norms * (norm_kernel + residual_kernel);

@@ -69,6 +69,7 @@ Bytes layer_activation_bytes(const LayerShape& s, const LayerStrategy& st, const
     const std::vector<LayerMatmul> mm = layer_matmuls(s, t);
     double kept = h * rep;
     for (size_t i = 0; i < mm.size(); i += 2) kept += mm[i].n;
+    if (st.sp && t > 1) kept += (blocks + 1) * h / t;  // the policy also keeps reduce-scatter outputs
     return Bytes(e * tokens * (kept + blocks * q / t) + blocks * lse);
   }
 

@@ -199,18 +199,12 @@ MegatronArgs megatron_or_throw(const Plan& p) {
       refuse(kMeg, "Megatron-LM applies one parallel strategy to every layer, but this plan is layer-wise: " +
                        describe(rs, 6));
   }
-  if (s.zero >= 2)
-    refuse(kMeg, "the layers use ZeRO-" + S(s.zero) + "; Megatron-LM's distributed optimizer "
-                 "(--use-distributed-optimizer) shards optimizer states only (ZeRO-1), so ZeRO-2/3 cannot be "
-                 "expressed (weft export deepspeed can)");
   if (p.embedding.tp != s.tp)
     refuse(kMeg, "embedding.tp=" + S(p.embedding.tp) + " but the layers use tp=" + S(s.tp) +
                      "; Megatron-LM runs the embedding and LM head on the layers' tensor-parallel group");
-  if ((p.embedding.zero >= 1) != (s.zero >= 1))
+  if (p.embedding.zero != s.zero)
     refuse(kMeg, "embedding.zero=" + S(p.embedding.zero) + " but the layers use zero=" + S(s.zero) +
-                     "; Megatron-LM's distributed optimizer covers all parameters or none");
-  if (p.embedding.zero >= 2)
-    refuse(kMeg, "embedding.zero=" + S(p.embedding.zero) + ": Megatron-LM shards optimizer states only (ZeRO-1)");
+                     "; Megatron-LM's distributed optimizer and Megatron FSDP cover all parameters or none");
   std::vector<std::string> rc = megatron_recompute(p);
 
   megatron_model(p, out, r.notes);
@@ -259,7 +253,14 @@ MegatronArgs megatron_or_throw(const Plan& p) {
     r.notes.push_back("sequence parallelism: set CUDA_DEVICE_MAX_CONNECTIONS=1 in the environment");
   }
   out.insert(out.end(), rc.begin(), rc.end());
-  if (s.zero == 1) out.push_back("--use-distributed-optimizer");
+  if (s.zero >= 1) out.push_back("--use-distributed-optimizer");
+  if (s.zero >= 2) {
+    // ZeRO-2/3: Megatron FSDP, sharding gradients (and parameters) as well.
+    out.push_back("--use-megatron-fsdp");
+    out.push_back(std::string("--data-parallel-sharding-strategy ") + (s.zero == 3 ? "optim_grads_params" : "optim_grads"));
+    r.notes.push_back("ZeRO-" + S(s.zero) + " is Megatron FSDP (Megatron-Core releases before it was renamed take "
+                      "--use-custom-fsdp)");
+  }
   if (s.shard_group() > 1) out.push_back("--overlap-grad-reduce");
   switch (p.train.dtype) {
     case DType::kBf16: out.push_back("--bf16"); break;
@@ -370,15 +371,32 @@ TorchtitanConfig torchtitan_or_throw(const Plan& p) {
   require_valid(p);
   TorchtitanConfig r;
   {
-    auto rs = runs(p, [](const LayerStrategy& s) { return s; });
+    // One strategy for every layer; the expert degree applies to the MoE layers only.
+    auto rs = runs(p, [](const LayerStrategy& s) {
+      LayerStrategy k = s;
+      k.ep = 1;
+      return k;
+    });
     if (rs.size() > 1)
       refuse(kTitan, "torchtitan applies one strategy to every layer, but this plan is layer-wise: " + describe(rs, 6));
   }
-  const LayerStrategy s = p.layer_strategy(0);
+  LayerStrategy s = p.layer_strategy(0);
+  s.ep = 1;
+  for (int i = 0; i < p.model.num_layers(); ++i) {
+    if (!p.model.layer(i).moe.enabled()) continue;
+    const int ep = p.layer_strategy(i).ep;
+    if (s.ep > 1 && ep != s.ep)
+      refuse(kTitan, "the MoE layers use expert degrees " + S(s.ep) + " and " + S(ep) + "; torchtitan uses one");
+    s.ep = ep;
+  }
   if (s.ulysses > 1) refuse(kTitan, "ulysses=" + S(s.ulysses) + ": torchtitan has no Ulysses sequence parallelism");
-  if (s.zero == 1)
-    refuse(kTitan, "zero=1: torchtitan shards with FSDP (ZeRO-2 without resharding after forward, or ZeRO-3) or "
-                   "replicates (DDP); it has no optimizer-only sharding");
+  if (s.zero < 2)
+    refuse(kTitan, "zero=" + S(s.zero) + ": torchtitan's data parallelism is FSDP2 (ZeRO-2 without resharding "
+                   "after forward, or ZeRO-3); it has no optimizer-only sharding, and plain DDP drops mixed "
+                   "precision under tensor or pipeline parallelism");
+  if (s.tp > 1 && !s.sp)
+    refuse(kTitan, "tp=" + S(s.tp) + " without sequence parallelism: torchtitan's tensor parallelism always "
+                   "shards the norms over the sequence (plan with --framework torchtitan)");
   if (p.embedding.zero != s.zero)
     refuse(kTitan, "embedding.zero=" + S(p.embedding.zero) + " but the layers use zero=" + S(s.zero) +
                        "; torchtitan applies one data-parallel mode to all parameters");
@@ -407,9 +425,9 @@ TorchtitanConfig torchtitan_or_throw(const Plan& p) {
     case DType::kFp8: line("mixed_precision_param", q("bfloat16")); break;
   }
   t += "\n[parallelism]\n";
-  line("data_parallel_replicate_degree", S(s.zero == 0 ? dp : 1));
-  line("data_parallel_shard_degree", S(s.zero == 0 ? 1 : dp));
-  if (s.zero >= 2) line("fsdp_reshard_after_forward", q(s.zero == 3 ? "always" : "never"));
+  line("data_parallel_replicate_degree", "1");
+  line("data_parallel_shard_degree", S(dp));
+  line("fsdp_reshard_after_forward", q(s.zero == 3 ? "always" : "never"));
   line("tensor_parallel_degree", S(s.tp));
   line("context_parallel_degree", S(s.cp));
   if (s.ep > 1) line("expert_parallel_degree", S(s.ep));
@@ -422,7 +440,10 @@ TorchtitanConfig torchtitan_or_throw(const Plan& p) {
     line("pipeline_parallel_microbatch_size", S(per_micro));
     const auto counts = stage_layer_counts(p);
     if (std::all_of(counts.begin(), counts.end(), [&](int c) { return c == counts[0]; })) {
+      // torchtitan counts the embedding and the output as one layer each unless told not to.
       line("pipeline_parallel_layers_per_stage", S(counts[0]));
+      line("pipeline_parallel_first_stage_less_layers", "0");
+      line("pipeline_parallel_last_stage_less_layers", "0");
     } else {
       r.notes.push_back("uneven stages (" + join_counts(counts) +
                         " layers): give torchtitan the split points (pipeline_parallel_split_points)");
@@ -431,9 +452,6 @@ TorchtitanConfig torchtitan_or_throw(const Plan& p) {
   t += "\n[activation_checkpoint]\n";
   line("mode", q(s.recompute == Recompute::kFull ? "full" : s.recompute == Recompute::kSelective ? "selective" : "none"));
   if (s.recompute == Recompute::kSelective) line("selective_ac_option", q("op"));
-  if (s.tp > 1 && !s.sp)
-    r.notes.push_back("torchtitan's tensor parallelism always shards the norms over the sequence (Megatron-SP); "
-                      "this plan was costed without it (plan with --framework torchtitan)");
   if (p.train.dtype == DType::kFp8)
     r.notes.push_back("fp8: enable torchtitan's Float8 linear converter; the tables set bf16 parameters");
   if (p.train.dtype == DType::kFp16)

@@ -15,10 +15,6 @@ std::vector<int> divisors(int n) {
 
 bool contains(const std::vector<Schedule>& v, Schedule s) { return std::find(v.begin(), v.end(), s) != v.end(); }
 
-bool zero_allowed(const SearchOptions& opt, int zero) {
-  return opt.zero_stages.empty() || std::find(opt.zero_stages.begin(), opt.zero_stages.end(), zero) != opt.zero_stages.end();
-}
-
 }  // namespace
 
 std::vector<PipelineConfig> pipeline_configs(const ModelSpec& model, const ClusterSpec& cluster,
@@ -177,7 +173,7 @@ std::vector<LayerStrategy> layer_candidates(const LayerShape& shape, const Clust
               log.add(kRuleZeroNeedsShards);
               continue;
             }
-            if ((zero == 3 && !opt.allow_zero3) || !zero_allowed(opt, zero)) {
+            if (zero == 3 && !opt.allow_zero3) {
               log.add(kRuleOptions);
               continue;
             }
@@ -207,6 +203,11 @@ std::vector<LayerStrategy> layer_candidates(const LayerShape& shape, const Clust
         }
       }
     }
+  }
+  if (opt.accept) {
+    const size_t before = out.size();
+    std::erase_if(out, [&](const LayerStrategy& s) { return !opt.accept(s, &shape); });
+    for (size_t i = out.size(); i < before; ++i) log.add(kRuleOptions);
   }
   return out;
 }
@@ -252,7 +253,7 @@ std::vector<LayerStrategy> embedding_candidates(const ModelSpec& model, const Cl
             log.add(kRuleZeroNeedsShards);
             continue;
           }
-          if ((zero == 3 && !opt.allow_zero3) || !zero_allowed(opt, zero)) {
+          if (zero == 3 && !opt.allow_zero3) {
             log.add(kRuleOptions);
             continue;
           }
@@ -272,6 +273,11 @@ std::vector<LayerStrategy> embedding_candidates(const ModelSpec& model, const Cl
     }
   }
   (void)model;
+  if (opt.accept) {
+    const size_t before = out.size();
+    std::erase_if(out, [&](const LayerStrategy& s) { return !opt.accept(s, nullptr); });
+    for (size_t i = out.size(); i < before; ++i) log.add(kRuleOptions);
+  }
   return out;
 }
 

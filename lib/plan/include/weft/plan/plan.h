@@ -44,7 +44,8 @@ struct Prediction {
   double mfu = 0;              // model FLOPs utilisation, 0..1
   double peak_memory_gib = 0;
   std::string cost_model;      // "weft" or "galvatron"
-  std::string source;          // "analytic", "measured", or "mixed" (which figures were used)
+  std::string source;          // which figures were used: "analytic, <framework>" (weft's model and the
+                               // framework traits), "measured", "mixed", ...
   bool operator==(const Prediction&) const = default;
 };
 

@@ -54,10 +54,12 @@ struct TorchtitanConfig {
 // global_batch_size / seq_len / mixed_precision_param, parallelism.data_parallel_replicate_degree /
 // data_parallel_shard_degree / fsdp_reshard_after_forward / tensor_parallel_degree /
 // context_parallel_degree / expert_parallel_degree / pipeline_parallel_degree /
-// pipeline_parallel_schedule / pipeline_parallel_microbatch_size, activation_checkpoint.mode /
-// selective_ac_option). Expressible: one layer strategy; ZeRO 0 (DDP: the replicate degree), 2
-// (FSDP without resharding after forward) or 3 (FSDP); no Ulysses; embedding on the layers' tp and
-// ZeRO stage. Other plans are refused naming what differs.
+// pipeline_parallel_schedule / pipeline_parallel_microbatch_size / pipeline_parallel_layers_per_stage
+// (+ first/last_stage_less_layers = 0), activation_checkpoint.mode /
+// selective_ac_option). Expressible: one layer strategy (the expert degree on the MoE layers);
+// ZeRO 2 (FSDP2 without resharding after forward) or 3 (FSDP2); tensor parallelism with sequence
+// parallelism; no Ulysses; embedding on the layers' tp and ZeRO stage. Other plans are refused
+// naming what differs.
 Result<TorchtitanConfig> torchtitan_config(const Plan& p);
 
 // "layers 0-11: tp4+sp dp2 z1; layers 12-23: tp2 dp4" (runs of equal strategies, at most

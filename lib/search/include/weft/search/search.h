@@ -36,7 +36,9 @@ struct SearchOptions {
   std::vector<int> micro_batches;          // m values; default: divisors of the batch that make sense
   int max_tp = 0;                          // default: GPUs per node
   bool allow_ulysses = true, allow_cp = true, allow_zero3 = true;
-  std::vector<int> zero_stages;            // ZeRO stages allowed (empty: 0-3)
+  // Further filter on candidate strategies (a layer of `shape`, or the embedding when null); empty
+  // = accept all. restrict_to_framework() sets it.
+  std::function<bool(const LayerStrategy&, const LayerShape* shape)> accept;
   bool layerwise = true;                   // per-layer strategies (false: uniform only)
   bool uneven_stages = true;               // stage boundaries chosen by the partition DP
   // Galvatron's space: even pipeline split, its strategy set (DDP/ZeRO-2/ZeRO-3, tp or Ulysses,
@@ -90,12 +92,13 @@ struct SearchResult {
 // Searches plans for (model, cluster) under `cm`. Errors only for bad input (e.g. a batch that no
 // configuration divides); "nothing fits" is a SearchResult with empty top and `closest` set.
 // What a training framework can run (docs/search.md, "Frameworks"): every framework of
-// framework_options() applies one strategy to all layers, so `opt` becomes uniform; megatron has no
-// Ulysses and offers ZeRO 0 (DDP), 1 (distributed optimizer) and 3 (FSDP); megatron-deepspeed has
-// no ring context parallelism, pipelines with DeepSpeed's 1F1B engine only, which combines with
-// ZeRO 0-1; torchtitan (and torchtitan-compile) has no Ulysses and offers ZeRO 0 (DDP), 2 (FSDP
-// without resharding after forward) and 3 (FSDP). Schedules the user chose that the framework lacks
-// are an error naming them.
+// framework_options() applies one strategy to all layers (expert parallelism on the MoE layers), so
+// `opt` becomes uniform. megatron runs everything else (Ulysses as all-to-all context parallelism,
+// ZeRO-2/3 as Megatron FSDP); megatron-deepspeed has no ring context parallelism and no expert
+// parallelism, no Ulysses together with Megatron-SP, ZeRO 0-1 (DeepSpeed's pipeline engine takes
+// no more) and DeepSpeed's 1F1B pipeline only; torchtitan (and torchtitan-compile) has no Ulysses,
+// shards data parallelism with FSDP2 (ZeRO 2 or 3) and always uses sequence parallelism with tensor
+// parallelism. Schedules the user chose that the framework lacks are an error naming them.
 Status restrict_to_framework(SearchOptions& opt, const std::string& framework);
 // Whether plan p uses only what `framework` runs (the same rules); the error names the layer, the
 // field and the framework.
