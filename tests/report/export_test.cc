@@ -3,7 +3,10 @@
 #include <gtest/gtest.h>
 
 #include "report_test_util.h"
+#include "weft/cost/analytic.h"
 #include "weft/report/export.h"
+#include "weft/search/search.h"
+#include "weft/spec/presets.h"
 
 namespace weft {
 namespace {
@@ -287,6 +290,43 @@ TEST(Torchtitan, RefusesWhatItCannotRun) {
   auto c = torchtitan_config(mixed);
   ASSERT_FALSE(c.ok());
   EXPECT_TRUE(contains(c.error().message, "this plan is layer-wise: layers 0-4: dp8 z3; layer 5:")) << c.error().message;
+}
+
+// A plan searched for a framework exports to it (docs/search.md, "Frameworks"): Llama-2-7B on 16
+// A100, two-stage pipelines, the ten best plans of each framework's search.
+TEST(Export, PlansSearchedForAFrameworkExportToIt) {
+  auto m = load_model("llama-2-7b");
+  auto c = load_cluster("a100-80gb");
+  ASSERT_TRUE(m.ok() && c.ok());
+  ClusterSpec two = *c;
+  two.nodes = 2;
+  for (const char* fw : {"megatron", "megatron-deepspeed", "torchtitan"}) {
+    SearchOptions opt;
+    opt.seq = 4096;
+    opt.global_batch = 64;
+    opt.top_k = 10;
+    opt.pp_degrees = {2};
+    ASSERT_TRUE(restrict_to_framework(opt, fw).ok());
+    auto traits = framework_options(fw);
+    ASSERT_TRUE(traits.ok());
+    auto r = search(*m, two, AnalyticCostModel(*traits), opt);
+    ASSERT_TRUE(r.ok()) << r.error().message;
+    ASSERT_FALSE(r->top.empty()) << fw;
+    for (const Plan& p : r->top) {
+      Status ok;
+      if (std::string(fw) == "megatron") {
+        auto a = megatron_args(p);
+        if (!a.ok()) ok = a.error();
+      } else if (std::string(fw) == "megatron-deepspeed") {
+        auto a = deepspeed_config(p, DeepSpeedTarget::kMegatronDeepSpeed);
+        if (!a.ok()) ok = a.error();
+      } else {
+        auto a = torchtitan_config(p);
+        if (!a.ok()) ok = a.error();
+      }
+      EXPECT_TRUE(ok.ok()) << fw << ": " << ok.error().message;
+    }
+  }
 }
 
 }  // namespace

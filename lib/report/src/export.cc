@@ -390,7 +390,7 @@ TorchtitanConfig torchtitan_or_throw(const Plan& p) {
     s.ep = ep;
   }
   if (s.ulysses > 1) refuse(kTitan, "ulysses=" + S(s.ulysses) + ": torchtitan has no Ulysses sequence parallelism");
-  if (s.zero < 2)
+  if (s.zero < 2 && s.shard_group() > 1)
     refuse(kTitan, "zero=" + S(s.zero) + ": torchtitan's data parallelism is FSDP2 (ZeRO-2 without resharding "
                    "after forward, or ZeRO-3); it has no optimizer-only sharding, and plain DDP drops mixed "
                    "precision under tensor or pipeline parallelism");
@@ -427,7 +427,10 @@ TorchtitanConfig torchtitan_or_throw(const Plan& p) {
   t += "\n[parallelism]\n";
   line("data_parallel_replicate_degree", "1");
   line("data_parallel_shard_degree", S(dp));
-  line("fsdp_reshard_after_forward", q(s.zero == 3 ? "always" : "never"));
+  if (s.zero >= 2) line("fsdp_reshard_after_forward", q(s.zero == 3 ? "always" : "never"));
+  if (s.shard_group() == 1 && p.train.dtype != DType::kFp32 && p.train.dtype != DType::kTf32)
+    r.notes.push_back("no data or context parallelism: torchtitan applies its bf16 mixed precision through FSDP "
+                      "only, so this runs in fp32 there unless a data or context parallel degree is added");
   line("tensor_parallel_degree", S(s.tp));
   line("context_parallel_degree", S(s.cp));
   if (s.ep > 1) line("expert_parallel_degree", S(s.ep));

@@ -33,7 +33,7 @@ std::string refusal(Fw f, const LayerStrategy& s) {
       return "";
     case Fw::kTorchtitan:
       if (s.ulysses > 1) return "ulysses=" + S(s.ulysses) + " (no Ulysses)";
-      if (s.zero < 2) return "zero=" + S(s.zero) + " (it offers ZeRO 2, 3: FSDP2)";
+      if (s.zero < 2 && s.shard_group() > 1) return "zero=" + S(s.zero) + " (it offers ZeRO 2, 3: FSDP2)";
       if (s.tp > 1 && !s.sp) return "tp=" + S(s.tp) + " without sequence parallelism (its TP always shards the sequence)";
       return "";
   }
@@ -53,6 +53,9 @@ Status restrict_to_framework(SearchOptions& opt, const std::string& fw) {
   auto f = framework_of(fw);
   if (!f.ok()) return f.error();
   opt.layerwise = false;
+  // Megatron splits the layers evenly over the stages (its exports allow no other split but a
+  // different first or last stage); torchtitan takes any split points.
+  if (*f != Fw::kTorchtitan) opt.uneven_stages = false;
   if (*f == Fw::kMegatronDeepSpeed) {
     for (Schedule s : opt.schedules)
       if (s != Schedule::k1F1B)

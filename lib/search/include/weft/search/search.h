@@ -93,7 +93,7 @@ struct SearchResult {
 // configuration divides); "nothing fits" is a SearchResult with empty top and `closest` set.
 // What a training framework can run (docs/search.md, "Frameworks"): every framework of
 // framework_options() applies one strategy to all layers (expert parallelism on the MoE layers), so
-// `opt` becomes uniform. megatron runs everything else (Ulysses as all-to-all context parallelism,
+// `opt` becomes uniform (with even stages, except for torchtitan). megatron runs everything else (Ulysses as all-to-all context parallelism,
 // ZeRO-2/3 as Megatron FSDP); megatron-deepspeed has no ring context parallelism and no expert
 // parallelism, no Ulysses together with Megatron-SP, ZeRO 0-1 (DeepSpeed's pipeline engine takes
 // no more) and DeepSpeed's 1F1B pipeline only; torchtitan (and torchtitan-compile) has no Ulysses,
