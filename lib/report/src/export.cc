@@ -59,6 +59,16 @@ std::string join_counts(const std::vector<int>& c) {
 
 [[noreturn]] void refuse(const std::string& who, const std::string& msg) { throw InputError(who + ": " + msg); }
 
+// The embedding must share the layers' tensor-parallel degree and ZeRO stage (`tp_why`, `zero_why`
+// say why, for the framework `who`).
+void require_embedding_like_layers(const Plan& p, const LayerStrategy& s, const std::string& who,
+                                   const std::string& tp_why, const std::string& zero_why) {
+  if (p.embedding.tp != s.tp)
+    refuse(who, "embedding.tp=" + S(p.embedding.tp) + " but the layers use tp=" + S(s.tp) + "; " + tp_why);
+  if (p.embedding.zero != s.zero)
+    refuse(who, "embedding.zero=" + S(p.embedding.zero) + " but the layers use zero=" + S(s.zero) + "; " + zero_why);
+}
+
 void require_valid(const Plan& p) {
   Status v = validate(p);
   if (!v.ok()) throw InputError(v.error().message);
@@ -199,12 +209,8 @@ MegatronArgs megatron_or_throw(const Plan& p) {
       refuse(kMeg, "Megatron-LM applies one parallel strategy to every layer, but this plan is layer-wise: " +
                        describe(rs, 6));
   }
-  if (p.embedding.tp != s.tp)
-    refuse(kMeg, "embedding.tp=" + S(p.embedding.tp) + " but the layers use tp=" + S(s.tp) +
-                     "; Megatron-LM runs the embedding and LM head on the layers' tensor-parallel group");
-  if (p.embedding.zero != s.zero)
-    refuse(kMeg, "embedding.zero=" + S(p.embedding.zero) + " but the layers use zero=" + S(s.zero) +
-                     "; Megatron-LM's distributed optimizer and Megatron FSDP cover all parameters or none");
+  require_embedding_like_layers(p, s, kMeg, "Megatron-LM runs the embedding and LM head on the layers' tensor-parallel group",
+                                "Megatron-LM's distributed optimizer and Megatron FSDP cover all parameters or none");
   std::vector<std::string> rc = megatron_recompute(p);
 
   megatron_model(p, out, r.notes);
@@ -397,12 +403,8 @@ TorchtitanConfig torchtitan_or_throw(const Plan& p) {
   if (s.tp > 1 && !s.sp)
     refuse(kTitan, "tp=" + S(s.tp) + " without sequence parallelism: torchtitan's tensor parallelism always "
                    "shards the norms over the sequence (plan with --framework torchtitan)");
-  if (p.embedding.zero != s.zero)
-    refuse(kTitan, "embedding.zero=" + S(p.embedding.zero) + " but the layers use zero=" + S(s.zero) +
-                       "; torchtitan applies one data-parallel mode to all parameters");
-  if (p.embedding.tp != s.tp)
-    refuse(kTitan, "embedding.tp=" + S(p.embedding.tp) + " but the layers use tp=" + S(s.tp) +
-                       "; torchtitan shards the embedding and output over the same tensor-parallel mesh");
+  require_embedding_like_layers(p, s, kTitan, "torchtitan shards the embedding and output over the same tensor-parallel mesh",
+                                "torchtitan applies one data-parallel mode to all parameters");
   const int B = p.train.global_batch, m = std::max(1, p.train.micro_batches), dp = std::max(1, s.dp);
   const int pp = std::max(1, p.train.pp), vp = std::max(1, p.train.vp);
   const int per_micro = B / (m * dp);  // samples of one micro-batch on one data-parallel rank
