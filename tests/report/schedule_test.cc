@@ -6,6 +6,7 @@
 #include <random>
 #include <tuple>
 
+#include "weft/cost/analytic.h"
 #include "weft/report/schedule.h"
 
 namespace weft {
@@ -90,6 +91,38 @@ TEST(Schedule, PointToPointIsBlockingBusyTime) {
   EXPECT_EQ(p2p, 4);
   Simulation big = sim_ok(spec(Schedule::k1F1B, 2, 6), st);
   EXPECT_DOUBLE_EQ(big.makespan_s, (6 + 2 - 1) * 4.0);
+}
+
+// Overlapped sends (ScheduleSpec::overlap_p2p, the interleaved schedule's default): the same two
+// stages, m = 1, f 1, b 2, p2p 0.4 per stage (0.2 per send). Stage 0 F [0,1], its activation
+// arrives at 1.2; stage 1 F [1.2,2.2] (its send done at 2.4), B [2.4,4.4], gradient arrives 4.6;
+// stage 0 B [4.6,6.6]. Blocking, every send also occupies its device: 6.8. The devices' busy
+// time holds no transfer.
+TEST(Schedule, OverlappedPointToPointOnlyDelaysTheReceiver) {
+  std::vector<StageTiming> st(2, timing(1, 2, 0.4));
+  ScheduleSpec sp = spec(Schedule::k1F1B, 2, 1);
+  Simulation blocking = sim_ok(sp, st);
+  EXPECT_NEAR(blocking.makespan_s, 6.8, 1e-12);
+  sp.overlap_p2p = true;
+  Simulation overlapped = sim_ok(sp, st);
+  EXPECT_NEAR(overlapped.makespan_s, 6.6, 1e-12);
+  EXPECT_NEAR(overlapped.busy_s[0], 3, 1e-12);
+  EXPECT_NEAR(overlapped.busy_s[1], 3, 1e-12);
+  // Without transfers the flag changes nothing; the interleaved schedule turns it on.
+  std::vector<StageTiming> none(4, timing(1, 2));
+  ScheduleSpec il = spec(Schedule::kInterleaved, 2, 4, 2);
+  const double a = sim_ok(il, none).makespan_s;
+  il.overlap_p2p = true;
+  EXPECT_DOUBLE_EQ(sim_ok(il, none).makespan_s, a);
+  TrainSettings t;
+  t.pp = 2;
+  t.vp = 2;
+  t.micro_batches = 4;
+  t.schedule = Schedule::kInterleaved;
+  EXPECT_TRUE(schedule_spec(t, 4, AnalyticCostModel()).overlap_p2p);
+  t.vp = 1;
+  t.schedule = Schedule::k1F1B;
+  EXPECT_FALSE(schedule_spec(t, 2, AnalyticCostModel()).overlap_p2p);
 }
 
 // pp=1, m=2, f=1 b=2, grad sync 3, optimizer 0.5: F0[0,1] B0[1,3] F1[3,4] B1[4,6].

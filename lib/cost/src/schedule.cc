@@ -151,8 +151,15 @@ Simulation run(const ScheduleSpec& sp, const std::vector<StageTiming>& st) {
           at = emit(EventKind::kRecompute, g, op.stage, op.micro_batch, at, t.recompute.value());
           at = emit(EventKind::kBackward, g, op.stage, op.micro_batch, at, (t.bwd - t.recompute).value());
         }
-        at = emit(EventKind::kP2p, g, op.stage, op.micro_batch, at, t.p2p.value() / 2);
-        done[index(op.forward, op.stage, op.micro_batch)] = at;
+        if (sp.overlap_p2p) {
+          // The transfer runs beside the device's next operation: only the receiver waits for it.
+          const double send = t.p2p.value() / 2;
+          if (sp.record_events && send > 0) sim.events.push_back({EventKind::kP2p, g, op.stage, op.micro_batch, at, at + send});
+          done[index(op.forward, op.stage, op.micro_batch)] = at + send;
+        } else {
+          at = emit(EventKind::kP2p, g, op.stage, op.micro_batch, at, t.p2p.value() / 2);
+          done[index(op.forward, op.stage, op.micro_batch)] = at;
+        }
         free_at[g] = at;
         ++next[g];
         --remaining;
@@ -229,6 +236,7 @@ ScheduleSpec schedule_spec(const TrainSettings& train, int stages, const CostMod
   sp.vp = n / pp;
   sp.schedule = sp.vp > 1 ? Schedule::kInterleaved : train.schedule;
   sp.micro_batches = std::max(1, train.micro_batches);
+  sp.overlap_p2p = sp.schedule == Schedule::kInterleaved;
   if (const auto* a = dynamic_cast<const AnalyticCostModel*>(&cm)) {
     sp.overlap_grad_sync = a->options().overlap_grad_sync;
     sp.overlap_slowdown = std::max(1.0, a->options().overlap_slowdown);

@@ -55,6 +55,10 @@ struct ScheduleSpec {
   int micro_batches = 1;
   bool overlap_grad_sync = true;
   double overlap_slowdown = 1.0;   // >= 1: compute slowed by the gradient sync it hides
+  // Sends run asynchronously beside the next computation (Megatron-LM's interleaved schedule
+  // overlaps its point-to-point communication by default): the receiver waits for the transfer,
+  // the sender does not. false: every send blocks its device (1F1B's batched send/recv).
+  bool overlap_p2p = false;
   bool record_events = true;       // false: times only (busy, ends, makespan), for the step cost
 };
 
@@ -62,7 +66,8 @@ enum class EventKind {
   kForward,
   kBackward,
   kRecompute,
-  kP2p,        // blocking send of activations (after a forward) or gradients (after a backward)
+  kP2p,        // send of activations (after a forward) or gradients (after a backward); blocking
+               // unless ScheduleSpec::overlap_p2p
   kGradSync,   // on the device's communication stream
   kOptimizer,
 };
