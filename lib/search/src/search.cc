@@ -351,7 +351,11 @@ void Searcher::fill_position(Work& w, int pos) {
 
 double Searcher::p2p_at(Work& w, int s, int k) {
   double& v = w.p2p[s][k];
-  if (std::isnan(v)) v = cm_.p2p(stage_ctx(w, s), representative(w.layouts[k])).value();
+  if (std::isnan(v)) {
+    // The interleaved schedule's sends run beside computation (ScheduleSpec::overlap_p2p,
+    // docs/cost-model.md §7): its objective charges none, as its simulated step does not.
+    v = w.cfg.vp > 1 ? 0.0 : cm_.p2p(stage_ctx(w, s), representative(w.layouts[k])).value();
+  }
   return v;
 }
 
