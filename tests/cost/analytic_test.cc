@@ -365,13 +365,24 @@ TEST(AnalyticMemory, BudgetKeepsAllocatorReserve) {
 // add, per forward, bytes/token of: 2 RMSNorms x (28 + 4e - 2e) x h, the rotary embedding's
 // 16 x (q + kv), the attention output copy 2e x q and the repeated K and V 2e x (kv + q), the
 // unfused SwiGLU 2e x f; backward twice that.
-TEST(AnalyticFramework, EagerElementwiseBytesByHand) {
+// One Llama-3-8B sample of 4096 tokens on one A100, and options that leave only the kernel model
+// (no host time, no sustained factor): the set-up of the framework tests below.
+Bench one_llama3_sample() {
   Bench s("llama-3-8b", "a100-80gb");
   s.train.global_batch = 1;
   s.train.micro_batches = 1;
-  AnalyticOptions fused;
-  fused.framework_overhead = false;
-  fused.compute_time_scale = 1.0;
+  return s;
+}
+AnalyticOptions kernels_only() {
+  AnalyticOptions o;
+  o.framework_overhead = false;
+  o.compute_time_scale = 1.0;
+  return o;
+}
+
+TEST(AnalyticFramework, EagerElementwiseBytesByHand) {
+  const Bench s = one_llama3_sample();
+  const AnalyticOptions fused = kernels_only();
   AnalyticOptions eager = fused;
   eager.fused_elementwise = false;
   const LayerCost a = AnalyticCostModel(fused).layer(s.layer(0), strat(1, 1));
@@ -392,12 +403,8 @@ TEST(AnalyticFramework, EagerElementwiseBytesByHand) {
 // with its fp32 log-sum-exp per head and query), and re-runs wk, wo and w3 plus every elementwise
 // kernel of the forward.
 TEST(AnalyticFramework, AlternateMatmulSelectiveByHand) {
-  Bench s("llama-3-8b", "a100-80gb");
-  s.train.global_batch = 1;
-  s.train.micro_batches = 1;
-  AnalyticOptions o;
-  o.framework_overhead = false;
-  o.compute_time_scale = 1.0;
+  const Bench s = one_llama3_sample();
+  AnalyticOptions o = kernels_only();
   o.selective = SelectivePolicy::kAlternateMatmuls;
   const LayerCost sel = AnalyticCostModel(o).layer(s.layer(0), strat(1, 1, 0, Recompute::kSelective));
   const double e = 2, h = 4096, q = 4096, kv = 1024, f = 14336, T = 4096, heads = 32;
