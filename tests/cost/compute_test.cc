@@ -36,6 +36,28 @@ TEST(KernelModel, ReproducesMeasuredMamfAtItsShape) {
   EXPECT_NEAR(km.gemm_efficiency(6912, 16384, 2048), 0.859, 1e-9);
 }
 
+// fp8 GEMMs calibrate to the fp8 row of the MAMF table where there is one: H100 1402.6 of 1979
+// TFLOP/s at 1024x9216x14336 (bf16: 792.1 of 989 at 6144x17920x2816); B200 3432.5 of 4500 at
+// 15360x4096x3072 and 1745.0 of 2250 at 1792x16128x3072 in bf16.
+TEST(KernelModel, Fp8CalibratesToItsOwnMamf) {
+  GpuSpec h;
+  h.name = "H100-SXM5-80GB";
+  h.tflops_bf16 = 989.5;
+  h.tflops_fp8 = 1979;
+  h.hbm_gbps = 3350;
+  EXPECT_NEAR(KernelModel(h, DType::kFp8).gemm_efficiency(1024, 9216, 14336), 0.709, 1e-9);
+  EXPECT_NEAR(KernelModel(h, DType::kBf16).gemm_efficiency(6144, 17920, 2816), 0.801, 1e-9);
+  GpuSpec b;
+  b.name = "B200-SXM-180GB";
+  b.tflops_bf16 = 2250;
+  b.tflops_fp8 = 4500;
+  b.hbm_gbps = 7700;
+  EXPECT_EQ(gpu_traits(b).sms, 148);
+  EXPECT_TRUE(gpu_traits(b).measured);
+  EXPECT_NEAR(KernelModel(b, DType::kFp8).gemm_efficiency(15360, 4096, 3072), 0.763, 1e-9);
+  EXPECT_NEAR(KernelModel(b, DType::kBf16).gemm_efficiency(1792, 16128, 3072), 0.776, 1e-9);
+}
+
 TEST(KernelModel, SmallShapesRunBelowPeak) {
   const KernelModel km(a100(), DType::kBf16);
   const double big = km.gemm_efficiency(8192, 8192, 8192);

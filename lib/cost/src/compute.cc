@@ -45,18 +45,25 @@ bool has(const std::string& s, const char* part) {
 }  // namespace
 
 GpuTraits gpu_traits(const GpuSpec& gpu) {
-  // SM counts: NVIDIA architecture whitepapers. MAMF: measured bf16 matmul maxima and the shapes
-  // they were found at (S. Bekman, "Machine Learning Engineering", compute/accelerator, MAMF table).
+  // SM counts: NVIDIA architecture whitepapers. MAMF: measured bf16 (and fp8) matmul maxima and
+  // the shapes they were found at (S. Bekman, "Machine Learning Engineering", compute/accelerator,
+  // "Maximum Achievable Matmul FLOPS comparison table").
   const std::string& n = gpu.name;
   GpuTraits t;
   if (has(n, "a100")) {
     t = {108, 0.859, 6912, 16384, 2048, true};     // A100 SXM: 267.9 of 312 TFLOP/s
   } else if (has(n, "gh200")) {
     t = {132, 0.830, 11264, 19712, 1536, true};    // GH200: 821.0 of 989
-  } else if (has(n, "h100") || has(n, "h200")) {
-    t = {132, 0.801, 6144, 17920, 2816, true};     // H100 SXM: 792.1 of 989 (H200: same die)
+    t.fp8_fraction = 0.776, t.fp8_m = 1024, t.fp8_n = 14336, t.fp8_k = 14336;  // fp8: 1535.0 of 1979
+  } else if (has(n, "h200")) {
+    t = {132, 0.801, 6144, 17920, 2816, true};     // the H100 die (bf16 as H100)
+    t.fp8_fraction = 0.734, t.fp8_m = 1280, t.fp8_n = 4096, t.fp8_k = 12032;   // fp8: 1453.4 of 1979
+  } else if (has(n, "h100")) {
+    t = {132, 0.801, 6144, 17920, 2816, true};     // H100 SXM: 792.1 of 989
+    t.fp8_fraction = 0.709, t.fp8_m = 1024, t.fp8_n = 9216, t.fp8_k = 14336;   // fp8: 1402.6 of 1979
   } else if (has(n, "b200")) {
-    t.sms = 148;                                   // 2 x 74 SMs; no published MAMF: default
+    t = {148, 0.776, 1792, 16128, 3072, true};     // B200 SXM (2 x 74 SMs): 1745.0 of 2250
+    t.fp8_fraction = 0.763, t.fp8_m = 15360, t.fp8_n = 4096, t.fp8_k = 3072;   // fp8: 3432.5 of 4500
   } else if (has(n, "v100")) {
     t.sms = 80;
   }
@@ -71,9 +78,11 @@ KernelModel::KernelModel(const GpuSpec& gpu, DType dtype, double time_scale) {
   const GpuTraits t = gpu_traits(gpu);
   sms_ = t.sms;
   tile_rate_ = 1.0;
-  // Calibrate: at the MAMF shape the model must achieve the measured fraction of peak.
-  const double e = gemm_efficiency(t.mamf_m, t.mamf_n, t.mamf_k);
-  if (e > 0) tile_rate_ = t.mamf_fraction / e;
+  // Calibrate: at the MAMF shape the model must achieve the measured fraction of peak (the fp8
+  // measurement for fp8 GEMMs where there is one).
+  const bool fp8 = dtype == DType::kFp8 && gpu.peak(DType::kFp8).value() > 0 && t.fp8_fraction > 0;
+  const double e = fp8 ? gemm_efficiency(t.fp8_m, t.fp8_n, t.fp8_k) : gemm_efficiency(t.mamf_m, t.mamf_n, t.mamf_k);
+  if (e > 0) tile_rate_ = (fp8 ? t.fp8_fraction : t.mamf_fraction) / e;
   if (time_scale > 0 && time_scale != 1.0) {
     peak_ /= time_scale;
     hbm_ /= time_scale;

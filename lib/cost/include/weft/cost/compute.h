@@ -25,6 +25,9 @@ struct GpuTraits {
   double mamf_fraction = 0.80;   // measured max achievable matmul TFLOP/s / dense peak
   double mamf_m = 8192, mamf_n = 8192, mamf_k = 8192;  // shape the MAMF was measured at
   bool measured = false;         // false: the defaults above (no published measurement)
+  // The same for fp8 inputs (float8_e4m3fn), where measured; 0: the bf16 figures.
+  double fp8_fraction = 0;
+  double fp8_m = 0, fp8_n = 0, fp8_k = 0;
 };
 GpuTraits gpu_traits(const GpuSpec& gpu);
 
