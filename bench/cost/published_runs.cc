@@ -38,13 +38,9 @@ int main(int argc, char** argv) {
       std::printf("  %-44s %10s %10s %8s %10s %8s %14s\n", "run", "measured", "weft", "error", "megatron", "error",
                   "peak / device");
     }
-    auto per_gpu = [&](const Estimate& e) {
-      return r.plan.train.global_batch * static_cast<double>(r.plan.train.seq) / e.step_time.value() /
-             r.plan.cluster.total_gpus();
-    };
     const Estimate e = estimate(r.plan, AnalyticCostModel(r.options));
     const Estimate m = estimate(r.plan, AnalyticCostModel());
-    const double t = per_gpu(e), tm = per_gpu(m);
+    const double t = published::tokens_per_gpu(r, e), tm = published::tokens_per_gpu(r, m);
     const double err = 100 * (t / r.measured - 1), err_m = 100 * (tm / r.measured - 1);
     std::printf("  %-44s %10.0f %10.0f %+7.1f%% %10.0f %+7.1f%% %6.1f / %5.1f GiB\n", r.label.c_str(), r.measured, t,
                 err, tm, err_m, e.peak_memory.value() / (1 << 30), r.plan.cluster.gpu.memory_gib);

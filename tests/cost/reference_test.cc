@@ -144,11 +144,6 @@ std::vector<published::Run> published_runs() {
   return runs.ok() ? *runs : std::vector<published::Run>{};
 }
 
-double tokens_per_gpu(const published::Run& r, const Estimate& e) {
-  return r.plan.train.global_batch * static_cast<double>(r.plan.train.seq) / e.step_time.value() /
-         r.plan.cluster.total_gpus();
-}
-
 // torchtitan's FSDP2 runs on 64 A100 (eager norm, rotary and SwiGLU operators; op-level selective
 // checkpointing). Every run within 20% and the mean error within 8%; costed with Megatron's traits
 // (fused kernels, attention-core selective recompute) the same runs are 9-38% optimistic, so the
@@ -158,8 +153,8 @@ TEST(ReferencePublished, TorchtitanFsdp2On64A100) {
   int n = 0;
   for (const published::Run& r : published_runs()) {
     if (r.set != "torchtitan-a100") continue;
-    const double err = tokens_per_gpu(r, estimate(r.plan, AnalyticCostModel(r.options))) / r.measured - 1;
-    const double err_megatron = tokens_per_gpu(r, estimate(r.plan, AnalyticCostModel())) / r.measured - 1;
+    const double err = published::tokens_per_gpu(r, estimate(r.plan, AnalyticCostModel(r.options))) / r.measured - 1;
+    const double err_megatron = published::tokens_per_gpu(r, estimate(r.plan, AnalyticCostModel())) / r.measured - 1;
     EXPECT_LT(std::abs(err), 0.20) << r.label;
     sum += std::abs(err);
     sum_megatron += std::abs(err_megatron);
@@ -180,8 +175,8 @@ TEST(ReferencePublished, NemoFp8OnH100AndB200) {
   for (const published::Run& r : published_runs()) {
     if (r.set != "nemo-fp8") continue;
     const Estimate e = estimate(r.plan, AnalyticCostModel(r.options));
-    const double err = tokens_per_gpu(r, e) / r.measured - 1;
-    EXPECT_LT(std::abs(err), 0.20) << r.label << ": " << tokens_per_gpu(r, e);
+    const double err = published::tokens_per_gpu(r, e) / r.measured - 1;
+    EXPECT_LT(std::abs(err), 0.20) << r.label << ": " << published::tokens_per_gpu(r, e);
     EXPECT_LE(e.peak_memory.value(), GiB(r.plan.cluster.gpu.memory_gib).value())
         << r.label << ": " << e.peak_memory.value() / (1 << 30) << " GiB";
     sum += std::abs(err);

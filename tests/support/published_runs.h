@@ -9,6 +9,7 @@
 
 #include "weft/core/json.h"
 #include "weft/cost/analytic.h"
+#include "weft/cost/estimate.h"
 #include "weft/search/uniform.h"
 #include "weft/spec/presets.h"
 
@@ -20,6 +21,12 @@ struct Run {
   Plan plan;
   AnalyticOptions options;
 };
+
+// Tokens per second per GPU of run r under estimate e (what the published figures count).
+inline double tokens_per_gpu(const Run& r, const Estimate& e) {
+  return r.plan.train.global_batch * static_cast<double>(r.plan.train.seq) / e.step_time.value() /
+         r.plan.cluster.total_gpus();
+}
 
 // Every run of the file; the error names the row and the field.
 inline Result<std::vector<Run>> load_runs(const std::string& path) {

@@ -237,8 +237,9 @@ LayerCost AnalyticCostModel::layer(const LayerContext& ctx, const LayerStrategy&
   if (rope) layout_bytes += (eager ? kEagerRopeBytes + 2 * e : 2 * e) * (q + kv) / t;
   if (eager && flash) layout_bytes += 2 * e * q / t + (kv < q ? 2 * e * (kv + q) / t : 0.0);
   if (layout_bytes > 0) {
-    f.mem += blocks * seconds(km.memory(Bytes(layout_bytes * tokens)));
-    b.mem += blocks * kElementwiseBackward * seconds(km.memory(Bytes(layout_bytes * tokens)));
+    const double layout_kernel = seconds(km.memory(Bytes(layout_bytes * tokens)));
+    f.mem += blocks * layout_kernel;
+    b.mem += blocks * kElementwiseBackward * layout_kernel;
   }
 
   // --- tensor parallel communication (§3.1): per block and FFN one all-reduce, or with sequence

@@ -62,11 +62,8 @@ struct AnalyticOptions {
 //   torchtitan          eager PyTorch with FSDP2: unfused norm, rotary and SwiGLU operators, SDPA
 //                       flash attention, selective = op-level (every other matmul kept)
 //   torchtitan-compile  torchtitan with torch.compile: the same with fused elementwise kernels
-struct FrameworkInfo {
-  const char* name;
-  const char* summary;
-};
-const std::vector<FrameworkInfo>& frameworks();
+// Their names, comma-separated ("megatron, megatron-deepspeed, ...").
+std::string framework_names();
 // `base` with the traits of framework `name` (its host and GPU constants are kept); an error naming
 // the known frameworks if `name` is not one.
 Result<AnalyticOptions> framework_options(const std::string& name, AnalyticOptions base = {});
