@@ -111,8 +111,8 @@ void print_comparison(const Plan& best, const Plan* uniform, const Estimate& eb,
   };
   row("", "best plan", uniform ? "uniform baseline" : "uniform baseline: none fits");
   row("pipeline", pipeline_text(best.train), uniform ? pipeline_text(uniform->train) : "");
-  row("layers", best.uniform() ? label(best.stages.front().layers.front()) : "per layer (below)",
-      uniform ? label(uniform->stages.front().layers.front()) : "");
+  row("layers", best.uniform() ? label(*best.uniform_strategy()) : "per layer (below)",
+      uniform ? label(uniform->uniform_strategy().value_or(uniform->stages.front().layers.front())) : "");
   row("embedding / LM head", label(best.embedding), uniform ? label(uniform->embedding) : "");
   row("step time", seconds(eb.step_time.value()), eu ? seconds(eu->step_time.value()) : "");
   row("tokens/s", grouped(eb.tokens_per_s), eu ? grouped(eu->tokens_per_s) : "");
@@ -198,7 +198,7 @@ void run_plan(const PlanFlags& f) {
     std::string msg = "nothing fits in " + fmt("%.1f", in.cluster.gpu.memory_gib) + " GiB per GPU";
     if (r.closest) {
       const Plan& c = *r.closest;
-      std::string layers = c.uniform() ? label(c.stages.front().layers.front()) : "per-layer strategies";
+      std::string layers = c.uniform() ? label(*c.uniform_strategy()) : "per-layer strategies";
       msg += ": the plan needing the least memory (" + pipeline_text(c.train) + ", " + layers +
              ", embedding " + label(c.embedding) + ") needs " + fmt("%.1f", r.min_memory_gib) +
              " GiB per GPU; try --memory-gb " + S(static_cast<long long>(std::ceil(r.min_memory_gib))) +
@@ -263,7 +263,7 @@ void run_plan(const PlanFlags& f) {
     std::printf("\n%-4s %-26s %-22s %10s %8s\n", "rank", "pipeline", "layers", "step", "vs best");
     for (size_t i = 0; i < r.top.size(); ++i) {
       const Plan& p = r.top[i];
-      const std::string layers = p.uniform() ? label(p.stages.front().layers.front()) : "per layer";
+      const std::string layers = p.uniform() ? label(*p.uniform_strategy()) : "per layer";
       std::printf("%-4zu %-26s %-22s %10s %7.1f%%\n", i + 1, pipeline_text(p.train).c_str(), layers.c_str(),
                   seconds(p.predicted.step_time_s).c_str(),
                   100 * (p.predicted.step_time_s / best.predicted.step_time_s - 1));
@@ -376,7 +376,7 @@ void print_estimate_table(const Plan& p, const Estimate& e, const CostModel& cm)
   std::printf("weft estimate: %s on %s\n", p.model.name.c_str(), cluster_text(p.cluster).c_str());
   std::printf("seq %d, global batch %d, %s, %s; cost model %s (%s)\n", p.train.seq, p.train.global_batch,
               to_string(p.train.dtype), pipeline_text(p.train).c_str(), cm.name().c_str(), cm.source().c_str());
-  std::printf("layers %s, embedding %s\n\n", p.uniform() ? label(p.stages.front().layers.front()).c_str() : "per layer",
+  std::printf("layers %s, embedding %s\n\n", p.uniform() ? label(*p.uniform_strategy()).c_str() : "per layer",
               label(p.embedding).c_str());
   std::printf("%-22s %s\n", "step time", seconds(e.step_time.value()).c_str());
   std::printf("%-22s %s\n", "tokens/s", grouped(e.tokens_per_s).c_str());

@@ -24,6 +24,27 @@ TEST(PlanJson, RoundTripsExactly) {
   EXPECT_EQ(back->layer_strategy(6).recompute, Recompute::kFull);
 }
 
+// A uniform plan puts its expert degree on the MoE layers only: dense layers with ep = 1 beside MoE
+// layers with ep = 4 are one strategy (carrying ep 4); MoE layers with different degrees are not.
+TEST(Plan, UniformStrategyCarriesTheMoeExpertDegree) {
+  Plan p = uniform_plan(LayerStrategy{.dp = 8}, 1);
+  EXPECT_EQ(p.uniform_strategy(), LayerStrategy{.dp = 8});
+  p.model.groups[0].count = 2;  // two dense layers, then six MoE layers
+  LayerGroup moe = p.model.groups[0];
+  moe.count = 6;
+  moe.shape.moe = MoeSpec{8, 2, 1408, 0};
+  p.model.groups.push_back(moe);
+  for (int i = 2; i < 8; ++i) p.stages[0].layers[i].ep = 4;
+  ASSERT_TRUE(p.uniform());
+  EXPECT_EQ(p.uniform_strategy()->ep, 4);
+  EXPECT_EQ(p.uniform_strategy()->dp, 8);
+  p.stages[0].layers[7].ep = 2;
+  EXPECT_FALSE(p.uniform());
+  p.stages[0].layers[7].ep = 4;
+  p.stages[0].layers[0].zero = 1;
+  EXPECT_FALSE(p.uniform());
+}
+
 TEST(PlanJson, FileRoundTrip) {
   Plan p = uniform_plan(LayerStrategy{.dp = 8}, 1);
   const std::string path = (std::filesystem::temp_directory_path() / "weft_plan_test.json").string();

@@ -10,14 +10,23 @@ const LayerStrategy& Plan::layer_strategy(int i) const {
   return embedding;
 }
 
-bool Plan::uniform() const {
-  const LayerStrategy* first = nullptr;
+std::optional<LayerStrategy> Plan::uniform_strategy() const {
+  std::optional<LayerStrategy> one;  // with ep = 1
+  int moe_ep = 0;                     // the MoE layers' expert degree, once one is seen
   for (const auto& st : stages)
-    for (const auto& l : st.layers) {
-      if (!first) first = &l;
-      if (!(l == *first)) return false;
+    for (size_t j = 0; j < st.layers.size(); ++j) {
+      LayerStrategy s = st.layers[j];
+      const int i = st.first_layer + static_cast<int>(j);
+      if (i >= 0 && i < model.num_layers() && model.layer(i).moe.enabled()) {
+        if (moe_ep != 0 && s.ep != moe_ep) return std::nullopt;
+        moe_ep = s.ep;
+        s.ep = 1;
+      }
+      if (one && !(s == *one)) return std::nullopt;
+      one = s;
     }
-  return true;
+  if (one && moe_ep != 0) one->ep = moe_ep;
+  return one;
 }
 
 namespace {

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <functional>
+#include <optional>
 
 namespace weft {
 
@@ -376,25 +377,12 @@ const char* kTitan = "torchtitan";
 TorchtitanConfig torchtitan_or_throw(const Plan& p) {
   require_valid(p);
   TorchtitanConfig r;
-  {
-    // One strategy for every layer; the expert degree applies to the MoE layers only.
-    auto rs = runs(p, [](const LayerStrategy& s) {
-      LayerStrategy k = s;
-      k.ep = 1;
-      return k;
-    });
-    if (rs.size() > 1)
-      refuse(kTitan, "torchtitan applies one strategy to every layer, but this plan is layer-wise: " + describe(rs, 6));
-  }
-  LayerStrategy s = p.layer_strategy(0);
-  s.ep = 1;
-  for (int i = 0; i < p.model.num_layers(); ++i) {
-    if (!p.model.layer(i).moe.enabled()) continue;
-    const int ep = p.layer_strategy(i).ep;
-    if (s.ep > 1 && ep != s.ep)
-      refuse(kTitan, "the MoE layers use expert degrees " + S(s.ep) + " and " + S(ep) + "; torchtitan uses one");
-    s.ep = ep;
-  }
+  // One strategy for every layer; the expert degree applies to the MoE layers only.
+  const std::optional<LayerStrategy> one = p.uniform_strategy();
+  if (!one)
+    refuse(kTitan, "torchtitan applies one strategy to every layer, but this plan is layer-wise: " +
+                       describe(runs(p, [](const LayerStrategy& s) { return s; }), 6));
+  const LayerStrategy s = *one;
   if (s.ulysses > 1) refuse(kTitan, "ulysses=" + S(s.ulysses) + ": torchtitan has no Ulysses sequence parallelism");
   if (s.zero < 2 && s.shard_group() > 1)
     refuse(kTitan, "zero=" + S(s.zero) + ": torchtitan's data parallelism is FSDP2 (ZeRO-2 without resharding "

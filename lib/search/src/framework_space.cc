@@ -1,9 +1,6 @@
 // What each training framework can run, as search restrictions and as a plan check
 // (docs/search.md, "Frameworks").
-#include <algorithm>
-#include <optional>
 #include <string>
-#include <vector>
 
 #include "weft/search/search.h"
 
@@ -40,13 +37,6 @@ std::string refusal(Fw f, const LayerStrategy& s) {
   return "";
 }
 
-// The strategy with ep = 1 on a layer without experts: a uniform plan puts its expert degree on the
-// MoE layers only.
-LayerStrategy comparable(LayerStrategy s, const LayerShape& shape) {
-  if (!shape.moe.enabled()) s.ep = 1;
-  return s;
-}
-
 }  // namespace
 
 Status restrict_to_framework(SearchOptions& opt, const std::string& fw) {
@@ -77,17 +67,20 @@ Status framework_runs(const Plan& p, const std::string& fw) {
   };
   if (*f == Fw::kMegatronDeepSpeed && p.train.pp > 1 && p.train.schedule != Schedule::k1F1B)
     return fail(std::string("schedule ") + to_string(p.train.schedule));
-  std::optional<LayerStrategy> first;
-  for (int i = 0; i < p.model.num_layers(); ++i) {
-    const LayerStrategy s = comparable(p.layer_strategy(i), p.model.layer(i));
-    const std::string where = "layer " + std::to_string(i);
-    if (const std::string why = refusal(*f, s); !why.empty()) return fail(where + ": " + why);
-    if (first && !(s.ep == 1 || first->ep == 1 || s.ep == first->ep)) return fail(where + ": another expert degree");
-    LayerStrategy a = s, b = first.value_or(s);
-    a.ep = b.ep = 1;
-    if (first && !(a == b)) return fail(where + ": a strategy other than layer 0's (one strategy for all layers)");
-    if (!first || first->ep == 1) first = s;
+  const std::optional<LayerStrategy> one = p.uniform_strategy();
+  if (!one) {
+    // Name the first layer that differs from layer 0 (the expert degree aside).
+    auto no_ep = [](LayerStrategy s) {
+      s.ep = 1;
+      return s;
+    };
+    for (int i = 1; i < p.model.num_layers(); ++i)
+      if (!(no_ep(p.layer_strategy(i)) == no_ep(p.layer_strategy(0))))
+        return fail("layer " + std::to_string(i) + ": a strategy other than layer 0's (one strategy for all layers)");
+    return fail("the MoE layers' expert degrees differ (one strategy for all layers)");
   }
+  // One strategy for all layers: a refusal holds from the first layer on.
+  if (const std::string why = refusal(*f, *one); !why.empty()) return fail("layer 0: " + why);
   if (const std::string why = refusal(*f, p.embedding); !why.empty()) return fail("embedding: " + why);
   return Status{};
 }

@@ -2,6 +2,7 @@
 // A plain value type; to_json / plan_from_json are exact inverses (round-trip tested).
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -74,8 +75,11 @@ struct Plan {
   int devices_per_stage() const { return train.pp > 0 ? world_size() / train.pp : 0; }
   // The strategy of global layer i.
   const LayerStrategy& layer_strategy(int i) const;
-  // True if every layer has the same strategy (Megatron-style, exportable to Megatron/DeepSpeed).
-  bool uniform() const;
+  // The one strategy every layer runs (Megatron-style, exportable to Megatron/DeepSpeed), if there
+  // is one. A uniform plan puts expert parallelism on the MoE layers only: dense layers keep ep = 1
+  // beside them, and the result carries the MoE layers' expert degree.
+  std::optional<LayerStrategy> uniform_strategy() const;
+  bool uniform() const { return uniform_strategy().has_value(); }
 };
 
 Json to_json(const Plan& p);
