@@ -15,6 +15,15 @@ std::vector<int> divisors(int n) {
 
 bool contains(const std::vector<Schedule>& v, Schedule s) { return std::find(v.begin(), v.end(), s) != v.end(); }
 
+// Removes the candidates SearchOptions::accept refuses (a layer of `shape`, or the embedding when
+// null), each counted under the options rule.
+void drop_unaccepted(std::vector<LayerStrategy>& out, const SearchOptions& opt, const LayerShape* shape, RuleLog& log) {
+  if (!opt.accept) return;
+  const size_t before = out.size();
+  std::erase_if(out, [&](const LayerStrategy& s) { return !opt.accept(s, shape); });
+  for (size_t i = out.size(); i < before; ++i) log.add(kRuleOptions);
+}
+
 }  // namespace
 
 std::vector<PipelineConfig> pipeline_configs(const ModelSpec& model, const ClusterSpec& cluster,
@@ -204,11 +213,7 @@ std::vector<LayerStrategy> layer_candidates(const LayerShape& shape, const Clust
       }
     }
   }
-  if (opt.accept) {
-    const size_t before = out.size();
-    std::erase_if(out, [&](const LayerStrategy& s) { return !opt.accept(s, &shape); });
-    for (size_t i = out.size(); i < before; ++i) log.add(kRuleOptions);
-  }
+  drop_unaccepted(out, opt, &shape, log);
   return out;
 }
 
@@ -273,11 +278,7 @@ std::vector<LayerStrategy> embedding_candidates(const ModelSpec& model, const Cl
     }
   }
   (void)model;
-  if (opt.accept) {
-    const size_t before = out.size();
-    std::erase_if(out, [&](const LayerStrategy& s) { return !opt.accept(s, nullptr); });
-    for (size_t i = out.size(); i < before; ++i) log.add(kRuleOptions);
-  }
+  drop_unaccepted(out, opt, nullptr, log);
   return out;
 }
 
