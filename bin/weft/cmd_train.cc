@@ -42,7 +42,11 @@ void register_train_commands(CLI::App& app) {
   t->add_option("--progress", o->progress, "auto (a bar on a terminal), on or off")->capture_default_str();
   t->add_option("--log-every", o->log_every, "Text log line every N steps (default: every step, or ~10 lines "
                                              "with a progress bar)");
-  t->add_option("--timeout", o->timeout_s, "Seconds after which a silent peer is declared dead")
+  t->add_option("--timeout", o->timeout_s,
+                "Heartbeat: seconds after which a silent peer is declared dead (and the wait for all ranks to join)")
+      ->capture_default_str();
+  t->add_option("--collective-timeout", o->collective_timeout_s,
+                "Seconds one collective or pipeline transfer may take before the job stops")
       ->capture_default_str();
   t->add_option("--save-params", o->save_params, "Write the final parameters, consolidated, to this file");
   t->add_option("--threads", o->threads, "Intra-op threads per rank")->capture_default_str();
@@ -54,7 +58,7 @@ void register_train_commands(CLI::App& app) {
   t->add_option("--grad-overlap", o->grad_overlap,
                 "on: reduce each gradient bucket during backward as soon as it is complete; off: after backward")
       ->capture_default_str();
-  t->add_option("--fault", o->fault, "Testing: RANK:STEP:MODE makes that rank exit|kill|hang|stop at that step")
+  t->add_option("--fault", o->fault, "Testing: RANK:STEP:MODE makes that rank exit|kill|hang|stop|sleep=SECONDS at that step")
       ->group("Testing");
   t->callback([o] {
     const Status s = runtime::train(*o);

@@ -1,9 +1,9 @@
 #include "weft/core/json.h"
 
-#include <cstdio>
 #include <fstream>
 #include <sstream>
 
+#include "weft/core/durable_file.h"
 #include "weft/core/error.h"
 
 namespace weft {
@@ -17,18 +17,8 @@ std::string read_text_file(const std::string& path) {
 }
 
 void write_text_file(const std::string& path, const std::string& text) {
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    if (!out) throw InputError(path + ": cannot open file for writing", ErrorKind::kIo);
-    out << text;
-    out.flush();
-    if (!out) throw InputError(path + ": write failed", ErrorKind::kIo);
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    std::remove(tmp.c_str());
-    throw InputError(path + ": cannot rename temporary file into place", ErrorKind::kIo);
-  }
+  Status s = write_file_durably(path, [&](ByteSink& out) { out.write(text); });
+  if (!s.ok()) throw InputError(s.error().message, ErrorKind::kIo);
 }
 
 Json read_json_file(const std::string& path) {

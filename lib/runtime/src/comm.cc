@@ -372,7 +372,7 @@ void GroupSet::build(std::vector<std::vector<int>> groups, Channel ch) {
       groups_[key] = std::make_unique<LocalComm>(cfg_.rank);
       continue;
     }
-    auto opts = c10d::ProcessGroupGloo::Options::create(cfg_.timeout);
+    auto opts = c10d::ProcessGroupGloo::Options::create(cfg_.collective_timeout);
     opts->devices.push_back(impl_->device);
     // Two worker threads on the gradient channel (PyTorch DDP's Gloo default) let one bucket's
     // all-reduce start while the previous one finishes; one elsewhere keeps ordering simple.
@@ -384,7 +384,7 @@ void GroupSet::build(std::vector<std::vector<int>> groups, Channel ch) {
 #ifdef USE_C10D_NCCL
     if (cfg_.cuda) {
       auto nopts = c10d::ProcessGroupNCCL::Options::create();
-      nopts->timeout = cfg_.timeout;
+      nopts->timeout = cfg_.collective_timeout;
       auto nstore = c10::make_intrusive<c10d::PrefixStore>(prefix + "/nccl", impl_->store);
       auto npg = c10::make_intrusive<c10d::ProcessGroupNCCL>(nstore, me, static_cast<int>(g.size()), nopts);
       groups_[key] = std::make_unique<NcclComm>(g, me, std::move(npg), std::move(gloo));

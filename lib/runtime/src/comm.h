@@ -92,7 +92,9 @@ struct CommConfig {
   int world = 1;
   std::string master_addr = "127.0.0.1";
   int master_port = 29500;
-  std::chrono::milliseconds timeout{60000};
+  std::chrono::milliseconds timeout{60000};  // the store: joining the job, store operations
+  // One collective or point-to-point transfer of a Gloo or NCCL group (PyTorch's default 30 min).
+  std::chrono::milliseconds collective_timeout{1800000};
   // Each group also gets a ProcessGroupNCCL for CUDA tensors (needs a libtorch with NCCL:
   // USE_C10D_NCCL; GroupSet throws otherwise). The current CUDA device must already be set.
   bool cuda = false;

@@ -259,13 +259,19 @@ std::vector<std::vector<int>> plan_grad_groups(const Plan& p) {
 int64_t Unit::owned_begin() const { return spec.zero == 0 ? 0 : shard_rank * shard; }
 int64_t Unit::owned_len() const { return spec.zero == 0 ? spec.numel : shard; }
 
-std::vector<at::Tensor> Unit::weights() {
+std::vector<at::Tensor> Unit::weights(at::Tensor* gathered) {
   if (spec.zero < 3) return leaves;
   at::Tensor full = gather_shard(shard_leaf, *sync);
+  if (gathered && sync->size() > 1) *gathered = full;  // size 1: `full` is the shard leaf itself
   std::vector<at::Tensor> out;
   out.reserve(spec.params.size());
   for (const auto& p : spec.params) out.push_back(full.narrow(0, p.offset, p.numel()).view(p.local_shape));
   return out;
+}
+
+at::Tensor Unit::release(const at::Tensor& y, const at::Tensor& gathered) {
+  if (spec.zero < 3 || !gathered.defined()) return y;
+  return release_gathered(y, gathered, shard_leaf, *sync);
 }
 
 at::Tensor Unit::owned_params() {
@@ -277,6 +283,26 @@ at::Tensor Unit::owned_grad() {
   if (spec.zero == 0) return grad.narrow(0, 0, spec.numel);
   return shard_grad;
 }
+
+namespace {
+
+// The parts of u's owned range holding parameters with `flag`, as [begin, len) relative to
+// owned_begin(), adjacent parts merged.
+template <class Flag>
+std::vector<std::pair<int64_t, int64_t>> owned_ranges(const Unit& u, Flag flag) {
+  std::vector<std::pair<int64_t, int64_t>> out;
+  const int64_t lo = u.owned_begin(), hi = lo + u.owned_len();
+  for (const ParamSpec& ps : u.spec.params) {
+    if (!flag(ps)) continue;
+    const int64_t b = std::max(lo, ps.offset), e = std::min(hi, ps.offset + ps.numel());
+    if (b >= e) continue;
+    if (!out.empty() && out.back().first + out.back().second == b - lo) out.back().second += e - b;
+    else out.emplace_back(b - lo, e - b);
+  }
+  return out;
+}
+
+}  // namespace
 
 // ---- Model ----
 
@@ -314,8 +340,6 @@ Model::Model(const Plan& p, int rank, GroupSet& groups, uint64_t seed, at::Devic
     u.shard_size = u.sync->size();
     u.shard = u.spec.padded / u.shard_size;
     at::Tensor full_flat = at::zeros({u.spec.padded}, at::kFloat);
-    at::Tensor decay = at::zeros({u.spec.padded}, at::kFloat);
-    at::Tensor count = at::zeros({u.spec.padded}, at::kFloat);
     for (const auto& ps : u.spec.params) {
       at::Tensor full;
       if (ps.init_std > 0) {
@@ -328,13 +352,8 @@ Model::Model(const Plan& p, int rank, GroupSet& groups, uint64_t seed, at::Devic
       }
       at::Tensor local = ps.shard_dim >= 0 ? full.narrow(ps.shard_dim, ps.shard_start, ps.shard_len) : full;
       full_flat.narrow(0, ps.offset, ps.numel()).copy_(local.reshape({-1}));
-      if (ps.decay) decay.narrow(0, ps.offset, ps.numel()).fill_(1);
-      if (ps.counted) count.narrow(0, ps.offset, ps.numel()).fill_(1);
     }
-    if (u.spec.zero == 0 && u.shard_rank != 0) count.zero_();  // replicas count once
     full_flat = full_flat.to(device);
-    decay = decay.to(device);
-    count = count.to(device);
     if (u.spec.zero < 3) {
       u.flat = full_flat;
       if (u.spec.zero < 2) u.grad = at::zeros({u.spec.padded}, on);
@@ -353,13 +372,17 @@ Model::Model(const Plan& p, int rank, GroupSet& groups, uint64_t seed, at::Devic
       u.shard_leaf = full_flat.narrow(0, u.shard_rank * u.shard, u.shard).clone().requires_grad_(true);
     }
     if (u.spec.zero >= 1) {
-      u.shard_grad = at::zeros({u.shard}, on);
+      // ZeRO-1 reduces into the owned slice of its full gradient buffer, which it keeps anyway (as
+      // Megatron's distributed optimizer does); ZeRO-2 and 3 keep only the shard.
+      u.shard_grad = u.spec.zero == 1 ? u.grad.narrow(0, u.shard_rank * u.shard, u.shard) : at::zeros({u.shard}, on);
       if (u.spec.zero == 3) u.shard_leaf.mutable_grad() = u.shard_grad;
     }
     u.m = at::zeros({u.owned_len()}, on);
     u.v = at::zeros({u.owned_len()}, on);
-    u.decay_mask = decay.narrow(0, u.owned_begin(), u.owned_len()).clone();
-    u.count_mask = count.narrow(0, u.owned_begin(), u.owned_len()).clone();
+    u.decay_ranges = owned_ranges(u, [](const ParamSpec& ps) { return ps.decay; });
+    // Replicas of a zero-0 unit count its gradient once, on the first.
+    if (u.spec.zero > 0 || u.shard_rank == 0)
+      u.count_ranges = owned_ranges(u, [](const ParamSpec& ps) { return ps.counted; });
     units_.push_back(std::move(u));
   }
 
@@ -421,7 +444,8 @@ at::Tensor Model::norm(const at::Tensor& x, const at::Tensor& w, const at::Tenso
 at::Tensor Model::embed(const at::Tensor& tokens) {
   const LayerStrategy& e = plan_.embedding;
   Unit* wte = find_unit("wte");
-  at::Tensor w = wte->weights()[0];
+  at::Tensor wte_full, wpe_full;
+  at::Tensor w = wte->weights(&wte_full)[0];
   at::Tensor x;
   if (e.tp == 1) {
     x = at::embedding(w, tokens);
@@ -433,12 +457,16 @@ at::Tensor Model::embed(const at::Tensor& tokens) {
     x = e.sp ? reduce_scatter_seq(x, *emb_tp_) : reduce_from(x, *emb_tp_);
   }
   if (plan_.model.position == PositionKind::kLearned) {
-    at::Tensor wpe = find_unit("wpe")->weights()[0];
+    at::Tensor wpe = find_unit("wpe")->weights(&wpe_full)[0];
     if (e.sp && e.tp > 1) wpe = copy_to(wpe, *emb_tp_);
     const int64_t t = x.size(1);
     const int64_t pos0 = emb_layout_->seq_idx[stage_comm_->rank()] * t;
     x = x + wpe.narrow(0, pos0, t).unsqueeze(0);
   }
+  // The lookup's backward reads only the indices and the position add's reads nothing saved: the
+  // gathered ZeRO-3 tables are not needed again.
+  drop_gathered(wte_full);
+  drop_gathered(wpe_full);
   return x;
 }
 
@@ -448,9 +476,11 @@ at::Tensor Model::forward_layers(at::Tensor x) {
     x = redistribute(x, *stage_comm_, *cur, *L.layout);
     if (L.st.recompute == Recompute::kFull) {
       const LayerCtx* lp = &L;
-      x = recompute([this, lp](const std::vector<at::Tensor>& in) { return layer_forward(*lp, in[0]); }, {x});
+      // Recomputed layers gather their ZeRO-3 parameters again inside the recomputation, so the
+      // gathered buffer is never kept between forward and backward.
+      x = recompute([this, lp](const std::vector<at::Tensor>& in) { return layer_forward(*lp, in[0], false); }, {x});
     } else {
-      x = layer_forward(L, x);
+      x = layer_forward(L, x, true);
     }
     cur = L.layout;
   }
@@ -534,8 +564,9 @@ at::Tensor Model::attention(const LayerCtx& L, const std::vector<at::Tensor>& w,
   return at::linear(ctx.reshape({b, t, L.heads_local * d}), w[I["attn.wo"]]);
 }
 
-at::Tensor Model::layer_forward(const LayerCtx& L, const at::Tensor& x0) {
-  std::vector<at::Tensor> w = units_[L.unit].weights();
+at::Tensor Model::layer_forward(const LayerCtx& L, const at::Tensor& x0, bool release) {
+  at::Tensor gathered;
+  std::vector<at::Tensor> w = units_[L.unit].weights(&gathered);
   const Idx I(units_[L.unit].spec);
   const bool tp = L.st.tp > 1, sp = L.st.sp && tp;
   auto rep = [&](const std::string& k) { return sp ? copy_to(w[I[k]], *L.tp) : w[I[k]]; };
@@ -562,7 +593,8 @@ at::Tensor Model::layer_forward(const LayerCtx& L, const at::Tensor& x0) {
     o = leave(at::linear(at::silu(g) * up, w[I["mlp.down"]]));
     if (I.has("mlp.down_bias")) o = o + rep("mlp.down_bias");
   }
-  return x + o;
+  w.clear();
+  return release ? units_[L.unit].release(x + o, gathered) : x + o;
 }
 
 at::Tensor Model::head_loss(const at::Tensor& x_in, const at::Tensor& targets) {
@@ -570,19 +602,25 @@ at::Tensor Model::head_loss(const at::Tensor& x_in, const at::Tensor& targets) {
   const bool tp = e.tp > 1, sp = e.sp && tp;
   at::Tensor x = redistribute(x_in, *stage_comm_, output_layout(), *emb_layout_);
   Unit* head = find_unit("head");
-  std::vector<at::Tensor> w = head->weights();
+  at::Tensor head_full, table_full;
+  std::vector<at::Tensor> w = head->weights(&head_full);
   auto rep = [&](const at::Tensor& t) { return sp ? copy_to(t, *emb_tp_) : t; };
   const bool nb = plan_.model.norm == NormKind::kLayerNorm;
   at::Tensor nbias = nb ? rep(w[1]) : at::Tensor();
   at::Tensor h = norm(x, rep(w[0]), nb ? &nbias : nullptr);
   if (tp) h = sp ? gather_seq(h, *emb_tp_) : copy_to(h, *emb_tp_);
   at::Tensor W;
+  Unit* table = nullptr;
   if (!plan_.model.tied_embeddings) W = w.back();
-  else if (Unit* c = find_unit("wte_copy")) W = c->weights()[0];
-  else W = find_unit("wte")->weights()[0];
+  else if ((table = find_unit("wte_copy"))) W = table->weights(&table_full)[0];
+  else W = (table = find_unit("wte"))->weights(&table_full)[0];
   at::Tensor logits = at::matmul(h, W.t());
   logits = logits.reshape({-1, logits.size(-1)});
-  return vocab_parallel_cross_entropy(logits, targets.reshape({-1}), vocab_start_, *emb_tp_).sum();
+  at::Tensor loss = vocab_parallel_cross_entropy(logits, targets.reshape({-1}), vocab_start_, *emb_tp_).sum();
+  w.clear();
+  W = at::Tensor();
+  loss = head->release(loss, head_full);
+  return table ? table->release(loss, table_full) : loss;
 }
 
 }  // namespace weft::runtime

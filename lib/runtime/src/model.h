@@ -65,15 +65,22 @@ struct Unit {
                                      // bucket as its gradients arrive and drops them)
   std::vector<at::Tensor> leaves;    // zero < 3: one per param
   at::Tensor shard_leaf;             // zero 3: [shard] the parameter shard (a leaf)
-  at::Tensor shard_grad;             // zero >= 1: [shard] reduced gradient of the owned shard
+  at::Tensor shard_grad;             // zero >= 1: [shard] reduced gradient of the owned shard (zero 1:
+                                     // the owned slice of `grad`)
   at::Tensor m, v;                   // AdamW moments of the owned range
-  at::Tensor decay_mask, count_mask; // over the owned range (1 / 0)
+  // Parts of the owned range, [begin, len) from owned_begin(): parameters AdamW decays, and those
+  // whose gradient this rank counts in the global norm (one copy of every element in the job).
+  std::vector<std::pair<int64_t, int64_t>> decay_ranges, count_ranges;
 
   // The range this rank updates: [owned_begin, owned_begin + owned_len) of the padded buffer.
   int64_t owned_begin() const;
   int64_t owned_len() const;
-  // The parameters to compute with, in spec order (zero 3: gathered from all shards, differentiable).
-  std::vector<at::Tensor> weights();
+  // The parameters to compute with, in spec order (zero 3: views of a buffer gathered from all
+  // shards, differentiable; `gathered`, if given, receives that buffer, undefined for zero < 3).
+  std::vector<at::Tensor> weights(at::Tensor* gathered = nullptr);
+  // Ends the forward use of a buffer weights() gathered (zero 3: frees it until backward gathers
+  // it again; ops.h release_gathered); returns y unchanged otherwise.
+  at::Tensor release(const at::Tensor& y, const at::Tensor& gathered);
   // Parameter values of the owned range (a view; zero 3: the shard leaf's data).
   at::Tensor owned_params();
   // Gradient of the owned range after synchronisation (zero 0: a view of grad; else the shard).
@@ -131,7 +138,9 @@ class Model {
   int64_t local_param_count() const;
 
  private:
-  at::Tensor layer_forward(const LayerCtx& L, const at::Tensor& x);
+  // release: free the layer's gathered ZeRO-3 parameters after its forward (off inside a
+  // recomputation, which gathers and uses them within one backward).
+  at::Tensor layer_forward(const LayerCtx& L, const at::Tensor& x, bool release);
   at::Tensor attention(const LayerCtx& L, const std::vector<at::Tensor>& w, const at::Tensor& h);
   at::Tensor norm(const at::Tensor& x, const at::Tensor& w, const at::Tensor* b) const;
   Unit* find_unit(const std::string& name);

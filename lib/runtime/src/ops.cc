@@ -2,6 +2,7 @@
 
 #include <torch/autograd.h>
 
+#include <atomic>
 #include <set>
 
 namespace weft::runtime {
@@ -116,16 +117,94 @@ struct Redistribute : torch::autograd::Function<Redistribute> {
   }
 };
 
+// Gathered ZeRO-3 buffers are counted while their memory is allocated (gathered_param_bytes()).
+std::atomic<int64_t> g_gathered_live{0}, g_gathered_peak{0};
+
+struct CountedAlloc {
+  at::DataPtr inner;
+  int64_t bytes = 0;
+};
+
+void counted_free(void* ctx) {
+  auto* c = static_cast<CountedAlloc*>(ctx);
+  g_gathered_live -= c->bytes;
+  delete c;  // frees the memory through the allocator's own deleter
+}
+
+// Makes `st` own `mem` (of st->nbytes() bytes), counted as a gathered buffer.
+void adopt_counted(c10::StorageImpl* st, at::DataPtr mem) {
+  const int64_t bytes = static_cast<int64_t>(st->nbytes());
+  void* data = mem.get();
+  const at::Device dev = mem.device();
+  const int64_t live = g_gathered_live += bytes;
+  int64_t peak = g_gathered_peak.load();
+  while (live > peak && !g_gathered_peak.compare_exchange_weak(peak, live)) {
+  }
+  st->set_data_ptr_noswap(at::DataPtr(data, new CountedAlloc{std::move(mem), bytes}, &counted_free, dev));
+}
+
+// Another tensor on t's storage with a version counter of its own: writing the gathered values
+// back into it in backward must not look like an in-place change of the views autograd saved.
+at::Tensor storage_alias(const at::Tensor& t) {
+  at::Tensor a = at::empty({0}, t.options());
+  a.set_(t.storage(), t.storage_offset(), t.sizes(), t.strides());
+  return a;
+}
+
+// A flat [size * shard] buffer for the gathered parameters (not yet filled).
+at::Tensor new_gathered(const at::Tensor& shard, int size) {
+  at::Tensor full = at::empty({shard.numel() * size}, shard.options());
+  c10::StorageImpl* st = full.storage().unsafeGetStorageImpl();
+  adopt_counted(st, st->set_data_ptr(at::DataPtr(nullptr, full.device())));
+  return full;
+}
+
+// Frees the buffer's memory; every tensor sharing its storage (the autograd graph's saved views)
+// stays valid as an object but must not be read until refill().
+void free_gathered(const at::Tensor& full) {
+  c10::StorageImpl* st = full.storage().unsafeGetStorageImpl();
+  const size_t bytes = st->nbytes();
+  st->set_data_ptr_noswap(at::DataPtr(nullptr, full.device()));
+  st->set_nbytes(bytes);  // the size is kept for refill(); no memory backs it now
+}
+
+void refill_gathered(const at::Tensor& full, const at::Tensor& shard, Comm& c) {
+  c10::StorageImpl* st = full.storage().unsafeGetStorageImpl();
+  if (st->data() == nullptr) adopt_counted(st, st->allocator()->allocate(st->nbytes()));
+  c.allgather_into_async(full, shard).wait();
+}
+
 struct GatherShard : torch::autograd::Function<GatherShard> {
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& shard, int64_t comm) {
     ctx->saved_data["c"] = comm;
     Comm* c = reinterpret_cast<Comm*>(comm);
-    at::Tensor full = at::empty({shard.numel() * c->size()}, shard.options());
+    at::Tensor full = new_gathered(shard, c->size());
     c->allgather_into_async(full, shard).wait();
+    ctx->saved_data["full"] = storage_alias(full);  // not the output variable itself (a cycle)
     return full;
   }
   static tensor_list backward(AutogradContext* ctx, tensor_list g) {
-    return {from_handle<Comm>(ctx->saved_data["c"])->reduce_scatter(g[0]), at::Tensor()};
+    at::Tensor r = from_handle<Comm>(ctx->saved_data["c"])->reduce_scatter(g[0]);
+    // Every user of the gathered parameters has run its backward (their gradients are summed in
+    // g[0]), so the buffer is freed now rather than when the graph is destroyed.
+    free_gathered(ctx->saved_data["full"].toTensor());
+    return {r, at::Tensor()};
+  }
+};
+
+struct ReleaseGathered : torch::autograd::Function<ReleaseGathered> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& y, const at::Tensor& full,
+                            const at::Tensor& shard, int64_t comm) {
+    ctx->saved_data["c"] = comm;
+    ctx->saved_data["full"] = full;
+    ctx->saved_data["shard"] = shard;
+    free_gathered(full);
+    return y.view_as(y);
+  }
+  static tensor_list backward(AutogradContext* ctx, tensor_list g) {
+    refill_gathered(ctx->saved_data["full"].toTensor(), ctx->saved_data["shard"].toTensor(),
+                    *from_handle<Comm>(ctx->saved_data["c"]));
+    return {g[0], at::Tensor(), at::Tensor(), at::Tensor()};
   }
 };
 
@@ -247,6 +326,19 @@ at::Tensor gather_shard(const at::Tensor& shard, Comm& c) {
   if (c.size() == 1) return shard;
   return GatherShard::apply(shard, handle(&c));
 }
+
+at::Tensor release_gathered(const at::Tensor& y, const at::Tensor& full, const at::Tensor& shard, Comm& c) {
+  if (c.size() == 1 || !at::GradMode::is_enabled() || !y.requires_grad()) return y;
+  return ReleaseGathered::apply(y, storage_alias(full), shard.detach(), handle(&c));
+}
+
+void drop_gathered(const at::Tensor& full) {
+  if (full.defined() && full.has_storage()) free_gathered(full);
+}
+
+GatheredBytes gathered_param_bytes() { return {g_gathered_live.load(), g_gathered_peak.load()}; }
+
+void reset_gathered_peak() { g_gathered_peak.store(g_gathered_live.load()); }
 
 at::Tensor recompute(const TensorFn& fn, const std::vector<at::Tensor>& inputs) {
   if (!at::GradMode::is_enabled()) return fn(inputs);

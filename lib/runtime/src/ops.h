@@ -44,9 +44,29 @@ struct Layout {
 // `from`; returns its block under `to`.
 at::Tensor redistribute(const at::Tensor& x, Comm& stage, const Layout& from, const Layout& to);
 
-// ZeRO-3: all-gathers the flat parameter shard of every member into the full flat buffer
-// ([size * shard.numel()]); backward reduce-scatters the gradient (summed in rank order).
+// ZeRO-3 as FSDP runs it: the full parameters live only while a computation uses them.
+// gather_shard all-gathers the flat parameter shard of every member into a new full flat buffer
+// ([size * shard.numel()]); it is differentiable, and its backward reduce-scatters the gradient
+// (summed in rank order) and then frees the buffer. release_gathered(y, full, shard, c) marks the
+// end of the forward computation from `full` to its output y: it frees the buffer's memory at once
+// (the views the autograd graph saved keep an empty storage) and returns y through an identity
+// node whose backward all-gathers the buffer again, before the backward of that computation reads
+// it. Without grad mode (or when y needs no gradient) it returns y and the buffer is freed with its
+// last reference. Peak parameter memory of a stage is then its shards plus the gathered buffers of
+// the units computing at that moment, whatever the number of micro-batches in flight.
 at::Tensor gather_shard(const at::Tensor& shard, Comm& c);
+at::Tensor release_gathered(const at::Tensor& y, const at::Tensor& full, const at::Tensor& shard, Comm& c);
+// Frees a gathered buffer (from gather_shard) whose values no backward reads (an embedding
+// lookup's table); undefined tensors are ignored.
+void drop_gathered(const at::Tensor& full);
+
+// Bytes of gathered ZeRO-3 buffers backed by memory in this process: now, and at most since the
+// last reset_gathered_peak() (measured at allocation and free of the buffers themselves).
+struct GatheredBytes {
+  int64_t live = 0, peak = 0;
+};
+GatheredBytes gathered_param_bytes();
+void reset_gathered_peak();
 
 // Activation recomputation: runs fn(inputs) without saving activations; in backward re-runs it with
 // grad enabled on detached copies of the inputs and back-propagates through it (parameters used by

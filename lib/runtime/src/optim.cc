@@ -22,6 +22,21 @@ void Optimizer::sync_grads() {
   }
 }
 
+HeldBytes Optimizer::held_bytes() {
+  std::set<const void*> seen;
+  auto bytes = [&](const at::Tensor& t) -> int64_t {
+    if (!t.defined() || !t.has_storage() || !seen.insert(t.storage().unsafeGetStorageImpl()).second) return 0;
+    return static_cast<int64_t>(t.storage().nbytes());
+  };
+  HeldBytes h;
+  for (Unit& u : model_.units()) {
+    h.params += bytes(u.spec.zero == 3 ? u.shard_leaf : u.flat);
+    h.optimizer += bytes(u.m) + bytes(u.v);
+  }
+  h.grads = resident_grad_bytes();
+  return h;
+}
+
 int64_t Optimizer::resident_grad_bytes() {
   std::set<const void*> seen;
   int64_t bytes = 0;
@@ -39,12 +54,12 @@ int64_t Optimizer::resident_grad_bytes() {
 }
 
 double Optimizer::local_norm_sq() {
-  double s = 0;
+  at::Tensor s = at::zeros({}, at::TensorOptions().dtype(at::kDouble).device(model_.device()));
   for (Unit& u : model_.units()) {
     at::Tensor g = u.owned_grad();
-    s += (g.to(at::kDouble).pow(2) * u.count_mask.to(at::kDouble)).sum().item<double>();
+    for (const auto& [b, n] : u.count_ranges) s.add_(g.narrow(0, b, n).to(at::kDouble).pow(2).sum());
   }
-  return s;
+  return s.item<double>();
 }
 
 void Optimizer::step(double lr, double grad_scale) {
@@ -58,7 +73,11 @@ void Optimizer::step(double lr, double grad_scale) {
     at::Tensor p = u.owned_params();
     at::Tensor g = u.owned_grad();
     if (grad_scale != 1.0) g = g * grad_scale;
-    if (cfg_.weight_decay != 0) p.sub_(p * u.decay_mask * (lr * cfg_.weight_decay));
+    if (cfg_.weight_decay != 0)
+      for (const auto& [b, n] : u.decay_ranges) {
+        at::Tensor q = p.narrow(0, b, n);
+        q.sub_(q * (lr * cfg_.weight_decay));
+      }
     u.m.mul_(b1).add_(g, 1.0 - b1);
     u.v.mul_(b2).addcmul_(g, g, 1.0 - b2);
     at::Tensor denom = (u.v.sqrt() / std::sqrt(bc2)).add_(cfg_.eps);

@@ -2,8 +2,9 @@
 //   zero 0: gradients accumulate in the unit's flat buffer over micro-batches; each bucket is
 //           all-reduced as soon as the last micro-batch's backward has finished it (GradSync);
 //           every replica runs the same AdamW update on the whole unit.
-//   zero 1: as zero 0 but each bucket is reduce-scattered onto the owned shard; each rank updates
-//           its shard; an all-gather restores the full parameters.
+//   zero 1: as zero 0 but each bucket is reduce-scattered onto the owned shard (a slice of the full
+//           gradient buffer: no second gradient copy); each rank updates its shard; an all-gather
+//           restores the full parameters.
 //   zero 2: every micro-batch's gradients are reduce-scattered bucket by bucket during backward
 //           into a shard accumulator; no full-size gradient is kept.
 //   zero 3: parameters live only as shards; gather_shard's backward reduce-scatters per use.
@@ -16,6 +17,10 @@
 #include "model.h"
 
 namespace weft::runtime {
+
+struct HeldBytes {
+  int64_t params = 0, grads = 0, optimizer = 0;
+};
 
 struct AdamWConfig {
   double beta1 = 0.9, beta2 = 0.95, eps = 1e-8, weight_decay = 0.1;
@@ -35,6 +40,10 @@ class Optimizer {
   // Bytes of gradient storage this rank holds now (full buffers, shards, any parameter's own
   // gradient), each storage counted once.
   int64_t resident_grad_bytes();
+  // Bytes of model state this rank holds now, each storage counted once: parameters (the local
+  // flat buffers, or the ZeRO-3 shards), gradients (resident_grad_bytes()) and AdamW moments.
+  // ZeRO-3's gathered buffers are not included (ops.h gathered_param_bytes()).
+  HeldBytes held_bytes();
   const GradSync& grad_sync() const { return *grad_sync_; }
   // Sum of squares of this rank's share of the global gradient (each element counted on one rank).
   double local_norm_sq();

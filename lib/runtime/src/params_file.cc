@@ -1,10 +1,10 @@
 #include "weft/runtime/params_file.h"
 
 #include <cmath>
-#include <cstdio>
 #include <fstream>
 #include <sstream>
 
+#include "weft/core/durable_file.h"
 #include "weft/core/json.h"
 
 namespace weft::runtime {
@@ -17,18 +17,11 @@ Status write_params_file(const std::string& path, const ParamsFile& f) {
   Json list = Json::array();
   for (const auto& p : f.params) list.push_back(Json{{"name", p.name}, {"shape", p.shape}});
   header["params"] = std::move(list);
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    if (!out) return Error{ErrorKind::kIo, path + ": cannot write"};
-    const std::string line = header.dump() + "\n";
-    out.write(line.data(), static_cast<std::streamsize>(line.size()));
-    for (const auto& p : f.params)
-      out.write(reinterpret_cast<const char*>(p.data.data()), static_cast<std::streamsize>(p.data.size() * 4));
-    if (!out.flush()) return Error{ErrorKind::kIo, path + ": write failed"};
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) return Error{ErrorKind::kIo, path + ": cannot rename from " + tmp};
-  return {};
+  const std::string line = header.dump() + "\n";
+  return write_file_durably(path, [&](ByteSink& out) {
+    out.write(line);
+    for (const auto& p : f.params) out.write(p.data.data(), p.data.size() * sizeof(float));
+  });
 }
 
 Result<ParamsFile> read_params_file(const std::string& path) {

@@ -1,10 +1,12 @@
 #include "state.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <map>
 #include <set>
 
+#include "weft/core/durable_file.h"
 #include "weft/core/json.h"
 
 namespace weft::runtime {
@@ -37,10 +39,46 @@ std::vector<at::Tensor> local_params(Unit& u) {
   return out;
 }
 
-std::string step_dir(const std::string& dir, int step) {
+std::string step_name(int step) {
   char b[32];
   std::snprintf(b, sizeof b, "step-%08d", step);
-  return (fs::path(dir) / b).string();
+  return b;
+}
+
+std::string step_dir(const std::string& dir, int step) { return (fs::path(dir) / step_name(step)).string(); }
+
+// A step directory of a checkpoint directory; complete once its meta.json exists.
+struct CheckpointEntry {
+  int step = 0;
+  std::string path;
+  bool complete = false;
+};
+
+std::vector<CheckpointEntry> list_checkpoints(const std::string& dir) {
+  std::vector<CheckpointEntry> out;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(dir, ec)) {
+    const std::string name = e.path().filename().string();
+    int step = 0;
+    char tail = 0;
+    if (!e.is_directory() || std::sscanf(name.c_str(), "step-%d%c", &step, &tail) != 1 || name != step_name(step))
+      continue;
+    out.push_back({step, e.path().string(), fs::exists(e.path() / "meta.json")});
+  }
+  std::sort(out.begin(), out.end(), [](const CheckpointEntry& a, const CheckpointEntry& b) { return a.step < b.step; });
+  return out;
+}
+
+std::vector<std::string> checkpoints_to_prune(const std::vector<CheckpointEntry>& all, int newest, int keep) {
+  std::vector<std::string> out;
+  if (keep <= 0) return out;
+  int kept = 1;  // `newest` itself, which `latest` names
+  for (auto it = all.rbegin(); it != all.rend(); ++it) {
+    if (!it->complete || it->step == newest) continue;
+    if (kept < keep) ++kept;
+    else out.push_back(it->path);
+  }
+  return out;
 }
 
 }  // namespace
@@ -101,9 +139,16 @@ ParamsFile consolidate(Model& m, GroupSet& g, int step) {
 Status save_checkpoint(const std::string& dir, int step, Model& m, Optimizer& o, GroupSet& g,
                        const std::string& plan_hash, int keep) {
   const std::string sd = step_dir(dir, step);
+  Status s;
   std::error_code ec;
   fs::create_directories(sd, ec);
-  if (ec) return Error{ErrorKind::kIo, sd + ": cannot create: " + ec.message()};
+  if (ec) s = Error{ErrorKind::kIo, sd + ": cannot create: " + ec.message()};
+  if (s.ok() && g.rank() == 0) {
+    // A leftover of an earlier, interrupted save of this step must not vouch for the files
+    // rewritten below; and the step directory's entry is made durable before `latest` names it.
+    fs::remove(fs::path(sd) / "meta.json", ec);
+    s = sync_directory(dir);
+  }
   ParamsFile f;
   f.step = step;
   for (Unit& u : m.units()) {
@@ -112,8 +157,8 @@ Status save_checkpoint(const std::string& dir, int step, Model& m, Optimizer& o,
     f.params.push_back({u.spec.name + ".adam_m", {u.m.numel()}, to_vec(u.m)});
     f.params.push_back({u.spec.name + ".adam_v", {u.v.numel()}, to_vec(u.v)});
   }
-  const std::string file = sd + "/rank-" + std::to_string(g.rank()) + ".bin";
-  Status s = write_params_file(file, f);
+  // Each rank's file is fsynced, renamed into place and its directory fsynced (durable_file.h).
+  if (s.ok()) s = write_params_file(sd + "/rank-" + std::to_string(g.rank()) + ".bin", f);
   // Every rank reports; a failed write on any rank fails the save everywhere.
   at::Tensor ok = at::full({1}, s.ok() ? 0.0 : 1.0, at::kDouble);
   g.world().allreduce_sum(ok);
@@ -121,23 +166,24 @@ Status save_checkpoint(const std::string& dir, int step, Model& m, Optimizer& o,
   if (ok.item<double>() > 0) return Error{ErrorKind::kIo, sd + ": another rank failed to write its checkpoint file"};
   if (g.rank() == 0) {
     try {
+      // meta.json marks the checkpoint complete only once every rank's file is durable; `latest`
+      // moves to it only once meta.json is.
       Json meta{{"format", "weft-checkpoint"}, {"version", 1},           {"step", step},
                 {"world", g.world_size()},   {"plan_hash", plan_hash}, {"optimizer_steps", o.step_count()}};
       write_json_file(sd + "/meta.json", meta);
-      write_text_file(dir + "/latest", fs::path(sd).filename().string() + "\n");
-      // Drop older complete checkpoints beyond `keep`.
-      std::vector<std::string> steps;
-      for (const auto& e : fs::directory_iterator(dir))
-        if (e.is_directory() && e.path().filename().string().rfind("step-", 0) == 0)
-          steps.push_back(e.path().filename().string());
-      std::sort(steps.begin(), steps.end());
-      for (size_t i = 0; keep > 0 && i + keep < steps.size(); ++i) fs::remove_all(fs::path(dir) / steps[i], ec);
+      write_text_file(dir + "/latest", step_name(step) + "\n");
     } catch (const InputError& e) {
-      return Error{ErrorKind::kIo, e.what()};
+      s = Error{ErrorKind::kIo, e.what()};
+    }
+    if (s.ok()) {
+      // Older complete checkpoints beyond `keep`; never the one just written, never an incomplete
+      // directory (an interrupted save, which a later save of that step completes).
+      for (const std::string& old : checkpoints_to_prune(list_checkpoints(dir), step, keep)) fs::remove_all(old, ec);
+      (void)sync_directory(dir);  // pruning is best effort: a crash here leaves an extra old checkpoint
     }
   }
   g.world().barrier();
-  return {};
+  return s;
 }
 
 Result<int> load_checkpoint(const std::string& dir, Model& m, Optimizer& o, int rank, int world,

@@ -108,6 +108,7 @@ std::string rank_list(const std::vector<int>& rs) {
 struct Fault {
   int rank = -1, step = -1;
   std::string mode;
+  double sleep_s = 0;  // mode "sleep"
 };
 
 Result<Fault> parse_fault(const std::string& s) {
@@ -122,8 +123,16 @@ Result<Fault> parse_fault(const std::string& s) {
   } catch (const std::exception&) {
     return Error{ErrorKind::kBadInput, "--fault: expected RANK:STEP:MODE, got \"" + s + "\""};
   }
-  if (f.mode != "exit" && f.mode != "kill" && f.mode != "hang" && f.mode != "stop")
-    return Error{ErrorKind::kBadInput, "--fault: MODE must be exit, kill, hang or stop, got \"" + f.mode + "\""};
+  if (f.mode.rfind("sleep=", 0) == 0) {
+    char* end = nullptr;
+    f.sleep_s = std::strtod(f.mode.c_str() + 6, &end);
+    if (!end || *end != '\0' || !(f.sleep_s > 0))
+      return Error{ErrorKind::kBadInput, "--fault: sleep=SECONDS needs a positive number, got \"" + f.mode + "\""};
+    f.mode = "sleep";
+  }
+  if (f.mode != "exit" && f.mode != "kill" && f.mode != "hang" && f.mode != "stop" && f.mode != "sleep")
+    return Error{ErrorKind::kBadInput,
+                 "--fault: MODE must be exit, kill, hang, stop or sleep=SECONDS, got \"" + f.mode + "\""};
   return f;
 }
 
@@ -134,6 +143,10 @@ void inject(const Fault& f, int rank, int step) {
   if (f.mode == "exit") std::_Exit(7);
   if (f.mode == "kill") raise(SIGKILL);
   if (f.mode == "stop") raise(SIGSTOP);
+  if (f.mode == "sleep") {
+    std::this_thread::sleep_for(std::chrono::duration<double>(f.sleep_s));  // then goes on
+    return;
+  }
   for (;;) std::this_thread::sleep_for(std::chrono::hours(1));  // hang: the main thread only
 }
 
@@ -389,6 +402,8 @@ Status check_options(const TrainOptions& o) {
   if (o.progress != "auto" && o.progress != "on" && o.progress != "off")
     return bad("--progress: expected auto, on or off, got \"" + o.progress + "\"");
   if (!(o.timeout_s > 0)) return bad("--timeout: must be positive, got " + std::to_string(o.timeout_s));
+  if (!(o.collective_timeout_s > 0))
+    return bad("--collective-timeout: must be positive, got " + std::to_string(o.collective_timeout_s));
   if (o.threads < 1) return bad("--threads: must be at least 1, got " + std::to_string(o.threads));
   if (!(o.bucket_mb > 0)) return bad("--bucket-mb: must be positive, got " + std::to_string(o.bucket_mb));
   if (o.device != "auto" && o.device != "cpu" && o.device != "cuda")
@@ -501,6 +516,7 @@ Status train(const TrainOptions& o) {
   cfg.master_addr = env.master_addr;
   cfg.master_port = env.master_port;
   cfg.timeout = std::chrono::milliseconds(static_cast<int64_t>(o.timeout_s * 1000));
+  cfg.collective_timeout = std::chrono::milliseconds(static_cast<int64_t>(o.collective_timeout_s * 1000));
   cfg.cuda = device.is_cuda();
   try {
     job.groups = std::make_unique<GroupSet>(cfg);
@@ -593,6 +609,7 @@ Status train(const TrainOptions& o) {
   int timed_steps = 0;
   double last_loss = 0;
   int64_t resident_grad_bytes = 0;
+  HeldBytes held;  // after the last step's gradient synchronisation
   double timed_grad_wait = 0;  // time spent waiting for the gradient reduction after backward
   const auto run_start = Clock::now();
   try {
@@ -646,7 +663,10 @@ Status train(const TrainOptions& o) {
       }
       for (auto& s : sends) s.wait();
       opt.sync_grads();
-      if (step == o.steps) resident_grad_bytes = opt.resident_grad_bytes();
+      if (step == o.steps) {
+        resident_grad_bytes = opt.resident_grad_bytes();
+        held = opt.held_bytes();
+      }
       at::Tensor stats = at::zeros({2}, at::kDouble);
       stats[0] = model.counts_loss() ? loss_sum : 0.0;
       stats[1] = opt.local_norm_sq();
@@ -684,6 +704,23 @@ Status train(const TrainOptions& o) {
   } catch (const std::exception& e) {
     return fail(e.what());
   }
+  // What every rank held (rank 0 prints it in the summary).
+  Json ranks = Json::array();
+  try {
+    at::Tensor mine = at::tensor({static_cast<double>(held.params), static_cast<double>(held.grads),
+                                  static_cast<double>(held.optimizer),
+                                  static_cast<double>(gathered_param_bytes().peak)},
+                                 at::kDouble);
+    at::Tensor all = world.allgather(mine.to(device)).to(at::kCPU);
+    for (int r = 0; r < env.world; ++r)
+      ranks.push_back(Json{{"rank", r},
+                           {"param_bytes", static_cast<int64_t>(all[r][0].item<double>())},
+                           {"grad_bytes", static_cast<int64_t>(all[r][1].item<double>())},
+                           {"optimizer_bytes", static_cast<int64_t>(all[r][2].item<double>())},
+                           {"peak_gathered_param_bytes", static_cast<int64_t>(all[r][3].item<double>())}});
+  } catch (const std::exception& e) {
+    return fail(e.what());
+  }
   if (job.watchdog) job.watchdog->stop();
   try {
     world.barrier();  // no rank leaves while another's watchdog still needs the store on rank 0
@@ -703,7 +740,8 @@ Status train(const TrainOptions& o) {
            {"grad_buckets_launched_in_backward", opt.grad_sync().stats().launched_in_backward},
            {"grad_buckets_done_in_backward", opt.grad_sync().stats().done_in_backward},
            {"mean_grad_sync_wait_s", timed_steps > 0 ? timed_grad_wait / timed_steps : 0.0},
-           {"resident_grad_bytes", resident_grad_bytes}};
+           {"resident_grad_bytes", resident_grad_bytes},
+           {"ranks", ranks}};
   rep.summary(sum);
   (void)total_time;
   return {};

@@ -13,11 +13,13 @@ using Json = nlohmann::ordered_json;
 
 // Reads and parses a JSON file; throws InputError naming the file (kIo if it cannot be read).
 Json read_json_file(const std::string& path);
-// Writes JSON (indented by 2) atomically: a temporary file then rename.
+// Writes JSON (indented by 2) atomically and durably (weft/core/durable_file.h); throws InputError
+// (kIo) naming the path.
 void write_json_file(const std::string& path, const Json& j);
 // Reads a whole text file; throws InputError (kIo) naming it.
 std::string read_text_file(const std::string& path);
-// Writes a text file atomically (temporary file + rename).
+// Writes a text file atomically and durably (temporary file, fsync, rename, fsync of the
+// directory; weft/core/durable_file.h); throws InputError (kIo) naming the path.
 void write_text_file(const std::string& path, const std::string& text);
 
 // A view of one JSON object with its path, for field-naming errors.

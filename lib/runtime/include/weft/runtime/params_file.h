@@ -27,7 +27,8 @@ struct ParamsFile {
   std::vector<NamedParam> params;
 };
 
-// Writes atomically (temporary file + rename). Errors are kIo naming the path.
+// Writes atomically and durably (temporary file, fsync, rename, fsync of the directory:
+// weft/core/durable_file.h). Errors are kIo naming the path.
 Status write_params_file(const std::string& path, const ParamsFile& f);
 Result<ParamsFile> read_params_file(const std::string& path);
 

@@ -34,7 +34,10 @@ struct TrainOptions {
   std::string format = "text"; // text | json (rank 0 prints one object per step and a summary)
   std::string progress = "auto";  // auto (a bar when stdout is a terminal) | on | off
   int log_every = 0;           // text format: a log line every N steps; 0: every step (no terminal)
-  double timeout_s = 60;       // a peer silent this long is declared dead; collective timeout
+  double timeout_s = 60;       // heartbeat: a peer silent this long is declared dead (also how long
+                               // the store waits for every rank to join)
+  double collective_timeout_s = 1800;  // one collective or pipeline transfer may take this long
+                                       // (PyTorch's default process-group timeout, 30 min)
   std::string save_params;     // write the consolidated final parameters (weft-params file)
   int threads = 1;             // intra-op threads per rank (torch and OpenBLAS)
   std::string device = "auto"; // auto (cuda:LOCAL_RANK when CUDA and NCCL are usable, else cpu) | cpu |
@@ -42,7 +45,8 @@ struct TrainOptions {
   double bucket_mb = 25;       // data-parallel gradient bucket cap in MiB (PyTorch DDP's default)
   std::string grad_overlap = "on";  // on: reduce each bucket during backward as it completes; off:
                                     // after backward returns (same buckets, same results)
-  std::string fault;           // testing: "RANK:STEP:MODE", MODE = exit | kill | hang | stop
+  std::string fault;           // testing: "RANK:STEP:MODE", MODE = exit | kill | hang | stop |
+                               // sleep=SECONDS (the main thread pauses, its heartbeat goes on)
 };
 
 // The plan `weft train` runs when no --plan is given: `model` on `world` ranks, pure data parallel

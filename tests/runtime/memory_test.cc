@@ -1,0 +1,140 @@
+// What each rank holds, measured by the runtime (`weft train` summary, "ranks"), against the
+// plan's memory model (weft::estimate with the analytic cost model): parameters, gradients and
+// optimizer states per rank under tensor parallelism, ZeRO-1/2/3 and pipeline parallelism; and
+// ZeRO-3's gathered parameters, which live only while a layer computes (FSDP's schedule), so that
+// its peak parameter memory stays below ZeRO-0's whatever the number of micro-batches in flight.
+#include <cstdio>
+
+#include "rt_util.h"
+#include "weft/cost/analytic.h"
+#include "weft/cost/estimate.h"
+
+namespace weft::rttest {
+namespace {
+
+struct RankBytes {
+  int64_t params = 0, grads = 0, optimizer = 0, gathered_peak = 0;
+};
+
+std::vector<RankBytes> held(const Plan& p, const std::string& name, int steps = 2) {
+  const std::string dir = temp_dir(name);
+  const RunResult r = train_plan(p, dir, name, steps);
+  std::filesystem::remove_all(dir);
+  EXPECT_EQ(r.status, 0) << r.output;
+  std::vector<RankBytes> out;
+  if (!r.summary.is_object() || !r.summary.contains("ranks")) {
+    ADD_FAILURE() << "no per-rank memory in the summary\n" << r.output;
+    return out;
+  }
+  for (const Json& j : r.summary["ranks"])
+    out.push_back({j.at("param_bytes").get<int64_t>(), j.at("grad_bytes").get<int64_t>(),
+                   j.at("optimizer_bytes").get<int64_t>(), j.at("peak_gathered_param_bytes").get<int64_t>()});
+  EXPECT_EQ(static_cast<int>(out.size()), p.world_size());
+  return out;
+}
+
+// Parameters of one decoder layer of the model (full, unsharded).
+int64_t layer_params(const ModelSpec& m) {
+  const LayerShape& s = m.layer(0);
+  const int64_t h = s.hidden, d = s.head_dim, q = s.heads * d, kv = s.kv_heads * d;
+  const int64_t ffn_mats = s.ffn_kind == FfnKind::kSwiglu ? 3 : 2;
+  int64_t n = h * q + 2 * h * kv + q * h + ffn_mats * h * s.ffn + 2 * h;  // matrices and two norms
+  if (s.bias) n += q + 2 * kv + h + (ffn_mats - 1) * s.ffn + h + 2 * h;  // biases and norm biases
+  return n;
+}
+
+// The runtime's bytes against the memory model's, rank by rank: equal up to the runtime's padding
+// of each unit to a multiple of its sharding group (a few elements per unit) and the norms'
+// weights, which tensor parallelism replicates on every member while the model divides every
+// parameter by tp (2 * hidden per layer).
+void expect_matches_model(const Plan& p, const std::vector<RankBytes>& got, const std::string& what) {
+  const AnalyticCostModel cm;
+  const Estimate e = estimate(p, cm);
+  const int S = p.devices_per_stage();
+  const int64_t units = p.model.num_layers() + 4;
+  const int64_t slack_elems = units * 8 + (p.embedding.tp > 1 ? p.model.num_layers() * 2 * p.model.hidden + 64 : 0);
+  for (int r = 0; r < static_cast<int>(got.size()); ++r) {
+    const MemoryBreakdown& m = e.stages[r / S].memory;
+    std::printf("%s rank %d: params %lld (model %.0f)  grads %lld (model %.0f)  optimizer %lld (model %.0f)\n",
+                what.c_str(), r, static_cast<long long>(got[r].params), m.weights.value(),
+                static_cast<long long>(got[r].grads), m.grads.value(), static_cast<long long>(got[r].optimizer),
+                m.optimizer.value());
+    // fp32 training: 4 bytes of weights, 4 of gradients and 8 of AdamW moments per parameter.
+    EXPECT_NEAR(static_cast<double>(got[r].params), m.weights.value(), 4.0 * slack_elems) << what << " rank " << r;
+    EXPECT_NEAR(static_cast<double>(got[r].grads), m.grads.value(), 4.0 * slack_elems) << what << " rank " << r;
+    EXPECT_NEAR(static_cast<double>(got[r].optimizer), m.optimizer.value(), 8.0 * slack_elems) << what << " rank " << r;
+  }
+}
+
+TEST(RuntimeMemory, TensorParallelRanksHoldTheirSliceAsTheModelSays) {
+  const Plan p = uniform(tiny_llama(), 2, 1, strat(2, 1, 1, true));
+  const auto got = held(p, "mem_tp2");
+  ASSERT_EQ(got.size(), 2u);
+  expect_matches_model(p, got, "tp2");
+  EXPECT_EQ(got[0].params, got[1].params);
+}
+
+TEST(RuntimeMemory, ZeroStagesShardWhatTheModelSays) {
+  int64_t params0 = 0, grads0 = 0, opt0 = 0;
+  for (int z = 0; z <= 3; ++z) {
+    const Plan p = uniform(tiny_llama(), 2, 1, strat(1, 2, 1, false, z));
+    const auto got = held(p, "mem_zero" + std::to_string(z));
+    ASSERT_EQ(got.size(), 2u);
+    expect_matches_model(p, got, "zero" + std::to_string(z));
+    if (z == 0) params0 = got[0].params, grads0 = got[0].grads, opt0 = got[0].optimizer;
+    // Stage >= 1 halves the optimizer states over dp 2, >= 2 the gradients, 3 the parameters.
+    EXPECT_NEAR(static_cast<double>(got[0].optimizer), z >= 1 ? opt0 / 2.0 : opt0, 64.0) << "zero " << z;
+    EXPECT_NEAR(static_cast<double>(got[0].grads), z >= 2 ? grads0 / 2.0 : grads0, 64.0) << "zero " << z;
+    EXPECT_NEAR(static_cast<double>(got[0].params), z == 3 ? params0 / 2.0 : params0, 64.0) << "zero " << z;
+  }
+}
+
+TEST(RuntimeMemory, PipelineStagesHoldTheirLayers) {
+  const Plan p = uniform(tiny_llama(6), 2, 2, strat(1, 1), {4, 2});
+  const auto got = held(p, "mem_pp2");
+  ASSERT_EQ(got.size(), 2u);
+  expect_matches_model(p, got, "pp2");
+  // Stage 0 holds four layers and the table, stage 1 two layers and the head.
+  EXPECT_GT(got[0].params, got[1].params);
+}
+
+// ZeRO-3 with four micro-batches under 1F1B: stage 0 holds two micro-batches in flight. Each
+// layer's gathered parameters are freed after its forward and gathered again for its backward, so
+// at most one layer's full parameters are gathered at a time; keeping them until backward (what a
+// linear layer's saved weight does) would hold 2 micro-batches x 2 layers of them.
+TEST(RuntimeMemory, Zero3GathersOneLayerAtATimeUnder1F1B) {
+  const ModelSpec m = tiny_llama(4);
+  const Plan z3 = uniform(m, 4, 2, strat(1, 2, 1, false, 3), {2, 2}, Schedule::k1F1B, 8, 4);
+  const Plan z0 = uniform(m, 4, 2, strat(1, 2, 1, false, 0), {2, 2}, Schedule::k1F1B, 8, 4);
+  const auto a = held(z3, "mem_z3_1f1b"), b = held(z0, "mem_z0_1f1b");
+  ASSERT_EQ(a.size(), 4u);
+  ASSERT_EQ(b.size(), 4u);
+  const int64_t layer = 4 * layer_params(m);
+  for (int r = 0; r < 4; ++r) {
+    std::printf("rank %d: zero-3 shards %lld + peak gathered %lld bytes; zero-0 parameters %lld; one layer %lld\n", r,
+                static_cast<long long>(a[r].params), static_cast<long long>(a[r].gathered_peak),
+                static_cast<long long>(b[r].params), static_cast<long long>(layer));
+    EXPECT_GT(a[r].gathered_peak, 0) << "rank " << r;
+    EXPECT_LE(a[r].gathered_peak, layer + 64) << "rank " << r << ": more than one layer's parameters gathered at once";
+    EXPECT_LT(a[r].params + a[r].gathered_peak, b[r].params) << "rank " << r << ": ZeRO-3 peak above ZeRO-0";
+  }
+}
+
+// The parameters are gathered again for backward from the same shards: the result equals ZeRO-0's
+// to rounding (parity_test.cc checks every mode against one process; this pins the 1F1B case).
+TEST(RuntimeMemory, Zero3RegatheringInBackwardChangesNoResult) {
+  const ModelSpec m = tiny_llama(4);
+  const Plan z3 = uniform(m, 4, 2, strat(1, 2, 1, false, 3), {2, 2}, Schedule::k1F1B, 8, 4);
+  const std::string dir = temp_dir("mem_z3_parity");
+  const RunResult a = train_plan(z3, dir, "z3", 3);
+  const RunResult one = train_plan(reference_of(z3), dir, "one", 3);
+  ASSERT_EQ(a.status, 0) << a.output;
+  ASSERT_EQ(one.status, 0) << one.output;
+  auto d = runtime::compare_params(read_params(dir + "/z3.params"), read_params(dir + "/one.params"));
+  ASSERT_TRUE(d.ok());
+  EXPECT_LT(d->max_rel_norm, 1e-5) << d->worst;
+  std::filesystem::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace weft::rttest
