@@ -17,7 +17,7 @@ function(weft_test name)
   add_executable(${name} ${ARG_SOURCES})
   target_link_libraries(${name} PRIVATE ${ARG_DEPS} GTest::gtest GTest::gtest_main)
   target_compile_definitions(${name} PRIVATE
-    WEFT_DATA_DIR="${WEFT_DATA_DIR}" WEFT_SHARED_DIR="${WEFT_SHARED_DIR}"
+    WEFT_DATA_DIR="${WEFT_DATA_DIR}"
     WEFT_BINARY_DIR="${CMAKE_BINARY_DIR}")
   if(ARG_LABELS)
     gtest_discover_tests(${name} PROPERTIES LABELS "${ARG_LABELS}" DISCOVERY_TIMEOUT 60)

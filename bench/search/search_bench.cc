@@ -2,7 +2,7 @@
 // one thread. Built with Google Benchmark when it is installed (then the usual --benchmark_* flags
 // apply), otherwise as a plain program; either way it ends with a summary table that includes the
 // ratio to Galvatron's own search time on its own Llama-2-7B / 8-GPU settings (118-125 s and 282-300 s
-// measured on this machine class, ../shared/reference/galvatron/README.md).
+// measured on this machine class, data/reference/galvatron/README.md).
 #include <algorithm>
 #include <chrono>
 #include <cstdio>

@@ -1,4 +1,4 @@
-// The analytic model against measured and published figures (reads ../shared/reference).
+// The analytic model against measured and published figures (reads data/reference).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -28,7 +28,7 @@ TEST(ReferenceCollectives, VtrainAllReduceTables) {
   const ClusterSpec c = *cl;
   std::vector<double> errors;
   for (int n = 2; n <= 8; ++n) {
-    const std::string path = std::string(WEFT_SHARED_DIR) + "/reference/vtrain/allreduce_a100/AR_GPU" +
+    const std::string path = std::string(WEFT_DATA_DIR) + "/reference/vtrain/allreduce_a100/AR_GPU" +
                              std::to_string(n) + "_1M_1024M_LUT.csv";
     std::ifstream in(path);
     ASSERT_TRUE(in.good()) << path;
@@ -105,7 +105,7 @@ TEST(ReferenceMegatron, Gpt3_175bOn1024A100) {
 // are the check: within -10% .. +2% of the measurements at every batch, and without the factor
 // the model is 13-22% optimistic.
 TEST(ReferenceGalvatron, Llama7bLayerForwardOnA100) {
-  const Json prof = read_json_file(std::string(WEFT_SHARED_DIR) +
+  const Json prof = read_json_file(std::string(WEFT_DATA_DIR) +
                                    "/reference/galvatron/computation_profiling_bf16_llama2-7b_all.json");
   auto m = load_model("llama-2-7b");
   auto c = load_cluster("a100-80gb");

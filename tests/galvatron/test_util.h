@@ -14,7 +14,7 @@
 
 namespace weft::galvatron::testing {
 
-inline std::string reference_dir() { return std::string(WEFT_SHARED_DIR) + "/reference/galvatron"; }
+inline std::string reference_dir() { return std::string(WEFT_DATA_DIR) + "/reference/galvatron"; }
 
 // A fresh empty folder under the build tree.
 inline std::string temp_dir(const std::string& name) {

@@ -1,5 +1,5 @@
 // Galvatron strategy files (the JSON its runtime trains with): export a weft plan to one, import
-// one into a weft plan. Field meanings: ../shared/reference/galvatron/SEARCH_AND_COST_MODEL.md §3;
+// one into a weft plan. Field meanings: data/reference/galvatron/SEARCH_AND_COST_MODEL.md §3;
 // the mapping both ways: docs/galvatron.md.
 #pragma once
 
