@@ -2,7 +2,8 @@
 """An independent PyTorch (Python) implementation of weft's GPT-2 and Llama decoders, for the
 runtime's reference test. Reads a weft model JSON, a weft-params file, and the batch settings;
 builds the same synthetic batch as weft's data source (SplitMix64 keyed by seed, step, index),
-and prints {"loss": .., "grad_norm": ..} of one forward/backward in fp32.
+and prints {"loss": .., "grad_norm": ..} of one forward/backward in fp32. tests/runtime/torch_adamw.py
+imports its model (logits), data (sample) and parameter reader.
 
 Written from the published architectures (GPT-2: pre-LN, learned positions, tanh GELU; Llama:
 RMSNorm, rotate-half RoPE with base 10000, SwiGLU, grouped-query attention), not from weft's code.
@@ -55,14 +56,11 @@ def rope(x, base=10000.0):  # x: [b, t, h, d]
     return x * cos + rot * sin
 
 
-def main():
-    model = json.load(open(sys.argv[1]))
-    P = read_params(sys.argv[2])
-    seq, batch, seed = int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
-    V, H = model["vocab"], model["hidden"]
+def logits(model, P, idx):
+    """The decoder's output logits [b, t, vocab] for token ids idx [b, t], from the parameters P
+    (a dict of weft parameter names to tensors)."""
+    H, seq = model["hidden"], idx.shape[1]
     rms = model["norm"] == "rmsnorm"
-    data = torch.tensor([sample(seed, 1, i, seq + 1, V) for i in range(batch)])
-    idx, tgt = data[:, :-1], data[:, 1:]
 
     def norm(x, pre):
         if rms:
@@ -105,7 +103,17 @@ def main():
             layer += 1
     h = norm(x, "head.norm")
     w = P["embed.wte"] if model["tied_embeddings"] else P["head.lm_head"]
-    loss = F.cross_entropy((h @ w.t()).reshape(-1, V), tgt.reshape(-1))
+    return h @ w.t()
+
+
+def main():
+    model = json.load(open(sys.argv[1]))
+    P = read_params(sys.argv[2])
+    seq, batch, seed = int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
+    V = model["vocab"]
+    data = torch.tensor([sample(seed, 1, i, seq + 1, V) for i in range(batch)])
+    idx, tgt = data[:, :-1], data[:, 1:]
+    loss = F.cross_entropy(logits(model, P, idx).reshape(-1, V), tgt.reshape(-1))
     loss.backward()
     sq = sum(float(p.grad.double().pow(2).sum()) for p in P.values() if p.grad is not None)
     print(json.dumps({"loss": float(loss), "grad_norm": math.sqrt(sq)}))
