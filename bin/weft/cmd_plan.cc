@@ -14,6 +14,7 @@
 #include "inputs.h"
 #include "weft/cost/estimate.h"
 #include "weft/plan/plan.h"
+#include "weft/plan/runtime_support.h"
 #include "weft/search/search.h"
 #include "weft/search/uniform.h"
 #include "weft/spec/counts.h"
@@ -124,6 +125,41 @@ void print_comparison(const Plan& best, const Plan* uniform, const Estimate& eb,
     row("speed-up", fmt("%.3fx", eu->step_time.value() / eb.step_time.value()), "1.000x");
 }
 
+// Notes: what the output means for weft's runtime (docs/search.md, "weft's runtime"). In a table
+// they are lines of stdout, "note: " then the text wrapped at 80 columns; with --format json they
+// go to a "notes" array of the JSON (add_notes) and to stderr, so stdout stays one JSON document.
+void print_notes(const std::vector<std::string>& notes) {
+  for (const std::string& n : notes) {
+    std::string line = "note:";
+    size_t pos = 0;
+    while (pos < n.size()) {
+      size_t end = n.find(' ', pos);
+      if (end == std::string::npos) end = n.size();
+      const std::string word = n.substr(pos, end - pos);
+      if (line.size() + 1 + word.size() > 80 && line.size() > 5) {
+        std::printf("%s\n", line.c_str());
+        line = "     ";
+      }
+      line += " " + word;
+      pos = end + 1;
+    }
+    std::printf("%s\n", line.c_str());
+  }
+}
+
+void notes_to_stderr(const std::vector<std::string>& notes) {
+  for (const std::string& n : notes) std::fprintf(stderr, "weft: note: %s\n", n.c_str());
+}
+
+// Adds the notes to a JSON output as "notes": [...], only when there are any (so the estimate JSON
+// of a plan weft's runtime runs is what it always was).
+void add_notes(Json& j, const std::vector<std::string>& notes) {
+  if (notes.empty()) return;
+  Json a = Json::array();
+  for (const std::string& n : notes) a.push_back(n);
+  j["notes"] = std::move(a);
+}
+
 Json plan_entry(const Plan& p, const Estimate& e) {
   Json j = to_json(e);
   j["plan"] = to_json(p);
@@ -147,6 +183,7 @@ struct PlanFlags {
   std::vector<std::string> schedules; // --schedule gpipe,1f1b,interleaved (default all)
   int max_tp = 0;                     // --max-tp (default: GPUs per node)
   bool uniform = false;               // --uniform: one strategy for every layer
+  bool all_strategies = false;        // --all-strategies: not only what weft's runtime runs
 };
 
 void run_plan(const PlanFlags& f) {
@@ -169,8 +206,32 @@ void run_plan(const PlanFlags& f) {
   if (f.max_tp < 0) fail(Error{ErrorKind::kBadInput, "--max-tp: must be >= 1, got " + S(f.max_tp)});
   opt.max_tp = f.max_tp;
   opt.layerwise = !f.uniform;
-  // A named framework: only plans it can run (uniform, its ZeRO stages and schedules).
-  if (!f.in.framework.empty()) check(restrict_to_framework(opt, f.in.framework));
+  // A named framework: only plans it can run (uniform, its ZeRO stages and schedules). Without
+  // one the plan is meant for weft's runtime, and the search keeps to what `weft train` runs
+  // unless --all-strategies lifts that, or the model cannot run there whatever the strategy (then
+  // the whole space is searched and a note says why).
+  std::vector<std::string> notes;
+  bool runtime_only = false;
+  if (!f.in.framework.empty()) {
+    if (f.all_strategies)
+      fail(Error{ErrorKind::kBadInput, "--all-strategies: not used with --framework (the search keeps to what " +
+                                           f.in.framework + " runs)"});
+    check(restrict_to_framework(opt, f.in.framework));
+  } else if (Status model_runs = runtime_runs_model(in.model); !model_runs.ok()) {
+    notes.push_back("weft train cannot run " + in.model.name + " yet: " + model_runs.error().message +
+                    "; searched every strategy the cost model knows (planning only)");
+  } else if (!f.all_strategies) {
+    Status st = restrict_to_runtime(opt);
+    if (!st.ok())
+      fail(Error{ErrorKind::kBadInput, st.error().message +
+                                           "; --all-strategies searches it anyway (for planning: weft train "
+                                           "cannot run the plan)"});
+    runtime_only = true;
+    notes.push_back(
+        "searched only what weft's runtime (weft train) runs: no context parallelism (cp), no expert "
+        "parallelism (ep), no interleaved schedule; --all-strategies searches those too (for planning "
+        "only), --framework NAME plans for another framework");
+  }
   // Progress: only on a terminal, and only once the search has run for half a second.
   const bool tty = isatty(fileno(stderr));
   const auto t0 = std::chrono::steady_clock::now();
@@ -205,10 +266,19 @@ void run_plan(const PlanFlags& f) {
              " or more GPUs";
       if (!f.out.empty() && write_plan_file(f.out, c).ok()) msg += " (closest plan written to " + f.out + ")";
     }
+    if (runtime_only) msg += "; searched only what weft's runtime runs (--all-strategies searches more)";
+    else notes_to_stderr(notes);
     fail(Error{ErrorKind::kNoFit, msg});
   }
 
   const Plan& best = r.top.front();
+  if (f.in.framework.empty() && f.all_strategies) {
+    const Status runs = runtime_supports(best);
+    notes.push_back(runs.ok() ? "--all-strategies: searched everything the cost model knows; the best plan also "
+                                "runs on weft's runtime"
+                              : "--all-strategies: searched everything the cost model knows; weft train cannot "
+                                "run the best plan yet (" + runs.error().message + ")");
+  }
   const Estimate eb = estimate(best, *in.cost);
   std::optional<Estimate> eu;
   if (r.best_uniform) eu = estimate(*r.best_uniform, *in.cost);
@@ -248,14 +318,18 @@ void run_plan(const PlanFlags& f) {
                    {"searched", r.stats.searched},      {"pruned", r.stats.pruned},
                    {"layer_costs", r.stats.layer_costs}, {"estimates", r.stats.estimates},
                    {"rules", rules}};
+    add_notes(j, notes);
     std::printf("%s\n", j.dump(2).c_str());
+    notes_to_stderr(notes);
     return;
   }
 
   std::printf("weft plan: %s on %s\n", in.model.name.c_str(), cluster_text(in.cluster).c_str());
   std::printf("seq %d, global batch %d, %s; cost model %s (%s)\n", f.seq, f.global_batch,
               to_string(best.train.dtype), in.cost->name().c_str(), in.cost->source().c_str());
-  std::printf("searched %lld configurations in %s\n\n", r.stats.configurations, seconds(r.stats.wall_s).c_str());
+  std::printf("searched %lld configurations in %s\n", r.stats.configurations, seconds(r.stats.wall_s).c_str());
+  print_notes(notes);
+  std::printf("\n");
   print_comparison(best, r.best_uniform ? &*r.best_uniform : nullptr, eb, eu ? &*eu : nullptr);
   std::printf("\n");
   print_layers(best);
@@ -433,7 +507,15 @@ void run_estimate(const EstimateFlags& f, const CLI::App& cmd) {
     cm = std::move(in.cost);
   }
   // A plan for a named framework must be one it can run (the rules of restrict_to_framework).
-  if (!f.in.framework.empty()) check(framework_runs(p, f.in.framework));
+  // Without one it is meant for weft's runtime: what that cannot run is costed all the same, with
+  // a note naming it.
+  std::vector<std::string> notes;
+  if (!f.in.framework.empty()) {
+    check(framework_runs(p, f.in.framework));
+  } else if (Status runs = runtime_supports(p); !runs.ok()) {
+    notes.push_back("weft train cannot run this plan yet (" + runs.error().message +
+                    "); the estimate is for planning only");
+  }
 #ifdef WEFT_CMD_GALVATRON
   // Galvatron's model: its exact accounting (the plan's own task and buffer).
   const galvatron::GalvatronCostModel* gcm = galvatron::as_galvatron(*cm);
@@ -445,16 +527,17 @@ void run_estimate(const EstimateFlags& f, const CLI::App& cmd) {
   if (!f.out.empty()) check(write_plan_file(f.out, p));
   if (f.format == "json") {
 #ifdef WEFT_CMD_GALVATRON
-    if (gcm) {
-      std::printf("%s\n", unwrap(galvatron::galvatron_estimate_json(*gcm, p)).dump(2).c_str());
-    } else {
-      std::printf("%s\n", to_json(e).dump(2).c_str());
-    }
+    Json j = gcm ? unwrap(galvatron::galvatron_estimate_json(*gcm, p)) : to_json(e);
 #else
-    std::printf("%s\n", to_json(e).dump(2).c_str());
+    Json j = to_json(e);
 #endif
+    add_notes(j, notes);
+    std::printf("%s\n", j.dump(2).c_str());
+    notes_to_stderr(notes);
   } else {
     print_estimate_table(p, e, *cm);
+    if (!notes.empty()) std::printf("\n");
+    print_notes(notes);
     if (!f.out.empty()) std::printf("\nplan written to %s\n", f.out.c_str());
   }
   if (!e.fits)
@@ -483,6 +566,9 @@ void register_plan_commands(CLI::App& app) {
         ->check(CLI::IsMember({"gpipe", "1f1b", "interleaved"}));
     cmd->add_option("--max-tp", fl->max_tp, "Largest tensor-parallel degree (default: GPUs per node)");
     cmd->add_flag("--uniform", fl->uniform, "One strategy for every layer (Megatron-style), no per-layer mix");
+    cmd->add_flag("--all-strategies", fl->all_strategies,
+                  "Without --framework: search everything the cost model knows, also what weft's runtime "
+                  "cannot run yet (cp, ep, interleaved); for planning only");
     cmd->add_flag("--galvatron-space", fl->galvatron_space,
                   "Search only Galvatron's space (even stages, its strategy set, 1F1B, fixed global batch)");
     cmd->add_option("--out", fl->out, "Write the best plan to this file (plan.json)");

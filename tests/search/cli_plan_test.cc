@@ -10,6 +10,7 @@
 #include "cli_harness.h"
 #include "weft/core/json.h"
 #include "weft/plan/plan.h"
+#include "weft/plan/runtime_support.h"
 
 namespace weft::cli {
 
@@ -280,6 +281,135 @@ TEST(CliPlan, SpaceFlagsRestrictTheSearch) {
   EXPECT_NE(bad.err.find("--pp: 3 does not divide the 8 GPUs"), std::string::npos) << bad.err;
   CliRun sched = run(with(small, {"--schedule", "zigzag"}));
   EXPECT_EQ(sched.code, 2);
+}
+
+// Without --framework the plan is meant for weft's runtime (docs/search.md, "weft's runtime"):
+// Llama-2-7B on 16 A100-80GB at sequence 131,072, where the whole space's best plan uses context
+// parallelism (tests/search/golden_test.cc derives why), gives a plan `weft train` runs and says
+// so; --all-strategies lifts the restriction and names what the runtime would refuse.
+TEST(CliPlan, WithoutFrameworkKeepsToWeftsRuntime) {
+  const std::vector<std::string> longseq{"plan", "--model", "llama-2-7b", "--cluster", "a100-80gb", "--gpus", "16",
+                                         "--seq", "131072", "--global-batch", "16"};
+  const std::string kept_note = "searched only what weft's runtime (weft train) runs: no context parallelism (cp), no "
+                                "expert parallelism (ep), no interleaved schedule; --all-strategies searches those "
+                                "too (for planning only), --framework NAME plans for another framework";
+  CliRun r = run(with(longseq, {"--format", "json"}));
+  ASSERT_EQ(r.code, 0) << r.err;
+  const Json j = Json::parse(r.out);
+  auto best = plan_from_json(j.at("plan"));
+  ASSERT_TRUE(best.ok()) << best.error().message;
+  const Status runs = runtime_supports(*best);
+  EXPECT_TRUE(runs.ok()) << runs.error().message;
+  for (const Json& t : j.at("top")) {
+    auto p = plan_from_json(t.at("plan"));
+    ASSERT_TRUE(p.ok());
+    EXPECT_TRUE(runtime_supports(*p).ok());
+  }
+  ASSERT_EQ(j.at("notes").size(), 1u);
+  EXPECT_EQ(j.at("notes")[0].get<std::string>(), kept_note);
+  EXPECT_NE(r.err.find("weft: note: " + kept_note), std::string::npos) << r.err;
+
+  // The table says it under the header, in 80 columns.
+  CliRun table = run(longseq);
+  ASSERT_EQ(table.code, 0) << table.err;
+  EXPECT_NE(table.out.find("note: searched only what weft's runtime (weft train) runs: no context\n"),
+            std::string::npos)
+      << table.out;
+  EXPECT_NE(table.out.find("--all-strategies searches those too"), std::string::npos) << table.out;
+  for (size_t start = 0, end; start < table.out.size(); start = end + 1) {
+    end = table.out.find('\n', start);
+    if (end == std::string::npos) end = table.out.size();
+    EXPECT_LE(end - start, 80u) << table.out.substr(start, end - start);
+  }
+
+  // --all-strategies: the whole space, whose best uses cp; the note names what weft train refuses.
+  CliRun all = run(with(longseq, {"--format", "json", "--all-strategies"}));
+  ASSERT_EQ(all.code, 0) << all.err;
+  const Json ja = Json::parse(all.out);
+  auto free = plan_from_json(ja.at("plan"));
+  ASSERT_TRUE(free.ok());
+  const Status refused = runtime_supports(*free);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.error().message.find(".cp: context parallelism (cp=2)"), std::string::npos)
+      << refused.error().message;
+  ASSERT_EQ(ja.at("notes").size(), 1u);
+  EXPECT_EQ(ja.at("notes")[0].get<std::string>(),
+            "--all-strategies: searched everything the cost model knows; weft train cannot run the best plan yet (" +
+                refused.error().message + ")");
+  EXPECT_LE(ja.at("step_time_s").get<double>(), j.at("step_time_s").get<double>());
+  // Where the best plan runs anyway, the note says that instead.
+  CliRun short_all = run(with(with({"plan"}, k7b), {"--format", "json", "--all-strategies"}));
+  ASSERT_EQ(short_all.code, 0) << short_all.err;
+  EXPECT_EQ(Json::parse(short_all.out).at("notes")[0].get<std::string>(),
+            "--all-strategies: searched everything the cost model knows; the best plan also runs on weft's runtime");
+
+  // An interleaved schedule asked for is refused, saying how to plan it anyway; --all-strategies
+  // searches it.
+  CliRun inter = run(with(with({"plan"}, k7b), {"--schedule", "interleaved"}));
+  EXPECT_EQ(inter.code, 2);
+  EXPECT_NE(inter.err.find("--schedule: weft's runtime has no interleaved schedule yet; --all-strategies searches "
+                           "it anyway"),
+            std::string::npos)
+      << inter.err;
+  CliRun inter_all = run(with(with({"plan"}, k7b), {"--schedule", "interleaved", "--pp", "2", "--all-strategies",
+                                                    "--format", "json"}));
+  ASSERT_EQ(inter_all.code, 0) << inter_all.err;
+  EXPECT_EQ(Json::parse(inter_all.out).at("plan").at("train").at("schedule"), "interleaved");
+
+  // A named framework decides the space: no note, and --all-strategies is not used with it.
+  CliRun fw = run(with(with({"plan"}, k7b), {"--framework", "megatron", "--format", "json"}));
+  ASSERT_EQ(fw.code, 0) << fw.err;
+  EXPECT_FALSE(Json::parse(fw.out).contains("notes"));
+  EXPECT_EQ(fw.err.find("note:"), std::string::npos) << fw.err;
+  CliRun both = run(with(with({"plan"}, k7b), {"--framework", "megatron", "--all-strategies"}));
+  EXPECT_EQ(both.code, 2);
+  EXPECT_NE(both.err.find("--all-strategies: not used with --framework"), std::string::npos) << both.err;
+}
+
+// A model weft's runtime cannot run whatever the strategy is still planned, with a note naming the
+// layer and why.
+TEST(CliPlan, ModelTheRuntimeCannotRunIsSearchedWithANote) {
+  const std::string note = "weft train cannot run bert-large yet: model layer 0: encoder layers are not supported by "
+                           "the weft runtime (decoder layers are); searched every strategy the cost model knows "
+                           "(planning only)";
+  const std::vector<std::string> bert{"plan", "--model", "bert-large", "--cluster", "a100-80gb", "--gpus", "8",
+                                      "--seq", "512", "--global-batch", "64"};
+  CliRun j = run(with(bert, {"--format", "json"}));
+  ASSERT_EQ(j.code, 0) << j.err;
+  EXPECT_EQ(Json::parse(j.out).at("notes")[0].get<std::string>(), note);
+  EXPECT_NE(j.err.find("weft: note: " + note), std::string::npos) << j.err;
+  CliRun t = run(bert);
+  ASSERT_EQ(t.code, 0) << t.err;
+  EXPECT_NE(t.out.find("note: weft train cannot run bert-large yet: model layer 0: encoder layers are\n"),
+            std::string::npos)
+      << t.out;
+}
+
+// `weft estimate` without --framework costs what weft's runtime cannot run, with a note naming it.
+TEST(CliEstimate, NotesWhatTheRuntimeCannotRun) {
+  const auto base = with({"estimate"}, k7b);
+  CliRun cp = run(with(base, {"--micro-batch", "1", "--tp", "1", "--pp", "1", "--cp", "2", "--zero", "3"}));
+  ASSERT_EQ(cp.code, 0) << cp.err;
+  EXPECT_NE(cp.out.find("note: weft train cannot run this plan yet (plan: embedding.cp: context"), std::string::npos)
+      << cp.out;
+  CliRun vp = run(with(base, {"--micro-batch", "1", "--tp", "1", "--pp", "2", "--vp", "2", "--zero", "1", "--format",
+                              "json"}));
+  ASSERT_EQ(vp.code, 0) << vp.err;
+  const Json jv = Json::parse(vp.out);
+  ASSERT_EQ(jv.at("notes").size(), 1u);
+  EXPECT_EQ(jv.at("notes")[0].get<std::string>(),
+            "weft train cannot run this plan yet (plan: train.schedule: the interleaved schedule (vp=2) is not "
+            "supported by the weft runtime yet; use gpipe or 1f1b); the estimate is for planning only");
+  EXPECT_NE(vp.err.find("weft: note: weft train cannot run this plan yet"), std::string::npos) << vp.err;
+  // What the runtime runs: no note; with --framework, that framework's rules instead.
+  CliRun ok = run(with(base, {"--micro-batch", "1", "--tp", "1", "--pp", "1", "--zero", "1", "--format", "json"}));
+  ASSERT_EQ(ok.code, 0) << ok.err;
+  EXPECT_FALSE(Json::parse(ok.out).contains("notes"));  // the estimate JSON as before
+  EXPECT_EQ(ok.err.find("note:"), std::string::npos) << ok.err;
+  CliRun meg = run(with(base, {"--micro-batch", "1", "--tp", "1", "--pp", "1", "--cp", "2", "--zero", "3",
+                               "--framework", "megatron"}));
+  ASSERT_EQ(meg.code, 0) << meg.err;
+  EXPECT_EQ(meg.out.find("note:"), std::string::npos) << meg.out;
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 
 #include "weft/cost/analytic.h"
 #include "weft/cost/estimate.h"
+#include "weft/plan/runtime_support.h"
 #include "weft/search/search.h"
 #include "weft/spec/counts.h"
 #include "weft/spec/presets.h"
@@ -118,6 +119,45 @@ TEST(SearchGolden, Llama2_70BDoesNotFitOneNode) {
   Plan c = *r->closest;
   c.cluster = bigger;
   EXPECT_TRUE(estimate(c, g.cm).fits);
+}
+
+// Llama-2-7B (32 layers, hidden 4096, 32 heads) on 2 nodes of 8 A100-80GB at sequence 131,072,
+// global batch 16: the search kept to weft's runtime (docs/search.md, "weft's runtime").
+//  - Ulysses shards the sequence over at most one node (8 ranks, rule ulysses-before-cp); the other
+//    factor of 2 is either data parallelism or context parallelism.
+//  - Activations of one sample: about s*h*34 bytes = 131072 * 4096 * 34 = 18 GB per layer without
+//    recompute, 585 GB for 32 layers. Sharded 8 ways (ulysses 8 x dp 2) that is 73 GB per GPU,
+//    more than the 72 GB budget before any model state; sharded 16 ways (ulysses 8 x cp 2) it is
+//    37 GB, leaving room for ZeRO-1 states (6.7e9 * (2 + 2 + 12/16) = 32 GB) without recompute.
+//    cp's ring exchange hides under attention, quadratic in s. Expected without the restriction:
+//    context parallelism on some layer, a plan weft's runtime refuses.
+//  - Restricted: no cp, no ep, no interleaved schedule: every plan returned (and the uniform one)
+//    passes runtime_supports(); the space is a subset, so its best is no faster.
+TEST(SearchGolden, RuntimeRestrictionAtLongSequence) {
+  Golden all("llama-2-7b", "a100-80gb", 16, 131072, 16);
+  auto r = search(all.model, all.cluster, all.cm, all.opt);
+  ASSERT_TRUE(r.ok()) << r.error().message;
+  ASSERT_FALSE(r->top.empty());
+  const Plan& free = r->top.front();
+  int cp_layers = 0;
+  for (int i = 0; i < free.model.num_layers(); ++i) cp_layers += free.layer_strategy(i).cp > 1;
+  EXPECT_GT(cp_layers, 0);
+  EXPECT_FALSE(runtime_supports(free).ok());
+
+  Golden kept("llama-2-7b", "a100-80gb", 16, 131072, 16);
+  ASSERT_TRUE(runtime_runs_model(kept.model).ok());
+  ASSERT_TRUE(restrict_to_runtime(kept.opt).ok());
+  auto k = search(kept.model, kept.cluster, kept.cm, kept.opt);
+  ASSERT_TRUE(k.ok()) << k.error().message;
+  ASSERT_FALSE(k->top.empty());
+  for (const Plan& p : k->top) {
+    const Status ok = runtime_supports(p);
+    EXPECT_TRUE(ok.ok()) << ok.error().message;
+    EXPECT_TRUE(estimate(p, kept.cm).fits);
+  }
+  ASSERT_TRUE(k->best_uniform.has_value());
+  EXPECT_TRUE(runtime_supports(*k->best_uniform).ok());
+  EXPECT_GE(k->top.front().predicted.step_time_s, free.predicted.step_time_s * (1 - 1e-9));
 }
 
 }  // namespace

@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include "test_util.h"
+#include "weft/plan/runtime_support.h"
 
 namespace weft {
 namespace {
@@ -194,6 +195,55 @@ TEST(Search, FrameworkRunsNamesWhatItCannotRun) {
   const Status no_sp = framework_runs(p, "torchtitan");
   ASSERT_FALSE(no_sp.ok());
   EXPECT_NE(no_sp.error().message.find("tp=2 without sequence parallelism"), std::string::npos) << no_sp.error().message;
+}
+
+// weft's runtime (docs/search.md, "weft's runtime"): the restricted search returns only plans
+// runtime_supports() accepts; without it the same search also returns plans the runtime refuses.
+TEST(Search, RuntimeRestrictsTheSpace) {
+  auto run = [](bool restricted) {
+    Scenario s;
+    s.opt.top_k = 40;
+    s.opt.long_seq = 1;  // consider context parallelism at this sequence length
+    s.fake.budget_units = 1000;
+    if (restricted) {
+      EXPECT_TRUE(restrict_to_runtime(s.opt).ok());
+      EXPECT_FALSE(s.opt.allow_cp);
+      EXPECT_TRUE(s.opt.layerwise);       // per-layer plans stay
+      EXPECT_TRUE(s.opt.uneven_stages);
+    }
+    const FakeCostModel cm(s.fake);
+    auto r = search(s.model, s.cluster, cm, s.opt);
+    EXPECT_TRUE(r.ok()) << r.error().message;
+    return r.ok() ? r->top : std::vector<Plan>{};
+  };
+  const std::vector<Plan> kept = run(true);
+  ASSERT_FALSE(kept.empty());
+  for (const Plan& p : kept) {
+    const Status ok = runtime_supports(p);
+    EXPECT_TRUE(ok.ok()) << ok.error().message;
+  }
+  int refused = 0, cp = 0, interleaved = 0;
+  for (const Plan& p : run(false)) {
+    refused += !runtime_supports(p).ok();
+    interleaved += p.train.schedule == Schedule::kInterleaved;
+    for (int i = 0; i < p.model.num_layers(); ++i) cp += p.layer_strategy(i).cp > 1;
+  }
+  EXPECT_GT(refused, 0);
+  EXPECT_GT(cp + interleaved, 0);
+
+  // An interleaved schedule the user chose is an error naming it.
+  SearchOptions o;
+  o.schedules = {Schedule::k1F1B, Schedule::kInterleaved};
+  const Status bad = restrict_to_runtime(o);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.error().message, "--schedule: weft's runtime has no interleaved schedule yet");
+  // A filter set before still applies: both must accept.
+  SearchOptions both;
+  ASSERT_TRUE(restrict_to_framework(both, "torchtitan").ok());
+  ASSERT_TRUE(restrict_to_runtime(both).ok());
+  EXPECT_FALSE(both.accept(LayerStrategy{.ulysses = 2, .dp = 4, .zero = 2}, nullptr));  // torchtitan: no Ulysses
+  EXPECT_FALSE(both.accept(LayerStrategy{.cp = 2, .dp = 4, .zero = 2}, nullptr));       // runtime: no cp
+  EXPECT_TRUE(both.accept(LayerStrategy{.dp = 8, .zero = 2}, nullptr));
 }
 
 TEST(Search, NothingFitsGivesTheClosestPlanAndTheMemoryItNeeds) {

@@ -2,55 +2,19 @@
 
 #include <cstdlib>
 
+#include "weft/plan/runtime_support.h"
+
 namespace weft::runtime {
 
 namespace {
 
 std::string S(long long x) { return std::to_string(x); }
 
-Status check_strategy(const std::string& where, const LayerStrategy& s) {
-  if (s.cp > 1)
-    return Error{ErrorKind::kBadInput, where + ".cp: context parallelism (cp=" + S(s.cp) +
-                                           ") is not supported by the weft runtime yet; "
-                                           "use a plan without it (ulysses is supported)"};
-  if (s.ep > 1)
-    return Error{ErrorKind::kBadInput,
-                 where + ".ep: expert parallelism (ep=" + S(s.ep) + ") is not supported by the weft runtime yet"};
-  return {};
-}
-
 }  // namespace
 
-Status check_supported(const Plan& p) {
-  Status v = validate(p);
-  if (!v.ok()) return v.error().with_context("plan");
-  if (p.train.schedule == Schedule::kInterleaved || p.train.vp > 1)
-    return Error{ErrorKind::kBadInput, "plan: train.schedule: the interleaved schedule (vp=" + S(p.train.vp) +
-                                           ") is not supported by the weft runtime yet; use gpipe or 1f1b"};
-  if (p.model.position == PositionKind::kRelative)
-    return Error{ErrorKind::kBadInput, "plan: model.position: relative position biases are not supported by the "
-                                       "weft runtime (learned and rope are)"};
-  for (int i = 0; i < p.model.num_layers(); ++i) {
-    const LayerShape& sh = p.model.layer(i);
-    const std::string where = "plan: model layer " + S(i);
-    if (sh.kind != LayerKind::kDecoder)
-      return Error{ErrorKind::kBadInput, where + ": " + to_string(sh.kind) +
-                                             " layers are not supported by the weft runtime (decoder layers are)"};
-    if (sh.moe.enabled())
-      return Error{ErrorKind::kBadInput, where + ": MoE layers (" + S(sh.moe.experts) +
-                                             " experts) are not supported by the weft runtime yet"};
-    if (sh.hidden != p.model.hidden)
-      return Error{ErrorKind::kBadInput, where + ": hidden " + S(sh.hidden) + " differs from the model's hidden " +
-                                             S(p.model.hidden) + "; the runtime needs one width"};
-  }
-  if (Status s = check_strategy("plan: embedding", p.embedding); !s.ok()) return s;
-  for (size_t s = 0; s < p.stages.size(); ++s)
-    for (size_t l = 0; l < p.stages[s].layers.size(); ++l) {
-      Status st = check_strategy("plan: stages[" + S(s) + "].layers[" + S(l) + "]", p.stages[s].layers[l]);
-      if (!st.ok()) return st;
-    }
-  return {};
-}
+// The rules live in the planner's plan library (weft/plan/runtime_support.h), where the search
+// reads them too; runtime_supports() runs validate() first.
+Status check_supported(const Plan& p) { return runtime_supports(p); }
 
 std::string precision_note(const Plan& p, const std::string& device) {
   const std::string what = "parameters, activations, gradients and collectives in fp32 on " + device +

@@ -1,7 +1,9 @@
 // What each training framework can run, as search restrictions and as a plan check
-// (docs/search.md, "Frameworks").
+// (docs/search.md, "Frameworks"), and what weft's own runtime runs ("weft's runtime").
 #include <string>
+#include <utility>
 
+#include "weft/plan/runtime_support.h"
 #include "weft/search/search.h"
 
 namespace weft {
@@ -82,6 +84,22 @@ Status framework_runs(const Plan& p, const std::string& fw) {
   // One strategy for all layers: a refusal holds from the first layer on.
   if (const std::string why = refusal(*f, *one); !why.empty()) return fail("layer 0: " + why);
   if (const std::string why = refusal(*f, p.embedding); !why.empty()) return fail("embedding: " + why);
+  return Status{};
+}
+
+Status restrict_to_runtime(SearchOptions& opt) {
+  // The schedules the runtime has (weft/plan/runtime_support.h): gpipe and 1f1b, no interleaving.
+  for (Schedule s : opt.schedules)
+    if (!runtime_runs_schedule(s))
+      return Error{ErrorKind::kBadInput,
+                   std::string("--schedule: weft's runtime has no ") + to_string(s) + " schedule yet"};
+  if (opt.schedules.empty()) opt.schedules = {Schedule::kGpipe, Schedule::k1F1B};
+  opt.allow_cp = false;
+  // No cp and no ep on any layer or the embedding; a filter set before (a framework's) still applies.
+  auto before = std::move(opt.accept);
+  opt.accept = [before](const LayerStrategy& s, const LayerShape* shape) {
+    return runtime_runs_strategy(s) && (!before || before(s, shape));
+  };
   return Status{};
 }
 

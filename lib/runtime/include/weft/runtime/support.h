@@ -15,6 +15,8 @@ namespace weft::runtime {
 // parallelism, encoder and cross-attention layers, relative positions, and layers whose hidden
 // size differs from the model's. An Ok result means every other combination of tp, sp, ulysses,
 // dp, zero, recompute and pp (gpipe / 1f1b, uneven stages, layer-wise layouts) is executed.
+// The rules and their messages are weft::runtime_supports() (weft/plan/runtime_support.h), which
+// the search also keeps to when a plan is meant for this runtime.
 Status check_supported(const Plan& p);
 
 // The one log line saying in which dtype the run actually computes and communicates, on `device`

@@ -37,7 +37,7 @@ struct SearchOptions {
   int max_tp = 0;                          // default: GPUs per node
   bool allow_ulysses = true, allow_cp = true, allow_zero3 = true;
   // Further filter on candidate strategies (a layer of `shape`, or the embedding when null); empty
-  // = accept all. restrict_to_framework() sets it.
+  // = accept all. restrict_to_framework() and restrict_to_runtime() set it.
   std::function<bool(const LayerStrategy&, const LayerShape* shape)> accept;
   bool layerwise = true;                   // per-layer strategies (false: uniform only)
   bool uneven_stages = true;               // stage boundaries chosen by the partition DP
@@ -103,6 +103,14 @@ Status restrict_to_framework(SearchOptions& opt, const std::string& framework);
 // Whether plan p uses only what `framework` runs (the same rules); the error names the layer, the
 // field and the framework.
 Status framework_runs(const Plan& p, const std::string& framework);
+// What weft's own runtime (`weft train`) runs (docs/search.md, "weft's runtime";
+// weft/plan/runtime_support.h): no context parallelism, no expert parallelism (ep = 1 on every
+// layer), gpipe and 1f1b only (no interleaving). Per-layer plans, uneven stages, Ulysses,
+// Megatron-SP, ZeRO 0-3 and recompute all stay. A schedule the user chose that the runtime lacks is
+// an error naming it. Only the space is restricted: whether the runtime can run the model at all
+// (MoE, encoder layers, relative positions) is runtime_runs_model(), for the caller to check.
+// A plan the restricted search returns satisfies runtime_supports().
+Status restrict_to_runtime(SearchOptions& opt);
 
 Result<SearchResult> search(const ModelSpec& model, const ClusterSpec& cluster, const CostModel& cm,
                             const SearchOptions& opt);

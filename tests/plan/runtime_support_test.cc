@@ -1,0 +1,125 @@
+// runtime_supports(): what weft's runtime executes, with the messages `weft train` prints when it
+// refuses a plan (field, layer and numbers named).
+#include <gtest/gtest.h>
+
+#include "test_plans.h"
+#include "weft/plan/runtime_support.h"
+
+namespace weft {
+namespace {
+
+using testing::uniform_plan;
+
+std::string refusal_of(const Plan& p) {
+  Status s = runtime_supports(p);
+  return s.ok() ? std::string("OK") : s.error().message;
+}
+
+TEST(RuntimeSupport, AcceptsWhatTheRuntimeRuns) {
+  EXPECT_EQ(refusal_of(uniform_plan(LayerStrategy{.dp = 8}, 1)), "OK");
+  EXPECT_EQ(refusal_of(uniform_plan(LayerStrategy{.tp = 4, .sp = true, .dp = 2, .zero = 3}, 1)), "OK");
+  EXPECT_EQ(refusal_of(uniform_plan(LayerStrategy{.tp = 2, .ulysses = 2, .dp = 1, .recompute = Recompute::kFull}, 2)),
+            "OK");
+  // gpipe, uneven stages and a different strategy per layer.
+  Plan p = uniform_plan(LayerStrategy{.dp = 4, .zero = 1}, 2);
+  p.train.schedule = Schedule::kGpipe;
+  p.stages[0].layers.pop_back();
+  p.stages[1].layers.push_back(p.stages[1].layers.back());
+  p.stages[1].first_layer = 3;
+  p.stages[1].layers[0] = LayerStrategy{.tp = 2, .sp = true, .dp = 2, .recompute = Recompute::kSelective};
+  EXPECT_EQ(refusal_of(p), "OK");
+}
+
+TEST(RuntimeSupport, RefusesContextParallelismNamingTheLayer) {
+  Plan p = uniform_plan(LayerStrategy{.dp = 8}, 1);
+  p.stages[0].layers[2] = LayerStrategy{.cp = 2, .dp = 4};
+  EXPECT_EQ(refusal_of(p),
+            "plan: stages[0].layers[2].cp: context parallelism (cp=2) is not supported by the weft runtime yet; use "
+            "a plan without it (ulysses is supported)");
+  Plan e = uniform_plan(LayerStrategy{.dp = 8}, 1);
+  e.embedding = LayerStrategy{.cp = 4, .dp = 2};
+  const std::string msg = refusal_of(e);
+  // validate() may refuse cp on the embedding first; either way the field is named.
+  EXPECT_NE(msg.find("embedding"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("cp"), std::string::npos) << msg;
+}
+
+TEST(RuntimeSupport, RefusesTheInterleavedSchedule) {
+  Plan p = uniform_plan(LayerStrategy{.dp = 4}, 2);
+  p.train.schedule = Schedule::kInterleaved;
+  p.train.vp = 2;
+  p.stages.clear();
+  for (int k = 0; k < 4; ++k) {
+    Stage st;
+    st.first_layer = 2 * k;
+    st.layers.assign(2, LayerStrategy{.dp = 4});
+    p.stages.push_back(st);
+  }
+  ASSERT_TRUE(validate(p).ok()) << validate(p).error().message;
+  EXPECT_EQ(refusal_of(p),
+            "plan: train.schedule: the interleaved schedule (vp=2) is not supported by the weft runtime yet; use "
+            "gpipe or 1f1b");
+}
+
+TEST(RuntimeSupport, RefusesModelsItCannotRunNamingTheFieldOrLayer) {
+  Plan rel = uniform_plan(LayerStrategy{.dp = 8}, 1);
+  rel.model.position = PositionKind::kRelative;
+  EXPECT_EQ(refusal_of(rel),
+            "plan: model.position: relative position biases are not supported by the weft runtime (learned and rope "
+            "are)");
+
+  Plan enc = uniform_plan(LayerStrategy{.dp = 8}, 1);
+  enc.model.groups[0].shape.kind = LayerKind::kEncoder;
+  EXPECT_EQ(refusal_of(enc), "plan: model layer 0: encoder layers are not supported by the weft runtime (decoder "
+                             "layers are)");
+
+  Plan moe = uniform_plan(LayerStrategy{.dp = 8}, 1);
+  moe.model.groups[0].shape.moe = MoeSpec{8, 2, 1408, 0};
+  EXPECT_EQ(refusal_of(moe), "plan: model layer 0: MoE layers (8 experts) are not supported by the weft runtime yet");
+
+  // Two groups of different widths: the second group's first layer is named.
+  Plan wide = uniform_plan(LayerStrategy{.dp = 8}, 1);
+  wide.model.groups[0].count = 4;
+  LayerGroup g = wide.model.groups[0];
+  g.name = "wide";
+  g.shape.hidden = 2048;
+  g.shape.head_dim = 128;
+  wide.model.groups.push_back(g);
+  const Status m = runtime_runs_model(wide.model);
+  ASSERT_FALSE(m.ok());
+  EXPECT_EQ(m.error().message,
+            "model layer 4: hidden 2048 differs from the model's hidden 1024; the runtime needs one width");
+
+  // The model predicate alone, without a plan.
+  EXPECT_TRUE(runtime_runs_model(testing::small_model()).ok());
+  EXPECT_EQ(runtime_runs_model(moe.model).error().message,
+            "model layer 0: MoE layers (8 experts) are not supported by the weft runtime yet");
+}
+
+TEST(RuntimeSupport, ValidatesFirst) {
+  Plan p = uniform_plan(LayerStrategy{.tp = 2, .dp = 2}, 1);  // 4 devices on a stage of 8
+  p.model.position = PositionKind::kRelative;                  // refused too, but after validate()
+  const std::string msg = refusal_of(p);
+  EXPECT_EQ(msg.rfind("plan: ", 0), 0u) << msg;
+  EXPECT_NE(msg.find("tp*ulysses*cp*dp = 2*1*1*2 = 4 but each pipeline stage has 8 devices"), std::string::npos)
+      << msg;
+}
+
+TEST(RuntimeSupport, PerStrategyAndScheduleRules) {
+  EXPECT_TRUE(runtime_runs_strategy(LayerStrategy{.tp = 8, .sp = true, .ulysses = 1, .zero = 3}));
+  EXPECT_TRUE(runtime_runs_strategy(LayerStrategy{.ulysses = 4, .dp = 2, .zero = 2, .recompute = Recompute::kFull}));
+  EXPECT_FALSE(runtime_runs_strategy(LayerStrategy{.cp = 2, .dp = 4}));
+  EXPECT_EQ(runtime_strategy_refusal(LayerStrategy{.dp = 8, .ep = 4}),
+            "ep: expert parallelism (ep=4) is not supported by the weft runtime yet");
+  EXPECT_EQ(runtime_strategy_refusal(LayerStrategy{.dp = 8}), "");
+  EXPECT_TRUE(runtime_runs_schedule(Schedule::kGpipe));
+  EXPECT_TRUE(runtime_runs_schedule(Schedule::k1F1B));
+  EXPECT_FALSE(runtime_runs_schedule(Schedule::kInterleaved));
+  EXPECT_FALSE(runtime_runs_schedule(Schedule::k1F1B, 2));
+  EXPECT_EQ(runtime_schedule_refusal(Schedule::kInterleaved, 3),
+            "train.schedule: the interleaved schedule (vp=3) is not supported by the weft runtime yet; use gpipe or "
+            "1f1b");
+}
+
+}  // namespace
+}  // namespace weft
