@@ -9,6 +9,16 @@ function(weft_library name)
   target_include_directories(weft_${name} PUBLIC ${CMAKE_CURRENT_SOURCE_DIR}/include)
   target_link_libraries(weft_${name} PUBLIC ${ARG_DEPS})
   target_compile_options(weft_${name} PRIVATE -Wall -Wextra -Wno-unused-parameter)
+  # The declared weft dependencies, written to <build>/weft_library_deps.txt for the architecture
+  # test, which holds them against ARCHITECTURE.md.
+  set(weft_deps)
+  foreach(d ${ARG_DEPS})
+    if(d MATCHES "^weft::(.+)$")
+      list(APPEND weft_deps ${CMAKE_MATCH_1})
+    endif()
+  endforeach()
+  list(JOIN weft_deps " " weft_deps)
+  set_property(GLOBAL APPEND PROPERTY WEFT_LIBRARY_DEPS "${name}: ${weft_deps}")
 endfunction()
 
 # weft_test(NAME SOURCES ... DEPS ... [LABELS ...]): a GoogleTest binary registered with ctest.
