@@ -231,55 +231,55 @@ ModelSpec llama_like(const JsonObj& o, Family fam, const std::string& type) {
   return m;
 }
 
-ModelSpec gpt2(const JsonObj& o) {
+// The key names of a GPT-2- or BERT-style config: one stack of one layer kind with LayerNorm,
+// learned positions, a GELU FFN, biases and tied word embeddings.
+struct ClassicKeys {
+  const char* group;
+  LayerKind kind;
+  const char* hidden;
+  const char* layers;
+  const char* heads;
+  const char* ffn;
+  bool ffn_optional;               // absent or null: 4 * hidden (GPT-2's n_inner)
+  const char* max_seq;
+  const char* max_seq_fallback;    // read when max_seq is absent (GPT-2's n_ctx); null: none
+};
+
+ModelSpec classic(const JsonObj& o, const ClassicKeys& k) {
   ModelSpec m;
   m.vocab = positive(o, "vocab_size");
-  m.hidden = positive(o, "n_embd");
+  m.hidden = positive(o, k.hidden);
   LayerGroup g;
-  g.name = "decoder";
-  g.count = static_cast<int>(positive(o, "n_layer"));
+  g.name = k.group;
+  g.count = static_cast<int>(positive(o, k.layers));
   LayerShape& s = g.shape;
-  s.kind = LayerKind::kDecoder;
+  s.kind = k.kind;
   s.hidden = m.hidden;
-  s.heads = static_cast<int>(positive(o, "n_head"));
+  s.heads = static_cast<int>(positive(o, k.heads));
   s.kv_heads = s.heads;
-  s.head_dim = head_dim_of(o, m.hidden, s.heads, "n_embd", "n_head");
-  s.ffn = positive_or(o, "n_inner", 4 * m.hidden);  // null means 4 * n_embd
+  s.head_dim = head_dim_of(o, m.hidden, s.heads, k.hidden, k.heads);
+  s.ffn = k.ffn_optional ? positive_or(o, k.ffn, 4 * m.hidden) : positive(o, k.ffn);
   s.ffn_kind = FfnKind::kGelu;
   s.bias = true;
   m.norm = NormKind::kLayerNorm;
   m.position = PositionKind::kLearned;
-  if (present(o, "n_positions")) m.max_seq = static_cast<int>(positive(o, "n_positions"));
-  else m.max_seq = static_cast<int>(positive(o, "n_ctx"));
+  const bool fallback = k.max_seq_fallback && !present(o, k.max_seq);
+  m.max_seq = static_cast<int>(positive(o, fallback ? k.max_seq_fallback : k.max_seq));
   m.tied_embeddings = bool_or(o, "tie_word_embeddings", true);
   m.groups.push_back(std::move(g));
   return m;
 }
 
+ModelSpec gpt2(const JsonObj& o) {
+  return classic(o, {"decoder", LayerKind::kDecoder, "n_embd", "n_layer", "n_head", "n_inner", true, "n_positions",
+                     "n_ctx"});
+}
+
+// The masked-LM decoder shares the word embeddings; token-type embeddings (type_vocab_size) and the
+// pooler are not represented (about 0.3 % of BERT-large).
 ModelSpec bert(const JsonObj& o) {
-  ModelSpec m;
-  m.vocab = positive(o, "vocab_size");
-  m.hidden = positive(o, "hidden_size");
-  LayerGroup g;
-  g.name = "encoder";
-  g.count = static_cast<int>(positive(o, "num_hidden_layers"));
-  LayerShape& s = g.shape;
-  s.kind = LayerKind::kEncoder;
-  s.hidden = m.hidden;
-  s.heads = static_cast<int>(positive(o, "num_attention_heads"));
-  s.kv_heads = s.heads;
-  s.head_dim = head_dim_of(o, m.hidden, s.heads, "hidden_size", "num_attention_heads");
-  s.ffn = positive(o, "intermediate_size");
-  s.ffn_kind = FfnKind::kGelu;
-  s.bias = true;
-  m.norm = NormKind::kLayerNorm;
-  m.position = PositionKind::kLearned;
-  m.max_seq = static_cast<int>(positive(o, "max_position_embeddings"));
-  // The masked-LM decoder shares the word embeddings; token-type embeddings (type_vocab_size) and
-  // the pooler are not represented (about 0.3 % of BERT-large).
-  m.tied_embeddings = bool_or(o, "tie_word_embeddings", true);
-  m.groups.push_back(std::move(g));
-  return m;
+  return classic(o, {"encoder", LayerKind::kEncoder, "hidden_size", "num_hidden_layers", "num_attention_heads",
+                     "intermediate_size", false, "max_position_embeddings", nullptr});
 }
 
 ModelSpec t5(const JsonObj& o) {
