@@ -11,7 +11,7 @@
 #include "weft/plan/plan.h"
 #include "weft/report/export.h"
 #include "weft/report/html.h"
-#include "weft/report/schedule.h"
+#include "weft/cost/schedule.h"
 #include "weft/report/summary.h"
 #include "weft/report/trace.h"
 #ifdef WEFT_CMD_GALVATRON

@@ -11,7 +11,7 @@
 #include "report_test_util.h"
 #include "weft/cost/analytic.h"
 #include "weft/cost/estimate.h"
-#include "weft/report/schedule.h"
+#include "weft/cost/schedule.h"
 #include "weft/report/trace.h"
 
 namespace weft {

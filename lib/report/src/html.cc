@@ -9,7 +9,7 @@
 
 #include "svg.h"
 #include "weft/cost/estimate.h"
-#include "weft/report/schedule.h"
+#include "weft/cost/schedule.h"
 
 namespace weft {
 

@@ -5,7 +5,7 @@
 #include <string>
 
 #include "weft/core/json.h"
-#include "weft/report/schedule.h"
+#include "weft/cost/schedule.h"
 
 namespace weft {
 

@@ -17,7 +17,7 @@
 
 #include "weft/core/error.h"
 #include "weft/core/json.h"
-#include "weft/report/schedule.h"
+#include "weft/cost/schedule.h"
 
 namespace weft {
 
