@@ -35,3 +35,16 @@ function(weft_test name)
     gtest_discover_tests(${name} PROPERTIES LABELS "unit" DISCOVERY_TIMEOUT 60)
   endif()
 endfunction()
+
+# weft_bench(NAME SOURCES ... DEPS ... [DEFINES ...]): a bench executable in <build>/bin. Benches
+# print figures and are not run by ctest; they read only the repository (data/) and link libraries,
+# never test code.
+function(weft_bench name)
+  cmake_parse_arguments(ARG "" "" "SOURCES;DEPS;DEFINES" ${ARGN})
+  add_executable(${name} ${ARG_SOURCES})
+  target_link_libraries(${name} PRIVATE ${ARG_DEPS})
+  target_compile_options(${name} PRIVATE -Wall -Wextra -Wno-unused-parameter)
+  if(ARG_DEFINES)
+    target_compile_definitions(${name} PRIVATE ${ARG_DEFINES})
+  endif()
+endfunction()
