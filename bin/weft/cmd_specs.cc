@@ -7,6 +7,7 @@
 #include <string>
 
 #include "commands.h"
+#include "weft/core/format.h"
 #include "weft/spec/counts.h"
 #include "weft/spec/presets.h"
 
@@ -19,11 +20,6 @@ struct SpecFlags {
   std::string format = "table";
 };
 
-std::string num(double x) {
-  std::ostringstream s;
-  s << x;
-  return s.str();
-}
 
 std::string fixed(double x, int digits) {
   char buf[64];

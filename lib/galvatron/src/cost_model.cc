@@ -7,11 +7,11 @@
 #include <limits>
 #include <optional>
 
+#include "weft/core/format.h"
+
 namespace weft::galvatron {
 
 namespace {
-
-std::string S(long long x) { return std::to_string(x); }
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
 // Galvatron's set_cost_models constants.

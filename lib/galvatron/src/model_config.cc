@@ -3,13 +3,12 @@
 
 #include <yaml-cpp/yaml.h>
 
+#include "weft/core/format.h"
 #include "weft/core/json.h"
 
 namespace weft::galvatron {
 
 namespace {
-
-std::string S(long long x) { return std::to_string(x); }
 
 struct Reader {
   const YAML::Node& root;

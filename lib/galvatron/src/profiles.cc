@@ -7,13 +7,13 @@
 #include <regex>
 #include <set>
 
+#include "weft/core/format.h"
+
 namespace weft::galvatron {
 
 namespace fs = std::filesystem;
 
 namespace {
-
-std::string S(long long x) { return std::to_string(x); }
 
 std::string join_ints(const std::set<int>& xs) {
   std::string out;

@@ -4,11 +4,11 @@
 #include <set>
 #include <sstream>
 
+#include "weft/core/format.h"
+
 namespace weft::galvatron {
 
 namespace {
-
-std::string S(long long x) { return std::to_string(x); }
 
 std::string join(const std::vector<int>& xs) {
   std::string out;

@@ -2,13 +2,9 @@
 // `weft train` prints them when it refuses a plan.
 #include "weft/plan/runtime_support.h"
 
+#include "weft/core/format.h"
+
 namespace weft {
-
-namespace {
-
-std::string S(long long x) { return std::to_string(x); }
-
-}  // namespace
 
 std::string runtime_strategy_refusal(const LayerStrategy& s) {
   if (s.cp > 1)

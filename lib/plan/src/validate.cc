@@ -2,13 +2,12 @@
 // before the runtime builds a process group. Messages name the field and the numbers.
 #include <string>
 
+#include "weft/core/format.h"
 #include "weft/plan/plan.h"
 
 namespace weft {
 
 namespace {
-
-std::string S(long long x) { return std::to_string(x); }
 
 // Checks one layer's (or the embedding's) strategy against its shape and the stage size.
 void check_strategy(const std::string& where, const LayerStrategy& s, const LayerShape* shape, const Plan& p,

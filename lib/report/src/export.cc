@@ -5,11 +5,11 @@
 #include <functional>
 #include <optional>
 
+#include "weft/core/format.h"
+
 namespace weft {
 
 namespace {
-
-std::string S(long long x) { return std::to_string(x); }
 
 LayerStrategy without_recompute(LayerStrategy s) {
   s.recompute = Recompute::kNone;

@@ -8,6 +8,7 @@
 #include <set>
 
 #include "svg.h"
+#include "weft/core/format.h"
 #include "weft/cost/estimate.h"
 #include "weft/cost/schedule.h"
 
@@ -18,7 +19,6 @@ namespace {
 using svg::esc;
 using svg::Writer;
 
-std::string S(long long x) { return std::to_string(x); }
 
 // Everything the pictures need about one plan.
 struct Figures {

@@ -4,6 +4,8 @@
 #include <cmath>
 #include <sstream>
 
+#include "weft/core/format.h"
+
 namespace weft {
 
 const char* to_string(DType d) {
@@ -49,11 +51,6 @@ FlopsPerSecond GpuSpec::peak(DType d) const {
 }
 
 namespace {
-std::string num(double x) {
-  std::ostringstream s;
-  s << x;
-  return s.str();
-}
 }  // namespace
 
 Status validate(const ClusterSpec& c) {
