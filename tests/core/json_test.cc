@@ -95,3 +95,25 @@ TEST(JsonHash, StableAndSensitive) {
 
 }  // namespace
 }  // namespace weft
+
+#include "weft/core/enum_names.h"
+
+namespace weft {
+namespace {
+
+enum class Color { kRed, kGreen, kBlue };
+constexpr EnumName<Color> kColorNames[] = {{Color::kRed, "red"}, {Color::kGreen, "green"}, {Color::kBlue, "blue"}};
+
+TEST(EnumNames, BothDirectionsAndTheMessage) {
+  EXPECT_STREQ(enum_name(kColorNames, Color::kGreen), "green");
+  auto c = enum_from_name(kColorNames, "blue", "color");
+  ASSERT_TRUE(c.ok());
+  EXPECT_EQ(c.value(), Color::kBlue);
+  auto bad = enum_from_name(kColorNames, "pink", "color");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.error().kind, ErrorKind::kBadInput);
+  EXPECT_EQ(bad.error().message, "color: unknown value \"pink\" (expected red, green or blue)");
+}
+
+}  // namespace
+}  // namespace weft

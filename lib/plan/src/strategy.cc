@@ -1,38 +1,26 @@
 #include "weft/plan/strategy.h"
 
+#include "weft/core/enum_names.h"
+
 namespace weft {
 
-const char* to_string(Recompute r) {
-  switch (r) {
-    case Recompute::kNone: return "none";
-    case Recompute::kSelective: return "selective";
-    case Recompute::kFull: return "full";
-  }
-  return "?";
-}
+namespace {
 
-const char* to_string(Schedule s) {
-  switch (s) {
-    case Schedule::kGpipe: return "gpipe";
-    case Schedule::k1F1B: return "1f1b";
-    case Schedule::kInterleaved: return "interleaved";
-  }
-  return "?";
-}
+constexpr EnumName<Recompute> kRecomputeNames[] = {
+    {Recompute::kNone, "none"}, {Recompute::kSelective, "selective"}, {Recompute::kFull, "full"}};
+constexpr EnumName<Schedule> kScheduleNames[] = {
+    {Schedule::kGpipe, "gpipe"}, {Schedule::k1F1B, "1f1b"}, {Schedule::kInterleaved, "interleaved"}};
+
+}  // namespace
+
+const char* to_string(Recompute r) { return enum_name(kRecomputeNames, r); }
+const char* to_string(Schedule s) { return enum_name(kScheduleNames, s); }
 
 Result<Recompute> recompute_from_string(const std::string& s) {
-  if (s == "none") return Recompute::kNone;
-  if (s == "selective") return Recompute::kSelective;
-  if (s == "full") return Recompute::kFull;
-  return Error{ErrorKind::kBadInput, "recompute: unknown value \"" + s + "\" (expected none, selective or full)"};
+  return enum_from_name(kRecomputeNames, s, "recompute");
 }
 
-Result<Schedule> schedule_from_string(const std::string& s) {
-  if (s == "gpipe") return Schedule::kGpipe;
-  if (s == "1f1b") return Schedule::k1F1B;
-  if (s == "interleaved") return Schedule::kInterleaved;
-  return Error{ErrorKind::kBadInput, "schedule: unknown value \"" + s + "\" (expected gpipe, 1f1b or interleaved)"};
-}
+Result<Schedule> schedule_from_string(const std::string& s) { return enum_from_name(kScheduleNames, s, "schedule"); }
 
 std::string label(const LayerStrategy& s) {
   std::string out;

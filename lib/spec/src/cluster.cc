@@ -4,29 +4,24 @@
 #include <cmath>
 #include <sstream>
 
+#include "weft/core/enum_names.h"
 #include "weft/core/format.h"
 
 namespace weft {
 
-const char* to_string(DType d) {
-  switch (d) {
-    case DType::kFp32: return "fp32";
-    case DType::kTf32: return "tf32";
-    case DType::kBf16: return "bf16";
-    case DType::kFp16: return "fp16";
-    case DType::kFp8: return "fp8";
-  }
-  return "?";
-}
+namespace {
 
-Result<DType> dtype_from_string(const std::string& s) {
-  if (s == "fp32") return DType::kFp32;
-  if (s == "tf32") return DType::kTf32;
-  if (s == "bf16") return DType::kBf16;
-  if (s == "fp16") return DType::kFp16;
-  if (s == "fp8") return DType::kFp8;
-  return Error{ErrorKind::kBadInput, "dtype: unknown value \"" + s + "\" (expected fp32, tf32, bf16, fp16 or fp8)"};
-}
+constexpr EnumName<DType> kDTypeNames[] = {{DType::kFp32, "fp32"},
+                                           {DType::kTf32, "tf32"},
+                                           {DType::kBf16, "bf16"},
+                                           {DType::kFp16, "fp16"},
+                                           {DType::kFp8, "fp8"}};
+
+}  // namespace
+
+const char* to_string(DType d) { return enum_name(kDTypeNames, d); }
+
+Result<DType> dtype_from_string(const std::string& s) { return enum_from_name(kDTypeNames, s, "dtype"); }
 
 double dtype_bytes(DType d) {
   switch (d) {
