@@ -7,7 +7,7 @@
 #include <tuple>
 
 #include "weft/cost/analytic.h"
-#include "weft/report/schedule.h"
+#include "weft/cost/schedule.h"
 
 namespace weft {
 namespace {
