@@ -192,7 +192,6 @@ void run_plan(const PlanFlags& f) {
   opt.seq = f.seq;
   opt.global_batch = f.global_batch;
   opt.top_k = f.top;
-  opt.galvatron_space = f.galvatron_space;
   opt.dtype = unwrap(dtype_from_string(f.dtype));
   const int world = in.cluster.total_gpus();
   for (int p : f.pp) {
@@ -206,6 +205,13 @@ void run_plan(const PlanFlags& f) {
   if (f.max_tp < 0) fail(Error{ErrorKind::kBadInput, "--max-tp: must be >= 1, got " + S(f.max_tp)});
   opt.max_tp = f.max_tp;
   opt.layerwise = !f.uniform;
+  if (f.galvatron_space) {
+#ifdef WEFT_CMD_GALVATRON
+    check(galvatron::restrict_to_galvatron(opt));
+#else
+    fail(Error{ErrorKind::kBadInput, "--galvatron-space: this build has no Galvatron support"});
+#endif
+  }
   // A named framework: only plans it can run (uniform, its ZeRO stages and schedules). Without
   // one the plan is meant for weft's runtime, and the search keeps to what `weft train` runs
   // unless --all-strategies lifts that, or the model cannot run there whatever the strategy (then
@@ -310,10 +316,7 @@ void run_plan(const PlanFlags& f) {
     j["top"] = std::move(top);
     j["uniform"] = r.best_uniform ? plan_entry(*r.best_uniform, *eu) : Json(nullptr);
     Json rules = Json::object();
-    for (const auto& line : r.stats.rules) {
-      const size_t colon = line.rfind(": ");
-      rules[line.substr(0, colon)] = std::stoll(line.substr(colon + 2));
-    }
+    for (const auto& [name, count] : r.stats.rules) rules[name] = count;
     j["search"] = {{"wall_s", r.stats.wall_s},          {"configurations", r.stats.configurations},
                    {"searched", r.stats.searched},      {"pruned", r.stats.pruned},
                    {"layer_costs", r.stats.layer_costs}, {"estimates", r.stats.estimates},

@@ -7,6 +7,7 @@
 #include "weft/galvatron/search.h"
 #include "weft/galvatron/setup.h"
 #include "weft/galvatron/strategy.h"
+#include "weft/search/strategy_space.h"
 
 namespace weft::galvatron {
 namespace {
@@ -52,6 +53,38 @@ TEST(GalvatronSpaceSearch, NeverSlowerThanGalvatronsChoice) {
     // Re-costing the imported strategy gives the same time.
     EXPECT_NEAR(ok(cm.estimate_plan(back)).iteration_s, r.estimate.iteration_s, 1e-12);
   }
+}
+
+// Galvatron's space as a restriction of weft's (restrict_to_galvatron): its strategy set on layers
+// and the embedding, counted under "galvatron-space"; 1F1B only; even stages.
+TEST(GalvatronSpaceSearch, RestrictsTheSpace) {
+  const ModelSpec model = ok(to_model_spec(ok(read_model_yaml(testing::reference_dir() + "/llama2-7b.yaml"))));
+  const LayerShape& sh = model.groups[0].shape;
+  SearchOptions o;
+  o.seq = 65536;
+  o.global_batch = 16;
+  ASSERT_TRUE(restrict_to_galvatron(o).ok());
+  EXPECT_EQ(o.schedules, std::vector<Schedule>{Schedule::k1F1B});
+  EXPECT_FALSE(o.uneven_stages);
+  ASSERT_TRUE(restrict_to_galvatron(o).ok());  // once is enough: the same restriction
+  EXPECT_EQ(o.restrictions.size(), 4u);
+  const ClusterSpec cluster = testing::cluster(1, 80);
+  planner::RuleLog log;
+  auto c = planner::layer_candidates(sh, cluster, o, 8, 16, log);
+  ASSERT_FALSE(c.empty());
+  for (const auto& s : c) {
+    EXPECT_NE(s.zero, 1);
+    EXPECT_NE(s.recompute, Recompute::kSelective);
+    EXPECT_FALSE(s.tp > 1 && s.ulysses > 1);
+    EXPECT_EQ(s.cp, 1);
+  }
+  EXPECT_GT(log.count(planner::kRuleGalvatronSpace), 0);
+  // A schedule list without 1F1B is refused, naming the schedule.
+  SearchOptions g;
+  g.schedules = {Schedule::kGpipe};
+  const Status refused = restrict_to_galvatron(g);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.error().message.find("no gpipe schedule"), std::string::npos) << refused.error().message;
 }
 
 TEST(GalvatronSetup, CostModelsFromAProfileFolder) {

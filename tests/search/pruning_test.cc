@@ -111,26 +111,43 @@ TEST(PruningRules, OptionsRestrictTheSpace) {
   EXPECT_GT(log.count(kRuleOptions), 0);
 }
 
-TEST(PruningRules, GalvatronSpace) {
+// A restriction with its own name (SearchOptions::restrictions; galvatron::restrict_to_galvatron
+// is one) removes what it refuses, counted once per partial strategy under its name.
+TEST(PruningRules, NamedRestrictionsCountUnderTheirName) {
   const LayerShape sh = testing::dense_shape(2048, 16, 16);
   SearchOptions o = base_options();
-  o.galvatron_space = true;
   o.seq = 65536;
-  RuleLog log;
+  o.restrictions.push_back(
+      NamedRestriction{"no-tp-with-ulysses", StrategyField::kUlysses, [](const LayerStrategy& s) {
+                         return s.tp > 1 && s.ulysses > 1;
+                       }});
+  o.restrictions.push_back(
+      NamedRestriction{"no-zero-1", StrategyField::kZero, [](const LayerStrategy& s) { return s.zero == 1; }});
+  RuleLog log, free_log;
   auto c = layer_candidates(sh, testing::small_cluster(8, 8), o, 8, 16, log);
+  auto all = layer_candidates(sh, testing::small_cluster(8, 8), base_options(), 8, 16, free_log);
   ASSERT_FALSE(c.empty());
   for (const auto& s : c) {
-    EXPECT_NE(s.zero, 1);
-    EXPECT_NE(s.recompute, Recompute::kSelective);
-    EXPECT_FALSE(s.tp > 1 && s.ulysses > 1);
-    EXPECT_EQ(s.cp, 1);
+    EXPECT_NE(s.zero, 1) << label(s);
+    EXPECT_FALSE(s.tp > 1 && s.ulysses > 1) << label(s);
   }
-  EXPECT_GT(log.count(kRuleGalvatronSpace), 0);
+  // The restricted candidates are the others, in the same order.
+  std::vector<LayerStrategy> kept;
+  for (const auto& s : all)
+    if (s.zero != 1 && !(s.tp > 1 && s.ulysses > 1)) kept.push_back(s);
+  EXPECT_EQ(c, kept);
+  // tp x Ulysses pairs are counted once each, before any cp, ZeRO or recompute is set.
+  EXPECT_GT(log.count("no-tp-with-ulysses"), 0);
+  EXPECT_LT(log.count("no-tp-with-ulysses"), static_cast<long long>(all.size() - kept.size()));
+  EXPECT_GT(log.count("no-zero-1"), 0);
+  // The embedding is restricted alike.
   const ModelSpec m = testing::small_model({{8, sh}});
-  for (const auto& cfg : pipeline_configs(m, testing::small_cluster(8, 8), o, log)) {
-    EXPECT_EQ(cfg.schedule, Schedule::k1F1B);
-    EXPECT_EQ(cfg.vp, 1);
+  RuleLog elog;
+  for (const auto& e : embedding_candidates(m, testing::small_cluster(8, 8), o, 8, 16, elog)) {
+    EXPECT_NE(e.zero, 1) << label(e);
+    EXPECT_FALSE(e.tp > 1 && e.ulysses > 1) << label(e);
   }
+  EXPECT_GT(elog.count("no-zero-1"), 0);
 }
 
 TEST(PruningRules, CandidatesAreValidForValidate) {
@@ -258,8 +275,8 @@ TEST(PruningRules, SearchCountsItsRules) {
   ASSERT_TRUE(r.ok());
   ASSERT_FALSE(r->top.empty());
   auto count = [&](const char* rule) {
-    for (const auto& line : r->stats.rules)
-      if (line.rfind(std::string(rule) + ": ", 0) == 0) return std::stoll(line.substr(std::string(rule).size() + 2));
+    for (const auto& [name, n] : r->stats.rules)
+      if (name == rule) return n;
     return 0LL;
   };
   EXPECT_GT(count(kRuleParetoLayout), 0);
@@ -269,7 +286,7 @@ TEST(PruningRules, SearchCountsItsRules) {
   EXPECT_GT(count(kRuleGpipeDominated), 0);  // the fake holds all m micro-batches under GPipe
   EXPECT_EQ(r->stats.pruned, [&] {
     long long t = 0;
-    for (const auto& line : r->stats.rules) t += std::stoll(line.substr(line.rfind(' ') + 1));
+    for (const auto& [name, n] : r->stats.rules) t += n;
     return t;
   }());
 }
@@ -291,7 +308,7 @@ TEST(PruningRules, BoundAndGpipeRulesKeepTheOptimum) {
   double best = full->top.front().predicted.step_time_s;
   if (!gpipe->top.empty()) best = std::min(best, gpipe->top.front().predicted.step_time_s);
   EXPECT_DOUBLE_EQ(pruned->top.front().predicted.step_time_s, best);
-  for (const auto& line : full->stats.rules) EXPECT_NE(line.rfind(kRuleObjectiveBound, 0), 0u) << line;
+  for (const auto& [name, n] : full->stats.rules) EXPECT_NE(name, kRuleObjectiveBound);
 }
 
 // A model under which GPipe holds less memory than 1F1B: the rule must not fire.
@@ -310,7 +327,7 @@ TEST(PruningRules, GpipeKeptWhenTheModelSaysItIsLighter) {
   const LightGpipe cm(s.fake);
   auto r = search(s.model, s.cluster, cm, s.opt);
   ASSERT_TRUE(r.ok());
-  for (const auto& line : r->stats.rules) EXPECT_NE(line.rfind(kRuleGpipeDominated, 0), 0u) << line;
+  for (const auto& [name, n] : r->stats.rules) EXPECT_NE(name, kRuleGpipeDominated);
 }
 
 TEST(PruningRules, MemoryLowerBoundSkipsConfigurationsThatCannotFit) {
@@ -327,7 +344,7 @@ TEST(PruningRules, MemoryLowerBoundSkipsConfigurationsThatCannotFit) {
   ASSERT_FALSE(r->top.empty());
   EXPECT_GE(r->top.front().train.pp, 4);
   bool fired = false;
-  for (const auto& line : r->stats.rules) fired = fired || line.rfind(kRuleMemory, 0) == 0;
+  for (const auto& [name, n] : r->stats.rules) fired = fired || name == kRuleMemory;
   EXPECT_TRUE(fired);
 }
 
@@ -338,7 +355,7 @@ TEST(PruningRules, NoValidStrategySkipsConfigurations) {
   auto r = search(s.model, s.cluster, cm, s.opt);
   ASSERT_TRUE(r.ok());
   bool fired = false;
-  for (const auto& line : r->stats.rules) fired = fired || line.rfind(kRuleNoCandidates, 0) == 0;
+  for (const auto& [name, n] : r->stats.rules) fired = fired || name == kRuleNoCandidates;
   EXPECT_TRUE(fired);
   for (const auto& p : r->top)
     if (p.train.pp == 1) EXPECT_EQ(p.train.micro_batches, 1);

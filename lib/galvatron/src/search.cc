@@ -1,21 +1,45 @@
 // Galvatron's task loop around weft's search (weft/galvatron/search.h).
 #include "weft/galvatron/search.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <functional>
+#include <string>
+
+#include "weft/search/pruning.h"
 
 namespace weft::galvatron {
 
 constexpr double kGalvatronMemoryStepMib = 4.0;
+
+Status restrict_to_galvatron(SearchOptions& opt) {
+  if (!opt.schedules.empty()) {
+    if (std::find(opt.schedules.begin(), opt.schedules.end(), Schedule::k1F1B) == opt.schedules.end())
+      return Error{ErrorKind::kBadInput, std::string("--schedule: Galvatron's space has no ") +
+                                             to_string(opt.schedules.front()) + " schedule (1f1b only)"};
+  }
+  opt.schedules = {Schedule::k1F1B};
+  opt.uneven_stages = false;
+  for (const NamedRestriction& r : opt.restrictions)
+    if (r.name == planner::kRuleGalvatronSpace) return Status{};  // restricted already
+  // Each part of its strategy set is decided as soon as the candidate walk sets its field.
+  const auto refuse = [&](StrategyField field, std::function<bool(const LayerStrategy&)> refuses) {
+    opt.restrictions.push_back(NamedRestriction{planner::kRuleGalvatronSpace, field, std::move(refuses)});
+  };
+  refuse(StrategyField::kUlysses, [](const LayerStrategy& s) { return s.tp > 1 && s.ulysses > 1; });
+  refuse(StrategyField::kCp, [](const LayerStrategy& s) { return s.cp > 1; });
+  refuse(StrategyField::kZero, [](const LayerStrategy& s) { return s.zero == 1; });
+  refuse(StrategyField::kRecompute, [](const LayerStrategy& s) { return s.recompute == Recompute::kSelective; });
+  return Status{};
+}
 
 Result<GalvatronSpaceResult> search_galvatron_space(const ModelSpec& model, const ClusterSpec& cluster,
                                                     const GalvatronCostModel& base, SearchOptions opt,
                                                     bool galvatron_space) {
   const auto start = std::chrono::steady_clock::now();
   if (galvatron_space) {
-    opt.galvatron_space = true;
-    opt.uneven_stages = false;
-    opt.schedules = {Schedule::k1F1B};
+    if (Status st = restrict_to_galvatron(opt); !st.ok()) return st.error();
   }
   opt.allow_cp = false;
   // Galvatron's DP counts memory in 1 MB steps; weft's default 64 MiB grid misses its tightest plans
@@ -89,13 +113,13 @@ SearchResult to_search_result(const GalvatronSpaceResult& r) {
   out.top.push_back(r.best);
   out.stats.configurations = r.configurations;
   out.stats.wall_s = r.wall_s;
-  // One "name: count" line per task, as weft's rule log: the task's best iteration time in
+  // One (name, count) entry per task, as weft's rule log: the task's best iteration time in
   // microseconds under Galvatron's accounting, -1 when nothing fits.
   for (const TaskOutcome& t : r.tasks)
-    out.stats.rules.push_back(std::string("galvatron task ") + to_string(t.mode) +
-                              (t.buffer_tp > 0 ? " buffer tp " + std::to_string(t.buffer_tp) : std::string()) +
-                              " iteration us: " +
-                              std::to_string(t.found ? static_cast<long long>(std::llround(t.iteration_s * 1e6)) : -1LL));
+    out.stats.rules.emplace_back(std::string("galvatron task ") + to_string(t.mode) +
+                                     (t.buffer_tp > 0 ? " buffer tp " + std::to_string(t.buffer_tp) : std::string()) +
+                                     " iteration us",
+                                 t.found ? static_cast<long long>(std::llround(t.iteration_s * 1e6)) : -1LL);
   return out;
 }
 

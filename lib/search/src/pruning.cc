@@ -29,12 +29,6 @@ long long RuleLog::total() const {
   return t;
 }
 
-std::vector<std::string> RuleLog::lines() const {
-  std::vector<std::string> out;
-  for (const auto& [name, c] : counts_) out.push_back(name + ": " + std::to_string(c));
-  return out;
-}
-
 std::vector<int> pareto_indices(const std::vector<double>& time, const std::vector<double>& memory) {
   const int n = static_cast<int>(time.size());
   std::vector<int> order(n);

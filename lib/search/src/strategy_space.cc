@@ -1,6 +1,9 @@
+// The search space: pipeline configurations, and one walk over the factorisations of a stage that
+// builds the candidates of a layer or of the embedding with the rules of pruning.h applied.
 #include "weft/search/strategy_space.h"
 
 #include <algorithm>
+#include <array>
 
 namespace weft::planner {
 
@@ -14,15 +17,6 @@ std::vector<int> divisors(int n) {
 }
 
 bool contains(const std::vector<Schedule>& v, Schedule s) { return std::find(v.begin(), v.end(), s) != v.end(); }
-
-// Removes the candidates SearchOptions::accept refuses (a layer of `shape`, or the embedding when
-// null), each counted under the options rule.
-void drop_unaccepted(std::vector<LayerStrategy>& out, const SearchOptions& opt, const LayerShape* shape, RuleLog& log) {
-  if (!opt.accept) return;
-  const size_t before = out.size();
-  std::erase_if(out, [&](const LayerStrategy& s) { return !opt.accept(s, shape); });
-  for (size_t i = out.size(); i < before; ++i) log.add(kRuleOptions);
-}
 
 }  // namespace
 
@@ -47,10 +41,6 @@ std::vector<PipelineConfig> pipeline_configs(const ModelSpec& model, const Clust
   for (int pp : pps) {
     for (Schedule sched : {Schedule::kGpipe, Schedule::k1F1B, Schedule::kInterleaved}) {
       if (!contains(scheds, sched)) continue;
-      if (opt.galvatron_space && sched != Schedule::k1F1B) {
-        log.add(kRuleGalvatronSpace, static_cast<long long>(ms.size()));
-        continue;
-      }
       if (pp == 1) {
         // No pipeline: one schedule. Keep 1F1B if searched, else the first non-interleaved one.
         const bool keep = sched == Schedule::k1F1B ||
@@ -88,198 +78,216 @@ std::vector<PipelineConfig> pipeline_configs(const ModelSpec& model, const Clust
 
 namespace {
 
-struct Limits {
-  int gpn, tp_cap, seq;
-  bool long_seq;
+// --- The factorisations of a stage ---------------------------------------------------------------
+
+// What the walk builds candidates for: a layer of `shape`, or the embedding (shape null: no head or
+// width constraint, no cp, no recompute, ep 1), on S devices whose micro-batch holds pmb samples.
+struct Space {
+  const LayerShape* shape = nullptr;
+  const SearchOptions* opt = nullptr;
+  int S = 1, pmb = 1;
+  int gpn = 1;     // GPUs per node
+  int tp_cap = 1;  // largest tp the options allow
 };
 
-Limits limits(const ClusterSpec& cluster, const SearchOptions& opt) {
-  Limits l;
-  l.gpn = std::max(1, cluster.gpus_per_node);
-  l.tp_cap = opt.max_tp > 0 ? std::min(opt.max_tp, l.gpn) : l.gpn;
-  l.seq = opt.seq;
-  l.long_seq = opt.seq >= opt.long_seq;
-  return l;
+bool kv_fits(const Space& sp, int d) {
+  const int kv = std::max(1, sp.shape->kv_heads);
+  return kv % d == 0 || d % kv == 0;
+}
+
+// tp (tensor x Ulysses degree `d` for the heads) divides what it shards.
+bool heads_fit(const Space& sp, int d) {
+  if (!sp.shape) return true;
+  return sp.shape->heads % d == 0 && kv_fits(sp, d);
+}
+
+bool tp_fits(const Space& sp, int tp) {
+  if (!sp.shape) return true;
+  const long long ffn = sp.shape->moe.enabled() ? sp.shape->moe.expert_ffn : sp.shape->ffn;
+  return heads_fit(sp, tp) && ffn % tp == 0;
+}
+
+bool ulysses_fits(const Space& sp, int tp, int u) {
+  return sp.S % (tp * u) == 0 && heads_fit(sp, tp * u) && sp.opt->seq % u == 0;
+}
+
+// The Ulysses degree that rule ulysses-before-cp asks for before any cp: the largest valid one
+// whose tensor x Ulysses group stays inside a node.
+int ulysses_fill(const Space& sp, int tp) {
+  int fill = 1;
+  for (int u = 1; tp * u <= sp.S && tp * u <= sp.gpn; u *= 2)
+    if (ulysses_fits(sp, tp, u)) fill = u;
+  return fill;
+}
+
+std::vector<int> expert_degrees(const Space& sp, const LayerStrategy& s) {
+  if (!sp.shape || !sp.shape->moe.enabled()) return {1};
+  std::vector<int> eps;
+  for (int ep = 1; ep <= sp.shape->moe.experts; ep *= 2)
+    if (sp.shape->moe.experts % ep == 0 && (s.dp * s.cp) % ep == 0) eps.push_back(ep);
+  return eps;
+}
+
+// The strategies that set field `f` of `s` (the fields before it set) to each value a stage of
+// `sp` admits: what validate() requires of the devices, heads, sequence and samples, no rule.
+std::vector<LayerStrategy> extend(const Space& sp, StrategyField f, const LayerStrategy& s) {
+  std::vector<LayerStrategy> out;
+  auto add = [&](auto set) {
+    LayerStrategy n = s;
+    set(n);
+    out.push_back(n);
+  };
+  switch (f) {
+    case StrategyField::kTp:
+      for (int tp = 1; tp <= sp.S && sp.S % tp == 0; tp *= 2)
+        if (tp_fits(sp, tp)) add([&](LayerStrategy& n) { n.tp = tp; });
+      break;
+    case StrategyField::kSp:
+      add([](LayerStrategy& n) { n.sp = false; });
+      if (s.tp > 1 && sp.opt->seq % s.tp == 0) add([](LayerStrategy& n) { n.sp = true; });
+      break;
+    case StrategyField::kUlysses:
+      for (int u = 1; s.tp * u <= sp.S; u *= 2) {
+        if (!ulysses_fits(sp, s.tp, u)) continue;
+        // The embedding has no cp: its dp is fixed here, and checked here.
+        const int dp = sp.S / (s.tp * u);
+        if (!sp.shape && sp.pmb % dp != 0) continue;
+        add([&](LayerStrategy& n) { n.ulysses = u, n.dp = sp.shape ? n.dp : dp; });
+      }
+      break;
+    case StrategyField::kCp:
+      for (int cp = 1; s.tp * s.ulysses * cp <= sp.S && (cp == 1 || sp.shape); cp *= 2) {
+        if (sp.S % (s.tp * s.ulysses * cp) != 0 || sp.opt->seq % (s.ulysses * cp) != 0) break;
+        const int dp = sp.S / (s.tp * s.ulysses * cp);
+        if (sp.pmb % dp == 0) add([&](LayerStrategy& n) { n.cp = cp, n.dp = dp; });
+      }
+      break;
+    case StrategyField::kZero:
+      for (int zero = 0; zero <= 3; ++zero) add([&](LayerStrategy& n) { n.zero = zero; });
+      break;
+    case StrategyField::kRecompute:
+      for (Recompute rc : {Recompute::kNone, Recompute::kSelective, Recompute::kFull})
+        if (sp.shape || rc == Recompute::kNone) add([&](LayerStrategy& n) { n.recompute = rc; });
+      break;
+    case StrategyField::kEp:
+      for (int ep : expert_degrees(sp, s)) add([&](LayerStrategy& n) { n.ep = ep; });
+      break;
+  }
+  return out;
+}
+
+// --- The candidate rules of pruning.h, each true where it removes ---------------------------------
+
+bool tp_across_nodes(const Space& sp, const LayerStrategy& s) { return s.tp > sp.gpn; }
+bool tp_above_max(const Space& sp, const LayerStrategy& s) { return s.tp > sp.tp_cap; }
+bool ulysses_switched_off(const Space& sp, const LayerStrategy& s) {
+  return s.ulysses > 1 && !sp.opt->allow_ulysses;
+}
+bool short_sequence_across_nodes(const Space& sp, const LayerStrategy& s) {
+  return sp.opt->seq < sp.opt->long_seq && s.tp * s.ulysses > sp.gpn;
+}
+bool cp_switched_off(const Space& sp, const LayerStrategy& s) { return s.cp > 1 && !sp.opt->allow_cp; }
+bool cp_at_short_sequence(const Space& sp, const LayerStrategy& s) {
+  return s.cp > 1 && sp.opt->seq < sp.opt->long_seq;
+}
+bool cp_before_ulysses_fills(const Space& sp, const LayerStrategy& s) {
+  return s.cp > 1 && s.ulysses < ulysses_fill(sp, s.tp);
+}
+bool zero_without_shards(const Space&, const LayerStrategy& s) { return s.zero > 0 && s.shard_group() == 1; }
+bool zero3_switched_off(const Space& sp, const LayerStrategy& s) { return s.zero == 3 && !sp.opt->allow_zero3; }
+
+struct Rule {
+  const char* name;
+  StrategyField field;
+  bool (*removes)(const Space&, const LayerStrategy&);  // null: SearchOptions::restrictions of `field`
+};
+
+// Every rule in the order it is asked; a strategy is counted under the first that removes it.
+constexpr std::array<Rule, 16> kRules{{
+    {kRuleTpInNode, StrategyField::kTp, tp_across_nodes},
+    {kRuleOptions, StrategyField::kTp, tp_above_max},
+    {nullptr, StrategyField::kTp, nullptr},
+    {nullptr, StrategyField::kSp, nullptr},
+    {kRuleOptions, StrategyField::kUlysses, ulysses_switched_off},
+    {nullptr, StrategyField::kUlysses, nullptr},
+    {kRuleSeqShardInNode, StrategyField::kUlysses, short_sequence_across_nodes},
+    {kRuleOptions, StrategyField::kCp, cp_switched_off},
+    {nullptr, StrategyField::kCp, nullptr},
+    {kRuleSeqShardInNode, StrategyField::kCp, cp_at_short_sequence},
+    {kRuleUlyssesFirst, StrategyField::kCp, cp_before_ulysses_fills},
+    {kRuleZeroNeedsShards, StrategyField::kZero, zero_without_shards},
+    {kRuleOptions, StrategyField::kZero, zero3_switched_off},
+    {nullptr, StrategyField::kZero, nullptr},
+    {nullptr, StrategyField::kRecompute, nullptr},
+    {nullptr, StrategyField::kEp, nullptr},
+}};
+
+// Whether a rule of field `f` removes s, counting it under that rule.
+bool removed(const Space& sp, StrategyField f, const LayerStrategy& s, RuleLog& log) {
+  for (const Rule& r : kRules) {
+    if (r.field != f) continue;
+    if (r.removes) {
+      if (!r.removes(sp, s)) continue;
+      log.add(r.name);
+      return true;
+    }
+    for (const NamedRestriction& x : sp.opt->restrictions)
+      if (x.field == f && x.refuses(s)) {
+        log.add(x.name);
+        return true;
+      }
+  }
+  return false;
+}
+
+constexpr std::array<StrategyField, 7> kWalkOrder{StrategyField::kTp,   StrategyField::kSp,
+                                                  StrategyField::kUlysses, StrategyField::kCp,
+                                                  StrategyField::kZero, StrategyField::kRecompute,
+                                                  StrategyField::kEp};
+
+// Sets the fields one after another from `level` on, each rule asked as soon as its field is set,
+// so that a rule counts once per partial strategy it removes (tp-inside-node once per tp).
+void walk(const Space& sp, size_t level, const LayerStrategy& s, RuleLog& log, std::vector<LayerStrategy>& out) {
+  if (level == kWalkOrder.size()) {
+    out.push_back(s);
+    return;
+  }
+  const StrategyField f = kWalkOrder[level];
+  for (const LayerStrategy& next : extend(sp, f, s))
+    if (!removed(sp, f, next, log)) walk(sp, level + 1, next, log, out);
+}
+
+std::vector<LayerStrategy> candidates(const LayerShape* shape, const ClusterSpec& cluster, const SearchOptions& opt,
+                                      int S, int pmb, RuleLog& log) {
+  std::vector<LayerStrategy> out;
+  if (S < 1 || pmb < 1) return out;
+  Space sp;
+  sp.shape = shape;
+  sp.opt = &opt;
+  sp.S = S;
+  sp.pmb = pmb;
+  sp.gpn = std::max(1, cluster.gpus_per_node);
+  sp.tp_cap = opt.max_tp > 0 ? std::min(opt.max_tp, sp.gpn) : sp.gpn;
+  walk(sp, 0, LayerStrategy{}, log, out);
+  // SearchOptions::accept last, each refused candidate counted under the options rule.
+  if (opt.accept) {
+    const size_t before = out.size();
+    std::erase_if(out, [&](const LayerStrategy& s) { return !opt.accept(s, shape); });
+    log.add(kRuleOptions, static_cast<long long>(before - out.size()));
+  }
+  return out;
 }
 
 }  // namespace
 
 std::vector<LayerStrategy> layer_candidates(const LayerShape& shape, const ClusterSpec& cluster,
                                             const SearchOptions& opt, int S, int pmb, RuleLog& log) {
-  std::vector<LayerStrategy> out;
-  if (S < 1 || pmb < 1) return out;
-  const Limits lim = limits(cluster, opt);
-  const long long heads = shape.heads;
-  const int kv = std::max(1, shape.kv_heads);
-  const long long ffn = shape.moe.enabled() ? shape.moe.expert_ffn : shape.ffn;
-  auto kv_ok = [&](int d) { return kv % d == 0 || d % kv == 0; };
-  // Ulysses degree valid for tp (heads, kv heads, sequence, stage size), ignoring rules.
-  auto ulysses_valid = [&](int tp, int u) {
-    return S % (tp * u) == 0 && heads % (static_cast<long long>(tp) * u) == 0 && kv_ok(tp * u) && lim.seq % u == 0;
-  };
-  for (int tp = 1; tp <= S; tp *= 2) {
-    if (S % tp != 0) break;
-    if (heads % tp != 0 || ffn % tp != 0 || !kv_ok(tp)) continue;
-    if (tp > lim.gpn) {
-      log.add(kRuleTpInNode);
-      continue;
-    }
-    if (tp > lim.tp_cap) {
-      log.add(kRuleOptions);
-      continue;
-    }
-    int u_fill = 1;  // the Ulysses degree that rule ulysses-before-cp asks for before any cp
-    for (int u = 1; tp * u <= S && tp * u <= lim.gpn; u *= 2)
-      if (ulysses_valid(tp, u)) u_fill = u;
-    for (int spi = 0; spi < (tp > 1 ? 2 : 1); ++spi) {
-      const bool sp = spi == 1;
-      if (sp && lim.seq % tp != 0) continue;
-      for (int u = 1; tp * u <= S; u *= 2) {
-        if (!ulysses_valid(tp, u)) continue;
-        if (u > 1 && !opt.allow_ulysses) {
-          log.add(kRuleOptions);
-          continue;
-        }
-        if (u > 1 && tp > 1 && opt.galvatron_space) {
-          log.add(kRuleGalvatronSpace);
-          continue;
-        }
-        if (!lim.long_seq && tp * u > lim.gpn) {
-          log.add(kRuleSeqShardInNode);
-          continue;
-        }
-        for (int cp = 1; tp * u * cp <= S; cp *= 2) {
-          if (S % (tp * u * cp) != 0 || lim.seq % (u * cp) != 0) break;
-          const int dp = S / (tp * u * cp);
-          if (pmb % dp != 0) continue;
-          if (cp > 1) {
-            if (!opt.allow_cp) {
-              log.add(kRuleOptions);
-              continue;
-            }
-            if (opt.galvatron_space) {
-              log.add(kRuleGalvatronSpace);
-              continue;
-            }
-            if (!lim.long_seq) {
-              log.add(kRuleSeqShardInNode);
-              continue;
-            }
-            if (u < u_fill) {
-              log.add(kRuleUlyssesFirst);
-              continue;
-            }
-          }
-          std::vector<int> eps{1};
-          if (shape.moe.enabled()) {
-            eps.clear();
-            for (int ep = 1; ep <= shape.moe.experts; ep *= 2)
-              if (shape.moe.experts % ep == 0 && (dp * cp) % ep == 0) eps.push_back(ep);
-          }
-          const int shards = dp * u * cp;
-          for (int zero = 0; zero <= 3; ++zero) {
-            if (zero > 0 && shards == 1) {
-              log.add(kRuleZeroNeedsShards);
-              continue;
-            }
-            if (zero == 3 && !opt.allow_zero3) {
-              log.add(kRuleOptions);
-              continue;
-            }
-            if (zero == 1 && opt.galvatron_space) {
-              log.add(kRuleGalvatronSpace);
-              continue;
-            }
-            for (Recompute rc : {Recompute::kNone, Recompute::kSelective, Recompute::kFull}) {
-              if (rc == Recompute::kSelective && opt.galvatron_space) {
-                log.add(kRuleGalvatronSpace);
-                continue;
-              }
-              for (int ep : eps) {
-                LayerStrategy s;
-                s.tp = tp;
-                s.sp = sp;
-                s.ulysses = u;
-                s.cp = cp;
-                s.dp = dp;
-                s.zero = zero;
-                s.recompute = rc;
-                s.ep = ep;
-                out.push_back(s);
-              }
-            }
-          }
-        }
-      }
-    }
-  }
-  drop_unaccepted(out, opt, &shape, log);
-  return out;
+  return candidates(&shape, cluster, opt, S, pmb, log);
 }
 
-std::vector<LayerStrategy> embedding_candidates(const ModelSpec& model, const ClusterSpec& cluster,
-                                                const SearchOptions& opt, int S, int pmb, RuleLog& log) {
-  std::vector<LayerStrategy> out;
-  if (S < 1 || pmb < 1) return out;
-  const Limits lim = limits(cluster, opt);
-  for (int tp = 1; tp <= S; tp *= 2) {
-    if (S % tp != 0) break;
-    if (tp > lim.gpn) {
-      log.add(kRuleTpInNode);
-      continue;
-    }
-    if (tp > lim.tp_cap) {
-      log.add(kRuleOptions);
-      continue;
-    }
-    for (int spi = 0; spi < (tp > 1 ? 2 : 1); ++spi) {
-      const bool sp = spi == 1;
-      if (sp && lim.seq % tp != 0) continue;
-      for (int u = 1; tp * u <= S; u *= 2) {
-        if (S % (tp * u) != 0) break;
-        if (lim.seq % u != 0) break;
-        const int dp = S / (tp * u);
-        if (pmb % dp != 0) continue;
-        if (u > 1 && !opt.allow_ulysses) {
-          log.add(kRuleOptions);
-          continue;
-        }
-        if (u > 1 && tp > 1 && opt.galvatron_space) {
-          log.add(kRuleGalvatronSpace);
-          continue;
-        }
-        if (!lim.long_seq && tp * u > lim.gpn) {
-          log.add(kRuleSeqShardInNode);
-          continue;
-        }
-        const int shards = dp * u;
-        for (int zero = 0; zero <= 3; ++zero) {
-          if (zero > 0 && shards == 1) {
-            log.add(kRuleZeroNeedsShards);
-            continue;
-          }
-          if (zero == 3 && !opt.allow_zero3) {
-            log.add(kRuleOptions);
-            continue;
-          }
-          if (zero == 1 && opt.galvatron_space) {
-            log.add(kRuleGalvatronSpace);
-            continue;
-          }
-          LayerStrategy s;
-          s.tp = tp;
-          s.sp = sp;
-          s.ulysses = u;
-          s.dp = dp;
-          s.zero = zero;
-          out.push_back(s);
-        }
-      }
-    }
-  }
-  (void)model;
-  drop_unaccepted(out, opt, nullptr, log);
-  return out;
+std::vector<LayerStrategy> embedding_candidates(const ModelSpec&, const ClusterSpec& cluster, const SearchOptions& opt,
+                                                int S, int pmb, RuleLog& log) {
+  return candidates(nullptr, cluster, opt, S, pmb, log);
 }
 
 }  // namespace weft::planner

@@ -1,5 +1,5 @@
 // Planning in Galvatron's search space under its cost model: weft's search (weft/search/search.h,
-// SearchOptions::galvatron_space) run once per Galvatron task kind -- tp_only and tp_with_sp with
+// restricted by restrict_to_galvatron) run once per Galvatron task kind -- tp_only and tp_with_sp with
 // each Megatron-SP buffer size, and sp_only -- each plan scored with Galvatron's exact accounting
 // (GalvatronCostModel::estimate_plan), the fastest that fits kept. Galvatron's own engine runs the
 // same tasks for every (chunks, pp) too; weft's search sweeps those inside each call.
@@ -12,6 +12,14 @@
 #include "weft/search/search.h"
 
 namespace weft::galvatron {
+
+// Galvatron's space (docs/galvatron.md), the way restrict_to_framework() restricts to a framework:
+// even pipeline stages (uneven_stages = false), the 1F1B schedule only, and its strategy set as the
+// restriction "galvatron-space" (weft/search/pruning.h): DDP, ZeRO-2 or ZeRO-3 (no ZeRO-1); tp or
+// Ulysses, not both; no context parallelism; no or full recompute (not selective); on layers and the
+// embedding alike. The global batch stays as given. Schedules the caller chose without 1F1B are an
+// error naming them; with 1F1B among them, 1F1B is kept.
+Status restrict_to_galvatron(SearchOptions& opt);
 
 struct TaskOutcome {
   TpSpMode mode = TpSpMode::kTpOnly;
@@ -30,7 +38,7 @@ struct GalvatronSpaceResult {
 };
 
 // `opt` gives seq, global batch, dtype. With `galvatron_space` (the default) the search is restricted
-// to Galvatron's space (SearchOptions::galvatron_space: 1F1B, even stages, its strategy set);
+// to Galvatron's space (restrict_to_galvatron: 1F1B, even stages, its strategy set);
 // without it weft's own space is searched task by task under the same model (uneven stages, GPipe;
 // what the model cannot cost -- ZeRO-1, cp, interleaving -- drops out). max_tp / allow_ulysses are
 // set per task, and the layer DP's memory step is 4 MiB unless `opt` asks for another (a value

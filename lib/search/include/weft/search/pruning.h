@@ -1,5 +1,6 @@
 // The pruning rules of the plan search, each with its name (as counted in SearchStats::rules), what
-// it removes, and why it is safe. "Exact" rules never remove a plan that could be optimal (under the
+// it removes, and why it is safe. The per-layer rules are named predicates in strategy_space.cc,
+// asked in a fixed order while the candidates are built (weft/search/strategy_space.h). "Exact" rules never remove a plan that could be optimal (under the
 // cost-model assumptions in search.h); "heuristic" rules encode practice and may, in principle, lose
 // an optimum of some cost model. Every rule has a test in tests/search/pruning_test.cc.
 #pragma once
@@ -31,8 +32,10 @@ inline constexpr const char* kRuleUlyssesFirst = "ulysses-before-cp";
 inline constexpr const char* kRuleZeroNeedsShards = "zero-needs-shards";
 // user restriction: SearchOptions::allow_ulysses / allow_cp / allow_zero3 / max_tp switched off.
 inline constexpr const char* kRuleOptions = "options";
-// user restriction: SearchOptions::galvatron_space (Galvatron's strategy set: DDP, ZeRO-2 or ZeRO-3;
-// tp or Ulysses, not both; no context parallelism; no or full recompute; 1F1B; even stages).
+// user restriction: galvatron::restrict_to_galvatron (weft/galvatron/search.h), a
+// SearchOptions::restrictions entry: Galvatron's strategy set (DDP, ZeRO-2 or ZeRO-3; tp or Ulysses,
+// not both; no context parallelism; no or full recompute). Its 1F1B schedule and even stages are
+// SearchOptions::schedules and uneven_stages, which no rule counts.
 inline constexpr const char* kRuleGalvatronSpace = "galvatron-space";
 // exact. Within one activation layout (tp, sp, ulysses, cp, dp), a strategy whose per-micro-batch
 // time (search objective, docs/search.md) and memory are both no better than another's, at one
@@ -57,8 +60,8 @@ inline constexpr const char* kRuleFillPipeline = "fill-the-pipeline";
 inline constexpr const char* kRuleNoPipeline = "one-schedule-without-pipeline";
 // exact under the cost model's own figures. GPipe is dropped at a (pp, m) where 1F1B is also searched
 // and the cost model says GPipe is no faster (step() on equal stage sums) and holds no less memory
-// at any stage (layer() of a probe strategy) -- the DESIGN's bubble is the same, GPipe keeps all m
-// micro-batches' activations.
+// at any stage (layer() of a probe strategy) -- the bubble is the same, GPipe keeps all m
+// micro-batches' activations (docs/cost-model.md §5.2, micro-batches in flight).
 inline constexpr const char* kRuleGpipeDominated = "gpipe-dominated";
 // heuristic. Interleaving depth 2 <= vp <= SearchOptions::max_vp with (pp*vp) dividing the layer
 // count (Megatron's constraint); each extra chunk adds 2 p2p per micro-batch for a bubble shrinking
@@ -81,8 +84,8 @@ class RuleLog {
   void add(std::string_view rule, long long n = 1);
   long long count(std::string_view rule) const;
   long long total() const;
-  // "rule: count" lines, in first-use order.
-  std::vector<std::string> lines() const;
+  // (rule, count) pairs, in first-use order.
+  const std::vector<std::pair<std::string, long long>>& counts() const { return counts_; }
 
  private:
   std::vector<std::pair<std::string, long long>> counts_;

@@ -13,59 +13,17 @@
 //   - every time and memory figure is >= 0.
 #pragma once
 
-#include <functional>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "weft/cost/cost_model.h"
 #include "weft/cost/estimate.h"
 #include "weft/plan/plan.h"
+#include "weft/search/search_options.h"
 
 namespace weft {
-
-struct SearchOptions {
-  int seq = 4096;
-  int global_batch = 512;
-  DType dtype = DType::kBf16;
-  int top_k = 3;
-
-  // Restrict the space (0 / empty = search all).
-  std::vector<int> pp_degrees;             // e.g. {1,2,4}
-  std::vector<Schedule> schedules;         // default: gpipe, 1f1b, interleaved
-  std::vector<int> micro_batches;          // m values; default: divisors of the batch that make sense
-  int max_tp = 0;                          // default: GPUs per node
-  bool allow_ulysses = true, allow_cp = true, allow_zero3 = true;
-  // Further filter on candidate strategies (a layer of `shape`, or the embedding when null); empty
-  // = accept all. restrict_to_framework() and restrict_to_runtime() set it.
-  std::function<bool(const LayerStrategy&, const LayerShape* shape)> accept;
-  bool layerwise = true;                   // per-layer strategies (false: uniform only)
-  bool uneven_stages = true;               // stage boundaries chosen by the partition DP
-  // Galvatron's space: even pipeline split, its strategy set (DDP/ZeRO-2/ZeRO-3, tp or Ulysses,
-  // full or no recompute), 1F1B, no interleaving, fixed global batch.
-  bool galvatron_space = false;
-  double memory_step_mib = 64.0;           // memory discretisation of the layer DP
-  // Context parallelism, and tensor x Ulysses groups wider than a node, are considered only for
-  // sequences at least this long (rule "sequence-sharding-inside-node", weft/search/pruning.h).
-  int long_seq = 16384;
-  int max_vp = 4;                          // deepest interleaving considered (rule "interleave-depth")
-  // Cost middle pipeline stages by interpolating between the first and the last stage (checked on
-  // three strategies per stage; a stage that fails the check is costed in full). docs/search.md.
-  bool interpolate_stages = true;
-  // How many configurations (best by the search objective) are re-ranked with estimate(); 0 means
-  // max(2 * top_k, 8).
-  int rerank = 0;
-
-  // Replace the candidate generators (weft/search/strategy_space.h) when set: the candidates of a
-  // layer of `shape` / of the embedding on a stage of `stage_size` devices whose micro-batch holds
-  // `pmb` samples. Every returned strategy must be valid there (validate()). The per-layer rules of
-  // pruning.h are then not applied; the Pareto and bound rules are. For tests and experiments.
-  std::function<std::vector<LayerStrategy>(const LayerShape& shape, int stage_size, int pmb)> layer_space;
-  std::function<std::vector<LayerStrategy>(int stage_size, int pmb)> embedding_space;
-
-  // Called with (done, total) from the search thread; may be empty.
-  std::function<void(long long, long long)> progress;
-};
 
 struct SearchStats {
   long long configurations = 0;    // (pp, schedule, m, ...) combinations considered
@@ -75,7 +33,9 @@ struct SearchStats {
   long long estimates = 0;         // full-plan estimate() calls in the final ranking
   long long interpolation_fallbacks = 0;  // middle stages costed in full (interpolation check failed)
   double wall_s = 0;
-  std::vector<std::string> rules;  // the pruning rules that fired, with counts
+  // The pruning rules that fired (weft/search/pruning.h names them) with what each removed, in the
+  // order they first fired.
+  std::vector<std::pair<std::string, long long>> rules;
 };
 
 struct SearchResult {
@@ -89,8 +49,6 @@ struct SearchResult {
   SearchStats stats;
 };
 
-// Searches plans for (model, cluster) under `cm`. Errors only for bad input (e.g. a batch that no
-// configuration divides); "nothing fits" is a SearchResult with empty top and `closest` set.
 // What a training framework can run (docs/search.md, "Frameworks"): every framework of
 // framework_options() applies one strategy to all layers (expert parallelism on the MoE layers), so
 // `opt` becomes uniform (with even stages, except for torchtitan). megatron runs everything else (Ulysses as all-to-all context parallelism,
@@ -112,6 +70,9 @@ Status framework_runs(const Plan& p, const std::string& framework);
 // A plan the restricted search returns satisfies runtime_supports().
 Status restrict_to_runtime(SearchOptions& opt);
 
+// Searches plans for (model, cluster) under `cm`. Errors only for bad input (e.g. a batch that no
+// configuration divides); "nothing fits" is a SearchResult with empty top and `closest` set. The
+// same inputs give the same result (stats.wall_s aside).
 Result<SearchResult> search(const ModelSpec& model, const ClusterSpec& cluster, const CostModel& cm,
                             const SearchOptions& opt);
 

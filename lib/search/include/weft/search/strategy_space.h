@@ -6,7 +6,7 @@
 
 #include "weft/plan/plan.h"
 #include "weft/search/pruning.h"
-#include "weft/search/search.h"
+#include "weft/search/search_options.h"
 
 namespace weft::planner {
 
@@ -34,11 +34,17 @@ std::vector<PipelineConfig> pipeline_configs(const ModelSpec& model, const Clust
 // Candidate strategies for a layer of `shape` on a stage of `stage_size` devices whose micro-batch
 // holds `pmb` samples, in a fixed order (tp, sp, ulysses, cp, zero, recompute, ep ascending). Every
 // candidate passes validate()'s per-layer checks; rules remove the rest (counted in `log`).
+// One walk builds them: it sets the fields in that order, each to the values the stage admits (the
+// factorisations tp*ulysses*cp*dp = stage_size with dp dividing pmb), and asks the rules of a field
+// (pruning.h, then SearchOptions::restrictions after the field's options rule) as soon as it is
+// set, so a rule counts once per partial strategy it removes. SearchOptions::accept is asked last,
+// of each complete candidate.
 std::vector<LayerStrategy> layer_candidates(const LayerShape& shape, const ClusterSpec& cluster,
                                             const SearchOptions& opt, int stage_size, int pmb, RuleLog& log);
 
 // Candidate strategies for the embedding / LM head: tp (vocab parallel), sp, ulysses, dp and ZeRO
-// stage under the same rules; no cp, no recompute, ep 1.
+// stage by the same walk and rules; no cp (so dp is fixed, and checked, with ulysses), no
+// recompute, ep 1.
 std::vector<LayerStrategy> embedding_candidates(const ModelSpec& model, const ClusterSpec& cluster,
                                                 const SearchOptions& opt, int stage_size, int pmb, RuleLog& log);
 

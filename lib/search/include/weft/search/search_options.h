@@ -1,0 +1,74 @@
+// What a plan search may consider: the training settings it plans for, the restrictions of its
+// space, and its tuning knobs (weft/search/search.h runs it; docs/search.md). A plain value; the
+// functions in it are only read.
+#pragma once
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "weft/plan/plan.h"
+
+namespace weft {
+
+// The fields of a candidate strategy in the order the candidate walk sets them
+// (weft/search/strategy_space.h). A rule is asked once its field is set.
+enum class StrategyField { kTp, kSp, kUlysses, kCp, kZero, kRecompute, kEp };
+
+// A restriction of the candidate strategies counted under its own name in SearchStats::rules (for
+// instance galvatron::restrict_to_galvatron, weft/galvatron/search.h). `refuses` sees the strategy
+// as far as the walk has set it (the fields after `field` at their defaults; dp is set with cp, and
+// for the embedding, which has no cp, with ulysses). It is asked right after the "options" rule of
+// its field (weft/search/pruning.h; first, where the field has none); a refusal removes the
+// strategy with every candidate the walk would build from it, counted once. Applies to layers and
+// the embedding alike.
+struct NamedRestriction {
+  std::string name;
+  StrategyField field = StrategyField::kTp;
+  std::function<bool(const LayerStrategy& partial)> refuses;
+};
+
+struct SearchOptions {
+  int seq = 4096;
+  int global_batch = 512;
+  DType dtype = DType::kBf16;
+  int top_k = 3;
+
+  // Restrict the space (0 / empty = search all).
+  std::vector<int> pp_degrees;             // e.g. {1,2,4}
+  std::vector<Schedule> schedules;         // default: gpipe, 1f1b, interleaved
+  std::vector<int> micro_batches;          // m values; default: divisors of the batch that make sense
+  int max_tp = 0;                          // default: GPUs per node
+  bool allow_ulysses = true, allow_cp = true, allow_zero3 = true;
+  // Further filter on candidate strategies (a layer of `shape`, or the embedding when null); empty
+  // = accept all. Each refused candidate counts under rule "options". restrict_to_framework() and
+  // restrict_to_runtime() set it.
+  std::function<bool(const LayerStrategy&, const LayerShape* shape)> accept;
+  // Restrictions with their own rule names, asked while the candidates are built (above).
+  std::vector<NamedRestriction> restrictions;
+  bool layerwise = true;                   // per-layer strategies (false: uniform only)
+  bool uneven_stages = true;               // stage boundaries chosen by the partition DP
+  double memory_step_mib = 64.0;           // memory discretisation of the layer DP
+  // Context parallelism, and tensor x Ulysses groups wider than a node, are considered only for
+  // sequences at least this long (rule "sequence-sharding-inside-node", weft/search/pruning.h).
+  int long_seq = 16384;
+  int max_vp = 4;                          // deepest interleaving considered (rule "interleave-depth")
+  // Cost middle pipeline stages by interpolating between the first and the last stage (checked on
+  // three strategies per stage; a stage that fails the check is costed in full). docs/search.md.
+  bool interpolate_stages = true;
+  // How many configurations (best by the search objective) are re-ranked with estimate(); 0 means
+  // max(2 * top_k, 8).
+  int rerank = 0;
+
+  // Replace the candidate generators (weft/search/strategy_space.h) when set: the candidates of a
+  // layer of `shape` / of the embedding on a stage of `stage_size` devices whose micro-batch holds
+  // `pmb` samples. Every returned strategy must be valid there (validate()). The per-layer rules of
+  // pruning.h are then not applied; the Pareto and bound rules are. For tests and experiments.
+  std::function<std::vector<LayerStrategy>(const LayerShape& shape, int stage_size, int pmb)> layer_space;
+  std::function<std::vector<LayerStrategy>(int stage_size, int pmb)> embedding_space;
+
+  // Called with (done, total) from the search thread; may be empty.
+  std::function<void(long long, long long)> progress;
+};
+
+}  // namespace weft

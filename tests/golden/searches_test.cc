@@ -1,0 +1,167 @@
+// Golden searches: `weft plan --format json` for fixed model / cluster pairs across the presets,
+// the frameworks, the space restrictions and the cost models, compared bit for bit with
+// tests/golden/searches.json: the best plan and its estimate, the top plans, the best uniform
+// plan, the notes and the search's counts (every pruning rule with what it removed). Only the
+// search's wall time (search.wall_s) is left out. A case where nothing fits records the exit code
+// and the message instead (the plan needing the least memory, and how much it needs).
+//
+// A refactoring of the search must leave every line identical; a change meant to move plans or
+// counts regenerates the file on purpose:
+//
+//   WEFT_UPDATE_GOLDEN=1 build/bin/weft_golden_searches_test   # rewrites tests/golden/searches.json
+//
+// and the diff of that file is reviewed with the change. The test runs the weft binary itself.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "weft/core/error.h"
+#include "weft/core/json.h"
+
+namespace weft {
+namespace {
+
+const std::string kDir = WEFT_GOLDEN_DIR;
+const std::string kRef = std::string(WEFT_DATA_DIR) + "/reference/galvatron";
+
+struct Case {
+  std::string name;
+  std::vector<std::string> args;  // after `weft plan`; --format json is added
+};
+
+std::vector<std::string> with(std::vector<std::string> a, const std::vector<std::string>& more) {
+  a.insert(a.end(), more.begin(), more.end());
+  return a;
+}
+
+std::vector<Case> cases() {
+  const std::vector<std::string> l7{"--model", "llama-2-7b", "--cluster", "a100-80gb", "--gpus", "8",
+                                    "--seq", "4096", "--global-batch", "512"};
+  const std::vector<std::string> l70{"--model", "llama-3-70b", "--cluster", "h100-80gb", "--gpus", "64",
+                                     "--seq", "8192", "--global-batch", "512"};
+  const std::vector<std::string> gal{"--cost-model", "galvatron", "--galvatron-profiles", kRef, "--galvatron-model",
+                                     kRef + "/llama2-7b.yaml", "--cluster", "a100-80gb", "--gpus", "8",
+                                     "--seq", "2048", "--global-batch", "64"};
+  return {
+      // weft's analytic model, kept to what weft's runtime runs (the default)
+      {"l7-a100x8", l7},
+      {"l70-h100x64", l70},
+      {"g175-a100x1024", {"--model", "gpt3-175b", "--cluster", "a100-80gb", "--gpus", "1024", "--seq", "2048",
+                          "--global-batch", "1536"}},
+      // a model the runtime cannot run: the whole space, with a note
+      {"mixtral-h100x32", {"--model", "mixtral-8x7b", "--cluster", "h100-80gb", "--gpus", "32", "--seq", "4096",
+                           "--global-batch", "256"}},
+      {"qwen2-h200x16-long", {"--model", "qwen2-7b", "--cluster", "h200", "--gpus", "16", "--seq", "32768",
+                              "--global-batch", "64"}},
+      // the whole space: context parallelism at a long sequence, interleaving
+      {"l7-a100x16-long-all", {"--model", "llama-2-7b", "--cluster", "a100-80gb", "--gpus", "16", "--seq",
+                               "131072", "--global-batch", "16", "--all-strategies"}},
+      {"l70-interleaved-all", with(l70, {"--all-strategies", "--schedule", "interleaved", "--pp", "4,8"})},
+      // frameworks
+      {"l7-torchtitan", with(l7, {"--framework", "torchtitan"})},
+      {"l70-megatron", with(l70, {"--framework", "megatron"})},
+      {"l70-megatron-deepspeed", with(l70, {"--framework", "megatron-deepspeed"})},
+      // restrictions of the space
+      {"l7-uniform", with(l7, {"--uniform"})},
+      {"l70-pp-schedule-maxtp", with(l70, {"--pp", "2,4", "--schedule", "gpipe,1f1b", "--max-tp", "4", "--top",
+                                           "5"})},
+      {"l7-a100-40gb-fp16", {"--model", "llama-2-7b", "--cluster", "a100-40gb", "--gpus", "16", "--seq", "2048",
+                             "--global-batch", "256", "--dtype", "fp16", "--memory-gb", "24"}},
+      // Galvatron's space, under weft's model and under Galvatron's own
+      {"l7-galvatron-space", {"--model", "llama-2-7b", "--cluster", "a100-80gb", "--gpus", "8", "--seq", "2048",
+                              "--global-batch", "64", "--galvatron-space"}},
+      {"galvatron-model", gal},
+      {"galvatron-model-space", with(gal, {"--galvatron-space"})},
+      // nothing fits: the plan needing the least memory
+      {"l2-70b-a100x8-nofit", {"--model", "llama-2-70b", "--cluster", "a100-80gb", "--gpus", "8", "--seq", "4096",
+                               "--global-batch", "64"}},
+  };
+}
+
+std::string quote(const std::string& s) {
+  std::string q = "'";
+  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return q + "'";
+}
+
+struct Output {
+  int status = -1;
+  std::string out, err;
+};
+
+std::string read_all(FILE* f) {
+  std::string s;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, f)) > 0) s.append(buf, n);
+  return s;
+}
+
+Output plan(const Case& c) {
+  const std::string err_path = testing::TempDir() + "weft_golden_searches.err";
+  std::string cmd = std::string(WEFT_BINARY_DIR) + "/bin/weft plan";
+  for (const auto& a : c.args) cmd += " " + quote(a);
+  cmd += " --format json 2>" + quote(err_path);
+  Output r;
+  FILE* f = popen(cmd.c_str(), "r");
+  if (!f) return r;
+  r.out = read_all(f);
+  const int st = pclose(f);
+  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+  if (FILE* e = std::fopen(err_path.c_str(), "r")) {
+    r.err = read_all(e);
+    std::fclose(e);
+  }
+  return r;
+}
+
+// What is compared: the JSON less the search's wall time, or for a failed search its exit code and
+// message.
+Result<Json> comparable(const Case& c, const Output& r) {
+  if (r.status != 0) return Json{{"exit", r.status}, {"stderr", r.err}};
+  try {
+    Json j = Json::parse(r.out);
+    if (j.contains("search")) j["search"].erase("wall_s");
+    return j;
+  } catch (const std::exception& e) {
+    return Error{ErrorKind::kBadInput, c.name + ": not JSON: " + e.what() + "\n" + r.out};
+  }
+}
+
+TEST(GoldenSearches, EveryPlanAndCountIsUnchanged) {
+  const std::string path = kDir + "/searches.json";
+  const bool update = std::getenv("WEFT_UPDATE_GOLDEN") != nullptr;
+  Json golden = update ? Json::object() : read_json_file(path);
+  int compared = 0;
+  for (const Case& c : cases()) {
+    const Output r = plan(c);
+    ASSERT_TRUE(r.status == 0 || r.status == 3) << c.name << ": weft plan failed (" << r.status << ")\n" << r.err;
+    auto got = comparable(c, r);
+    ASSERT_TRUE(got.ok()) << got.error().message;
+    if (update) {
+      golden[c.name] = Json{{"args", c.args}, {"search", *got}};
+      continue;
+    }
+    ASSERT_TRUE(golden.contains(c.name)) << c.name << " is not in " << path << " (WEFT_UPDATE_GOLDEN=1 adds it)";
+    const Json& want = golden[c.name]["search"];
+    if (*got != want) {
+      ADD_FAILURE() << c.name << ": the search's output changed (JSON patch from the golden output to today's):\n"
+                    << nlohmann::json::diff(nlohmann::json(want), nlohmann::json(*got)).dump(2);
+    }
+    ++compared;
+  }
+  if (update) {
+    write_json_file(path, golden);
+    std::printf("wrote %zu golden searches to %s\n", golden.size(), path.c_str());
+    return;
+  }
+  EXPECT_EQ(compared, static_cast<int>(golden.size())) << path << " holds cases this test no longer runs";
+  EXPECT_GE(compared, 15);
+}
+
+}  // namespace
+}  // namespace weft
