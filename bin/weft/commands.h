@@ -1,9 +1,11 @@
 // Each CLI subcommand lives in its own cmd_*.cc and registers itself on the app. A command's
-// callback throws CliExit (carrying the exit code) to finish; main() maps it to the process status.
+// callback throws CliExit (carrying the exit code) to finish; cli_main() maps it to the process
+// status.
 #pragma once
 
 #include <CLI/CLI.hpp>
 #include <string>
+#include <vector>
 
 #include "weft/core/error.h"
 
@@ -13,7 +15,19 @@ struct CliExit {
   int code = 0;
 };
 
-// Prints "weft: error: <message>" on stderr and throws CliExit with the error kind's exit code.
+// Adds a family of subcommands to the app (register_*_commands below).
+using Registrar = void (*)(CLI::App&);
+
+// The whole main() of a weft executable (cli_main.cc): an app described by `description` with the
+// subcommands of `registrars` (exactly one required), and `--version` printing `version` unless it
+// is empty. Parses argv and runs the command; returns the exit code: 0 (also after --help or
+// --version), 2 for a flag error, the CliExit code a command finishes with, or the exit code of an
+// InputError's kind. Errors are printed as "weft: error: <message>" on stderr.
+int cli_main(int argc, char** argv, const std::string& description, const std::vector<Registrar>& registrars,
+             const std::string& version = "");
+
+// Prints "weft: error: <message>" on stderr and throws CliExit with the error kind's exit code
+// (defined in cli_main.cc).
 [[noreturn]] void fail(const Error& e);
 // Unwraps a Result or fails with its error.
 template <class T>

@@ -53,10 +53,10 @@ TEST(PipelineSchedule, OneFOneBHoldsAtMostStagesLeftMicroBatches) {
       }
 }
 
-TEST(PipelineSchedule, InterleavedAndBadArgumentsThrow) {
-  EXPECT_THROW(pipeline_actions(Schedule::kInterleaved, 2, 0, 4), std::invalid_argument);
-  EXPECT_THROW(pipeline_actions(Schedule::k1F1B, 2, 2, 4), std::invalid_argument);
-  EXPECT_THROW(pipeline_actions(Schedule::k1F1B, 2, 0, 0), std::invalid_argument);
+TEST(PipelineSchedule, InterleavedAndBadArgumentsAreInvariantFailures) {
+  EXPECT_DEATH(pipeline_actions(Schedule::kInterleaved, 2, 0, 4), "interleaved schedule is not supported");
+  EXPECT_DEATH(pipeline_actions(Schedule::k1F1B, 2, 2, 4), "bad stage 2 of 2");
+  EXPECT_DEATH(pipeline_actions(Schedule::k1F1B, 2, 0, 0), "with 0 micro-batches");
 }
 
 TEST(GradBuckets, WholeParametersFromTheLastUpToTheCap) {
@@ -77,8 +77,8 @@ TEST(GradBuckets, WholeParametersFromTheLastUpToTheCap) {
   ASSERT_EQ(each.size(), 3u);
   EXPECT_EQ(each[0], (BucketRange{4, 6, 2, 2}));
   EXPECT_EQ(each[2], (BucketRange{0, 2, 0, 0}));
-  EXPECT_THROW(bucket_ranges({4}, 4, 0), std::invalid_argument);
-  EXPECT_THROW(bucket_ranges({4, 4}, 6, 8), std::invalid_argument);
+  EXPECT_DEATH(bucket_ranges({4}, 4, 0), "cap must be positive");
+  EXPECT_DEATH(bucket_ranges({4, 4}, 6, 8), "padded size 6 below the 8 elements");
 }
 
 TEST(GradBuckets, ShardPiecesSplitABucketAtShardBoundaries) {

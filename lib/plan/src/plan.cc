@@ -1,13 +1,21 @@
 #include "weft/plan/plan.h"
 
+#include <string>
+
+#include "weft/core/assert.h"
+
 namespace weft {
 
 const LayerStrategy& Plan::layer_strategy(int i) const {
-  for (const auto& st : stages) {
-    if (i >= st.first_layer && i < st.first_layer + st.num_layers()) return st.layers[i - st.first_layer];
-  }
-  assert(false && "layer not covered by any stage");
-  return embedding;
+  const Stage* in = nullptr;
+  for (const auto& st : stages)
+    if (i >= st.first_layer && i < st.first_layer + st.num_layers()) {
+      in = &st;
+      break;
+    }
+  WEFT_ASSERT(in != nullptr, "layer " + std::to_string(i) + " is not covered by any of the plan's " +
+                                 std::to_string(stages.size()) + " stages");
+  return in->layers[i - in->first_layer];
 }
 
 std::optional<LayerStrategy> Plan::uniform_strategy() const {

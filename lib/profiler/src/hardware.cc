@@ -2,25 +2,23 @@
 // slow-down, compute sharing and machine facts, through the runtime's own Comm (the Gloo
 // workarounds the training runs with are what gets timed).
 #include <ATen/ATen.h>
-#include <ATen/Parallel.h>
 
 #include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
-#include <dlfcn.h>
 #include <map>
 #include <thread>
 
-#include "comm.h"
 #include "machine.h"
-#include "model.h"
-#include "optim.h"
-#include "weft/runtime/train.h"
 #include "weft/calibration/hardware_profile.h"
 #include "weft/profiler/profiler.h"
+#include "weft/runtime/comm.h"
+#include "weft/runtime/model.h"
+#include "weft/runtime/optim.h"
 #include "weft/runtime/support.h"
+#include "weft/runtime/train.h"
 
 namespace weft::profiler {
 
@@ -31,12 +29,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
-
-void set_threads(int n) {
-  at::set_num_threads(n);
-  using SetThreads = void (*)(int);  // OpenBLAS's own pool would oversubscribe shared cores
-  if (auto f = reinterpret_cast<SetThreads>(dlsym(RTLD_DEFAULT, "openblas_set_num_threads"))) f(n);
-}
 
 std::string mib(double bytes) {
   char buf[32];
@@ -234,7 +226,7 @@ CollectiveEntry time_collective(Ctx& cx, Collective k, const Shape& sh, std::vec
   return e;
 }
 
-// One step of the built-in model (runtime/train.h) on a single-rank group set: embedding,
+// One step of the built-in model (weft/runtime/train.h) on a single-rank group set: embedding,
 // layers, head and loss, backward, AdamW.
 void warm_up_runtime() {
   const ModelSpec m = runtime::builtin_model();
@@ -320,7 +312,7 @@ Status profile_hardware(const HardwareOptions& o) {
                " ranks of the job");
   if (env.world < 2 && env.rank == 0)
     std::fprintf(stderr, "weft profile: one rank: no collectives to time (run under `weft launch -n N`)\n");
-  set_threads(o.threads);
+  runtime::set_threads(o.threads);
 
   HardwareProfile hp;
   MachineFacts& m = hp.machine;

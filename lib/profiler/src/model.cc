@@ -1,25 +1,24 @@
 // `weft profile model`: forward and backward time and saved activation memory of the runtime's own
-// layers (runtime/model.h), the embedding and the LM head, in this process alone. A tp degree t is
+// layers (weft/runtime/model.h), the embedding and the LM head, in this process alone. A tp degree t is
 // measured on the shard one rank of a t-way group holds: a model whose layer has heads / t heads
 // (kv heads / t, or one when t exceeds them), ffn / t and vocab / t, run without process groups, so
 // the figures hold compute only; the hardware profile prices the collectives.
 #include <ATen/ATen.h>
-#include <ATen/Parallel.h>
 #include <torch/autograd.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cmath>
-#include <dlfcn.h>
 #include <set>
 
 #include "machine.h"
-#include "model.h"
-#include "optim.h"
 #include "weft/calibration/model_profile.h"
 #include "weft/cost/memory.h"
 #include "weft/profiler/profiler.h"
+#include "weft/runtime/model.h"
+#include "weft/runtime/optim.h"
 #include "weft/runtime/support.h"
+#include "weft/runtime/train.h"
 #include "weft/spec/counts.h"
 #include "weft/spec/presets.h"
 
@@ -30,12 +29,6 @@ namespace {
 using Clock = std::chrono::steady_clock;
 double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 constexpr uint64_t kSeed = 1234;
-
-void set_threads(int n) {
-  at::set_num_threads(n);
-  using SetThreads = void (*)(int);
-  if (auto f = reinterpret_cast<SetThreads>(dlsym(RTLD_DEFAULT, "openblas_set_num_threads"))) f(n);
-}
 
 std::string gib(double b) {
   char buf[32];
@@ -228,7 +221,7 @@ Status profile_model(const ModelOptions& o) {
       if (s > m.max_seq)
         return bad("--seq: " + std::to_string(s) + " exceeds the model's learned position table of " +
                    std::to_string(m.max_seq));
-  set_threads(o.threads);
+  runtime::set_threads(o.threads);
 
   ModelProfile prof;
   prof.model = m;

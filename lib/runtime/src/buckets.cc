@@ -1,18 +1,18 @@
 #include "weft/runtime/buckets.h"
 
 #include <algorithm>
-#include <stdexcept>
 #include <string>
+
+#include "weft/core/assert.h"
 
 namespace weft::runtime {
 
 std::vector<BucketRange> bucket_ranges(const std::vector<int64_t>& numels, int64_t padded, int64_t cap) {
-  if (cap <= 0) throw std::invalid_argument("bucket_ranges: cap must be positive, got " + std::to_string(cap));
+  WEFT_ASSERT(cap > 0, "bucket_ranges: cap must be positive, got " + std::to_string(cap));
   std::vector<int64_t> offset(numels.size() + 1, 0);
   for (size_t i = 0; i < numels.size(); ++i) offset[i + 1] = offset[i] + numels[i];
-  if (padded < offset.back())
-    throw std::invalid_argument("bucket_ranges: padded size " + std::to_string(padded) + " below the " +
-                                std::to_string(offset.back()) + " elements of the parameters");
+  WEFT_ASSERT(padded >= offset.back(), "bucket_ranges: padded size " + std::to_string(padded) + " below the " +
+                                           std::to_string(offset.back()) + " elements of the parameters");
   std::vector<BucketRange> out;
   if (numels.empty()) {
     if (padded > 0) out.push_back({0, padded, 0, -1});

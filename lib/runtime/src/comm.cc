@@ -6,7 +6,7 @@
 // Gloo has no ReduceOp::AVG and no bf16: callers sum fp32 and divide.
 // With a libtorch built with NCCL (USE_C10D_NCCL), NcclComm sends CUDA tensors through
 // ProcessGroupNCCL and its native _reduce_scatter_base / _allgather_base.
-#include "comm.h"
+#include "weft/runtime/comm.h"
 
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
@@ -18,7 +18,8 @@
 #include <csignal>
 
 #include <algorithm>
-#include <stdexcept>
+
+#include "weft/core/assert.h"
 
 namespace weft::runtime {
 
@@ -84,9 +85,10 @@ class LocalComm final : public Comm {
   }
   at::Tensor alltoall(const at::Tensor& in) override { return in.clone(); }
   Pending send(const at::Tensor&, int, int) override {
-    throw std::logic_error("send on a group of one rank");
+    WEFT_ASSERT(false, "send on a group of one rank");
+    return {};
   }
-  void recv(at::Tensor&, int, int) override { throw std::logic_error("recv on a group of one rank"); }
+  void recv(at::Tensor&, int, int) override { WEFT_ASSERT(false, "recv on a group of one rank"); }
   void barrier() override {}
 };
 
@@ -322,8 +324,8 @@ struct GroupSet::Impl {
 };
 
 GroupSet::GroupSet(const CommConfig& cfg) : cfg_(cfg), impl_(std::make_unique<Impl>()) {
-  if (cfg.cuda && cfg.world > 1 && !nccl_compiled())
-    throw std::invalid_argument("CUDA tensors across ranks need NCCL, and this libtorch was built without it");
+  WEFT_ASSERT(!(cfg.cuda && cfg.world > 1 && !nccl_compiled()),
+              "CUDA tensors across ranks need NCCL, and this libtorch was built without it");
   for (int r = 0; r < cfg.world; ++r) all_.push_back(r);
   if (cfg.world > 1) {
     // A peer that dies must surface as a failed socket write the caller reports (naming the rank),
@@ -408,8 +410,8 @@ Comm& GroupSet::get(const std::vector<int>& ranks, Channel ch) {
   if (it == groups_.end()) {
     std::string s;
     for (int r : sorted) s += " " + std::to_string(r);
-    throw std::logic_error(std::string(ch == Channel::kGrad ? "gradient-channel " : "") + "process group {" + s +
-                           " } was not built on rank " + std::to_string(cfg_.rank));
+    WEFT_ASSERT(false, std::string(ch == Channel::kGrad ? "gradient-channel " : "") + "process group {" + s +
+                                  " } was not built on rank " + std::to_string(cfg_.rank));
   }
   return *it->second;
 }

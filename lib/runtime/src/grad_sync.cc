@@ -1,12 +1,12 @@
-#include "grad_sync.h"
+#include "weft/runtime/grad_sync.h"
 
 #include <torch/csrc/autograd/utils/lambda_post_hook.h>
 #include <torch/csrc/autograd/variable.h>
 
 #include <algorithm>
 #include <chrono>
-#include <stdexcept>
 
+#include "weft/core/assert.h"
 #include "weft/runtime/buckets.h"
 
 namespace weft::runtime {
@@ -76,10 +76,9 @@ void GradSync::on_grad(int bi, int ui, int p) {
   if (!in_backward_ || !b.active) return;
   Unit& u = *b.unit;
   const ParamSpec& ps = u.spec.params[p];
-  if (b.launched)
-    throw std::logic_error("gradient of " + ps.name +
-                           " arrived after its bucket was reduced (the parameter is used again in a later part of "
-                           "the same backward pass)");
+  WEFT_ASSERT(!b.launched, "gradient of " + ps.name +
+                               " arrived after its bucket was reduced (the parameter is used again in a later part "
+                               "of the same backward pass)");
   if (u.spec.zero == 2) {
     at::NoGradGuard no_grad;
     at::Tensor& g = u.leaves[p].mutable_grad();

@@ -1,12 +1,12 @@
-#include "model.h"
+#include "weft/runtime/model.h"
 
 #include <ATen/CPUGeneratorImpl.h>
 
 #include <cmath>
 #include <limits>
 #include <map>
-#include <stdexcept>
 
+#include "weft/core/assert.h"
 #include "weft/runtime/data.h"
 
 namespace weft::runtime {
@@ -526,7 +526,7 @@ struct Idx {
   bool has(const std::string& k) const { return m.count(k) > 0; }
   int operator[](const std::string& k) const {
     auto it = m.find(k);
-    if (it == m.end()) throw std::logic_error("layer parameter " + k + " missing");
+    WEFT_ASSERT(it != m.end(), "layer parameter " + k + " missing");
     return it->second;
   }
 };

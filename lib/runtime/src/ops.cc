@@ -1,4 +1,4 @@
-#include "ops.h"
+#include "weft/runtime/ops.h"
 
 #include <torch/autograd.h>
 

@@ -1,4 +1,4 @@
-#include "optim.h"
+#include "weft/runtime/optim.h"
 
 #include <cmath>
 #include <set>

@@ -3,14 +3,16 @@
 #include <algorithm>
 #include <cmath>
 #include <numbers>
-#include <stdexcept>
+#include <string>
+
+#include "weft/core/assert.h"
 
 namespace weft::runtime {
 
 std::vector<PipeAction> pipeline_actions(Schedule s, int stages, int stage, int m) {
-  if (stages < 1 || stage < 0 || stage >= stages || m < 1)
-    throw std::invalid_argument("pipeline_actions: bad stage " + std::to_string(stage) + " of " +
-                                std::to_string(stages) + " with " + std::to_string(m) + " micro-batches");
+  WEFT_ASSERT(stages >= 1 && stage >= 0 && stage < stages && m >= 1,
+              "pipeline_actions: bad stage " + std::to_string(stage) + " of " + std::to_string(stages) + " with " +
+                  std::to_string(m) + " micro-batches");
   std::vector<PipeAction> out;
   out.reserve(2 * m);
   switch (s) {
@@ -31,7 +33,8 @@ std::vector<PipeAction> pipeline_actions(Schedule s, int stages, int stage, int 
     }
     case Schedule::kInterleaved: break;
   }
-  throw std::invalid_argument("pipeline_actions: the interleaved schedule is not supported by the runtime");
+  WEFT_ASSERT(false, "pipeline_actions: the interleaved schedule is not supported by the runtime");
+  return out;
 }
 
 int in_flight(const std::vector<PipeAction>& actions) {

@@ -9,8 +9,8 @@
 
 #include <string>
 
-#include "model.h"
-#include "optim.h"
+#include "weft/runtime/model.h"
+#include "weft/runtime/optim.h"
 #include "weft/runtime/params_file.h"
 
 namespace weft::runtime {

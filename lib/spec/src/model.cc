@@ -2,6 +2,8 @@
 
 #include <string>
 
+#include "weft/core/assert.h"
+
 namespace weft {
 
 int ModelSpec::num_layers() const {
@@ -11,13 +13,11 @@ int ModelSpec::num_layers() const {
 }
 
 int ModelSpec::group_of(int i) const {
-  assert(i >= 0);
-  for (size_t g = 0; g < groups.size(); ++g) {
-    if (i < groups[g].count) return static_cast<int>(g);
-    i -= groups[g].count;
-  }
-  assert(false && "layer index out of range");
-  return -1;
+  WEFT_ASSERT(i >= 0 && i < num_layers(),
+              "layer " + std::to_string(i) + " of a model with " + std::to_string(num_layers()) + " layers");
+  int g = 0;
+  for (int first = 0; i >= first + groups[g].count; ++g) first += groups[g].count;
+  return g;
 }
 
 const LayerShape& ModelSpec::layer(int i) const { return groups[group_of(i)].shape; }

@@ -24,8 +24,8 @@ struct BucketRange {
 // from the last parameter to the first, as backward produces them. A bucket takes parameters
 // while it stays within `cap` elements; a parameter larger than `cap` is a bucket of its own. The
 // first bucket returned (the buffer's tail) also covers the padding, so the buckets tile
-// [0, padded) exactly. cap must be positive; an empty `numels` gives one bucket [0, padded) when
-// padded > 0 and none otherwise.
+// [0, padded) exactly. Preconditions (WEFT_ASSERT): cap > 0 and padded >= the sum of `numels`. An
+// empty `numels` gives one bucket [0, padded) when padded > 0 and none otherwise.
 std::vector<BucketRange> bucket_ranges(const std::vector<int64_t>& numels, int64_t padded, int64_t cap);
 
 // The buffer is sharded into `parts` consecutive shards of `shard` elements. Returns, for each shard

@@ -20,7 +20,8 @@ struct PipeAction {
 //          forward has run, then the remaining backwards in order. With one stage this is
 //          F0 B0 F1 B1 ...: gradient accumulation holding one micro-batch of activations.
 // Every stage's sequence is deadlock-free when sends are asynchronous and receives block.
-// interleaved is not supported (callers refuse it earlier; here it throws std::invalid_argument).
+// Preconditions (WEFT_ASSERT): 0 <= stage < stages, m >= 1, and not the interleaved schedule, which
+// callers refuse earlier (check_supported).
 std::vector<PipeAction> pipeline_actions(Schedule s, int stages, int stage, int m);
 
 // Largest number of micro-batches whose activations a stage holds at once under the schedule.

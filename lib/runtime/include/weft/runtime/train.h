@@ -58,6 +58,10 @@ Result<Plan> data_parallel_plan(const ModelSpec& model, int world, int seq, int 
 // files work as bytes; 2 layers, hidden 64; trains in seconds on one CPU core).
 ModelSpec builtin_model();
 
+// Intra-op threads of this process (--threads): torch's, and the own pool of OpenBLAS, which weft
+// links in and which would otherwise oversubscribe the cores that the ranks already share.
+void set_threads(int n);
+
 // Runs one rank. Returns an Error whose kind is the exit code (2 bad input, 4 I/O, 5 a failure
 // while training such as a dead peer). Fatal peer failures detected by the watchdog end the
 // process directly with exit code 5 after printing a message naming the rank.

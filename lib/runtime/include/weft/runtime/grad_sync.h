@@ -17,6 +17,7 @@
 // of a group issuing the same collectives in the same order. Whatever the hooks have not launched
 // when backward returns (a parameter that received no gradient, or overlap turned off) is launched
 // then, in the same order. Zero 3 units are not bucketed: gather_shard's backward reduce-scatters.
+// Internal API of the runtime (needs libtorch): used by lib/runtime and lib/profiler, not torch-free code.
 #pragma once
 
 #include <torch/csrc/autograd/function.h>
@@ -25,7 +26,7 @@
 #include <memory>
 #include <vector>
 
-#include "model.h"
+#include "weft/runtime/model.h"
 
 namespace weft::runtime {
 

@@ -1,6 +1,7 @@
 // Differentiable collectives, as conjugate forward/backward pairs (Megatron's mappings), plus
 // the re-distribution step between layouts, recomputation and the vocab-parallel cross-entropy.
 // A group of size 1 makes every op the identity (no autograd node is created).
+// Internal API of the runtime (needs libtorch): used by lib/runtime and lib/profiler, not torch-free code.
 #pragma once
 
 #include <ATen/ATen.h>
@@ -8,7 +9,7 @@
 #include <functional>
 #include <vector>
 
-#include "comm.h"
+#include "weft/runtime/comm.h"
 
 namespace weft::runtime {
 

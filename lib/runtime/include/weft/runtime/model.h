@@ -3,6 +3,7 @@
 // the data-parallel gradient reduction cuts into buckets (grad_sync.h). Forward functions for GPT-2-style
 // (LayerNorm, learned positions, GELU) and LLaMA-style (RMSNorm, RoPE, SwiGLU, GQA) decoders with
 // tensor, sequence (Megatron-SP, Ulysses) and data parallelism per layer.
+// Internal API of the runtime (needs libtorch): used by lib/runtime and lib/profiler, not torch-free code.
 #pragma once
 
 #include <ATen/ATen.h>
@@ -12,8 +13,8 @@
 #include <string>
 #include <vector>
 
-#include "comm.h"
-#include "ops.h"
+#include "weft/runtime/comm.h"
+#include "weft/runtime/ops.h"
 #include "weft/plan/plan.h"
 #include "weft/plan/rank_map.h"
 

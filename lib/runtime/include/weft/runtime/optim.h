@@ -9,12 +9,13 @@
 //           into a shard accumulator; no full-size gradient is kept.
 //   zero 3: parameters live only as shards; gather_shard's backward reduce-scatters per use.
 // A table tied across the first and last stage has its two copies' gradients summed.
+// Internal API of the runtime (needs libtorch): used by lib/runtime and lib/profiler, not torch-free code.
 #pragma once
 
 #include <memory>
 
-#include "grad_sync.h"
-#include "model.h"
+#include "weft/runtime/grad_sync.h"
+#include "weft/runtime/model.h"
 
 namespace weft::runtime {
 

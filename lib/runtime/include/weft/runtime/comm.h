@@ -1,6 +1,7 @@
 // Comm: the small collective interface the parallel code uses, and GroupSet, the process groups
 // of one rank built from the plan. Everything c10d-specific lives in comm.cc, so a libtorch with
 // the ProcessGroup/Backend split (2.x) or native reduce_scatter needs changes there only.
+// Internal API of the runtime (needs libtorch): used by lib/runtime and lib/profiler, not torch-free code.
 #pragma once
 
 #include <ATen/ATen.h>
@@ -74,7 +75,8 @@ class Comm {
   // out[j] on member i is in[i] of member j.
   virtual at::Tensor alltoall(const at::Tensor& in) = 0;
   // Point-to-point with a group rank. send does not block (keep the Pending until the peer has
-  // received); recv blocks until the tensor arrived.
+  // received); recv blocks until the tensor arrived. On a group of one rank both are invariant
+  // failures (WEFT_ASSERT: there is no peer).
   virtual Pending send(const at::Tensor& t, int peer, int tag) = 0;
   virtual void recv(at::Tensor& t, int peer, int tag) = 0;
   virtual void barrier() = 0;
@@ -96,7 +98,8 @@ struct CommConfig {
   // One collective or point-to-point transfer of a Gloo or NCCL group (PyTorch's default 30 min).
   std::chrono::milliseconds collective_timeout{1800000};
   // Each group also gets a ProcessGroupNCCL for CUDA tensors (needs a libtorch with NCCL:
-  // USE_C10D_NCCL; GroupSet throws otherwise). The current CUDA device must already be set.
+  // USE_C10D_NCCL, which callers check first with nccl_compiled(); GroupSet asserts it when
+  // world > 1). The current CUDA device must already be set.
   bool cuda = false;
 };
 
@@ -111,8 +114,9 @@ enum class Channel { kMain, kGrad };
 
 // The process groups of one rank. build() creates, in one global order that every rank computes
 // identically, every group in `groups` that this rank belongs to (groups it is not in are skipped;
-// each sorted ascending; duplicates collapse). get() returns a built group; singleton groups are
-// local and free. No global state: the GroupSet is owned by the training run.
+// each sorted ascending; duplicates collapse). get() returns a built group (asking for one that
+// was not built is an invariant failure, WEFT_ASSERT); singleton groups are local and free. No
+// global state: the GroupSet is owned by the training run.
 class GroupSet {
  public:
   explicit GroupSet(const CommConfig& cfg);  // connects the store (rank 0 hosts it) when world > 1

@@ -1,0 +1,59 @@
+// The pipeline executor: runs one training step's forward and backward passes of one stage in the
+// order of its schedule (weft/runtime/schedule.h pipeline_actions), with the point-to-point
+// transfers between neighbouring stages. It knows nothing of the model: what a stage computes comes
+// through PipelineStage, and the transfers go through a Comm, so both can be fakes in a test.
+//
+// Transfers of micro-batch k: the activations from stage s to s + 1 have tag 2k, their gradient
+// from s + 1 back to s has tag 2k + 1. Sends are asynchronous and receives block, which every
+// schedule of pipeline_actions() allows without deadlock.
+// Internal API of the runtime (needs libtorch), like comm.h.
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include <vector>
+
+#include "weft/runtime/comm.h"
+#include "weft/runtime/schedule.h"
+
+namespace weft::runtime {
+
+// What one pipeline stage computes. first_stage() / last_stage() say which of input() and loss()
+// are called; begin_backward() / end_backward() bracket every backward pass (the data-parallel
+// gradient reduction runs during them).
+class PipelineStage {
+ public:
+  virtual ~PipelineStage() = default;
+  virtual bool first_stage() const = 0;
+  virtual bool last_stage() const = 0;
+  // First stage: the hidden states that micro-batch k's tokens enter the layers with.
+  virtual at::Tensor input(int k) = 0;
+  // Other stages: an empty tensor of the shape, dtype and device of the activations received.
+  virtual at::Tensor input_buffer() = 0;
+  // The stage's layers.
+  virtual at::Tensor forward(const at::Tensor& x) = 0;
+  // Last stage: the summed token losses of micro-batch k for the layers' output y (a scalar).
+  virtual at::Tensor loss(const at::Tensor& y, int k) = 0;
+  // Around each backward pass; `last`: the step's last backward pass on this stage.
+  virtual void begin_backward(bool last) = 0;
+  virtual void end_backward() = 0;
+};
+
+// Where a stage's transfers go: `comm` carries them; `prev` and `next` are the ranks in comm of
+// this rank's peers on the previous and the next stage (unused on the first / last stage).
+struct StageLinks {
+  Comm* comm = nullptr;
+  int prev = -1, next = -1;
+};
+
+// Runs `actions` (one step of this stage) and waits for its sends. Forward of micro-batch k: the
+// input (first stage) or the activations received from prev, which then require a gradient; the
+// layers; then the loss (last stage) or a send of the activations to next. Backward of k: from the
+// loss divided by `loss_divisor` (last stage), else from the gradient received from next; then
+// the input's gradient is sent to prev (zeros if it got none), except on the first stage.
+// Returns the sum of the last stage's token losses over the micro-batches (0 on other stages).
+// Errors of the transfers propagate as exceptions (Comm's contract).
+double run_pipeline_step(const std::vector<PipeAction>& actions, PipelineStage& stage, const StageLinks& links,
+                         double loss_divisor);
+
+}  // namespace weft::runtime

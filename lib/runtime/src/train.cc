@@ -1,0 +1,346 @@
+// train() (weft/runtime/train.h): one rank's run, from the options to the summary. Its parts live
+// beside it: train_setup.h (options, plan, data and device, before anything connects),
+// default_plan.cc (the plan without --plan), watchdog.h (dead peers), reporter.h (what rank 0
+// prints), fault.h (the --fault hook), weft/runtime/pipeline_executor.h (one step of a stage's
+// passes and transfers) and state.h (checkpoints, parameter files).
+#include <c10/core/impl/DeviceGuardImplInterface.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <set>
+#include <sstream>
+#include <utility>
+
+#include "fault.h"
+#include "reporter.h"
+#include "state.h"
+#include "train_setup.h"
+#include "watchdog.h"
+#include "weft/runtime/model.h"
+#include "weft/runtime/optim.h"
+#include "weft/runtime/pipeline_executor.h"
+#include "weft/runtime/schedule.h"
+
+namespace weft::runtime {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+CommConfig comm_config(const DistEnv& env, const TrainOptions& o, const at::Device& device) {
+  CommConfig cfg;
+  cfg.rank = env.rank;
+  cfg.world = env.world;
+  cfg.master_addr = env.master_addr;
+  cfg.master_port = env.master_port;
+  cfg.timeout = std::chrono::milliseconds(static_cast<int64_t>(o.timeout_s * 1000));
+  cfg.collective_timeout = std::chrono::milliseconds(static_cast<int64_t>(o.collective_timeout_s * 1000));
+  cfg.cuda = device.is_cuda();
+  return cfg;
+}
+
+// --lr 0 (the default): 1e-2 for the small built-in model, 3e-4 otherwise.
+LrSchedule lr_schedule(const TrainOptions& o) {
+  LrSchedule lrs;
+  lrs.peak = o.lr > 0 ? o.lr : (o.plan.empty() && o.model.empty()) ? 1e-2 : 3e-4;
+  lrs.min = o.min_lr >= 0 ? o.min_lr : lrs.peak / 10;
+  lrs.warmup = o.warmup >= 0 ? o.warmup : o.steps / 10;
+  lrs.total = o.steps;
+  return lrs;
+}
+
+std::string grad_sync_note(const GradSync& g, const TrainOptions& o) {
+  if (g.num_buckets() == 0) return "gradient sync: no data-parallel gradient reduction on this rank";
+  char b[192];
+  std::snprintf(b, sizeof b, "gradient sync: %d bucket%s of at most %g MiB on this rank, reduced %s", g.num_buckets(),
+                g.num_buckets() == 1 ? "" : "s", o.bucket_mb,
+                o.grad_overlap == "on" ? "during backward as each completes" : "after backward");
+  return b;
+}
+
+// Rank 0's first lines: the run in one line, the precision and the gradient buckets (--format
+// json: only the precision line, on stderr).
+void print_start(Reporter& rep, const TrainOptions& o, const Plan& plan, int world, const TokenSource& data,
+                 const GradSync& gs, const std::string& device_name, int start_step) {
+  const std::string precision =
+      (plan.train.dtype == DType::kFp32 ? "" : "weft: warning: ") + precision_note(plan, device_name);
+  if (o.format != "text") {
+    std::fprintf(stderr, "%s%s\n", plan.train.dtype == DType::kFp32 ? "weft: " : "", precision.c_str());
+    return;
+  }
+  int64_t params = 0;
+  std::set<std::string> seen;
+  for (int st = 0; st < plan.train.pp; ++st)
+    for (const auto& u : unit_specs(plan, st * plan.devices_per_stage()))
+      for (const auto& p : u.params)
+        if (seen.insert(p.name).second) {
+          int64_t n = 1;
+          for (auto d : p.full_shape) n *= d;
+          params += n;
+        }
+  const int m = plan.train.micro_batches;
+  std::ostringstream h;
+  h << "weft train: model " << plan.model.name << " (" << params << " parameters), " << world << " rank"
+    << (world > 1 ? "s" : "") << ", pp " << plan.train.pp << " " << to_string(plan.train.schedule) << ", "
+    << (o.plan.empty() ? std::string("data parallel") : "plan " + o.plan) << "; global batch "
+    << plan.train.global_batch << " x seq " << plan.train.seq << " in " << m << " micro-batch" << (m > 1 ? "es" : "")
+    << "; data: " << data.describe();
+  rep.line(h.str());
+  rep.line(precision);
+  rep.line(grad_sync_note(gs, o));
+  if (start_step > 0) rep.line("resumed from step " + std::to_string(start_step) + " in " + o.checkpoint_dir);
+}
+
+// Everything that lives while the job runs; on a failure it is deliberately leaked so that no
+// destructor waits on a peer that will never answer.
+struct Job {
+  explicit Job(int r) : rank(r) {}
+  int rank;
+  std::unique_ptr<GroupSet> groups;
+  std::unique_ptr<Watchdog> watchdog;
+  std::unique_ptr<Model> model;
+  std::unique_ptr<Optimizer> opt;
+
+  // After a failure on this rank: names the peer to blame (Watchdog::diagnose), tells the other
+  // ranks, leaks the job and returns the error (kRuntime).
+  Status fail(const std::string& what) {
+    std::string why;
+    if (watchdog) {
+      why = "; " + watchdog->diagnose();
+      watchdog->publish(*groups, first_line(what) + why);
+    }
+    // Leak the job: a ProcessGroupGloo destructor would wait for work stuck on a dead peer.
+    (void)groups.release();
+    (void)watchdog.release();
+    (void)model.release();
+    (void)opt.release();
+    return Error{ErrorKind::kRuntime, "rank " + std::to_string(rank) + ": " + first_line(what) + why};
+  }
+};
+
+// The stage as the pipeline executor sees it: this rank's model, the optimizer's backward hooks,
+// and the micro-batches of step `step`, this rank's token block of them.
+class TrainStage : public PipelineStage {
+ public:
+  TrainStage(Model& m, Optimizer& opt, const TokenSource& data, const Plan& plan)
+      : m_(m), opt_(opt), data_(data), seq_(plan.train.seq), pmb_(plan.train.pipeline_micro_batch()),
+        blk_(m.token_block()), bl_(pmb_ / blk_.batch_parts), tl_(seq_ / blk_.seq_parts) {}
+  int step = 0;  // the step whose micro-batches input() and loss() read
+
+  bool first_stage() const override { return m_.first_stage(); }
+  bool last_stage() const override { return m_.last_stage(); }
+  at::Tensor input(int k) override { return m_.embed(batch(k, false)); }
+  at::Tensor input_buffer() override {
+    return at::empty(m_.input_shape(), at::TensorOptions().dtype(at::kFloat).device(m_.device()));
+  }
+  at::Tensor forward(const at::Tensor& x) override { return m_.forward_layers(x); }
+  at::Tensor loss(const at::Tensor& y, int k) override { return m_.head_loss(y, batch(k, true)); }
+  void begin_backward(bool last) override { opt_.begin_backward(last); }
+  void end_backward() override { opt_.after_backward(); }
+
+ private:
+  // Tokens (inputs) or targets of micro-batch k for this rank's block.
+  at::Tensor batch(int k, bool targets) const {
+    at::Tensor t = at::empty({bl_, tl_}, at::kLong);
+    std::vector<int64_t> buf(seq_ + 1);
+    for (int64_t j = 0; j < bl_; ++j) {
+      data_.sample(step, k * pmb_ + blk_.batch_idx * bl_ + j, seq_ + 1, buf.data());
+      std::copy_n(buf.data() + blk_.seq_idx * tl_ + (targets ? 1 : 0), tl_, t[j].data_ptr<int64_t>());
+    }
+    return t.to(m_.device());
+  }
+  Model& m_;
+  Optimizer& opt_;
+  const TokenSource& data_;
+  int64_t seq_, pmb_;
+  TokenBlock blk_;
+  int64_t bl_, tl_;
+};
+
+// After a step's passes and the gradient reduction: the job's mean token loss and gradient norm
+// (one all-reduce), then the AdamW update with the gradients clipped to `clip` (<= 0: not clipped).
+std::pair<double, double> optimizer_step(Model& model, Optimizer& opt, Comm& world, double loss_sum, int64_t tokens,
+                                 double clip, double lr) {
+  at::Tensor stats = at::zeros({2}, at::kDouble);
+  stats[0] = model.counts_loss() ? loss_sum : 0.0;
+  stats[1] = opt.local_norm_sq();
+  world.allreduce_sum(stats);
+  const double loss = stats[0].item<double>() / static_cast<double>(tokens);
+  const double norm = std::sqrt(stats[1].item<double>());
+  double scale = 1.0;
+  if (clip > 0) {
+    const double coef = clip / (norm + 1e-6);
+    if (coef < 1.0) scale = coef;
+  }
+  opt.step(lr, scale);
+  return {loss, norm};
+}
+
+// What the summary reports, added up over the steps (the first step of a run is not timed).
+struct Totals {
+  double timed_s = 0, grad_wait_s = 0, last_loss = 0;
+  int timed_steps = 0;
+  int64_t resident_grad_bytes = 0;
+  HeldBytes held;  // after the last step's gradient synchronisation
+};
+
+// Collective over the world: what every rank held, one object per rank (the summary's "ranks").
+Json held_by_ranks(Comm& world, const HeldBytes& held, const at::Device& device) {
+  at::Tensor mine = at::tensor({static_cast<double>(held.params), static_cast<double>(held.grads),
+                                static_cast<double>(held.optimizer), static_cast<double>(gathered_param_bytes().peak)},
+                               at::kDouble);
+  at::Tensor all = world.allgather(mine.to(device)).to(at::kCPU);
+  Json ranks = Json::array();
+  for (int r = 0; r < world.size(); ++r)
+    ranks.push_back(Json{{"rank", r},
+                         {"param_bytes", static_cast<int64_t>(all[r][0].item<double>())},
+                         {"grad_bytes", static_cast<int64_t>(all[r][1].item<double>())},
+                         {"optimizer_bytes", static_cast<int64_t>(all[r][2].item<double>())},
+                         {"peak_gathered_param_bytes", static_cast<int64_t>(all[r][3].item<double>())}});
+  return ranks;
+}
+
+Json summary(const TrainOptions& o, const Totals& t, const GradSyncStats& gs, int world, int64_t tokens_per_step,
+             double total_s, Json ranks) {
+  const double mean = t.timed_steps > 0 ? t.timed_s / t.timed_steps : 0;
+  return Json{{"summary", true},
+              {"steps", o.steps},
+              {"final_loss", t.last_loss},
+              {"mean_step_time_s", mean},
+              {"mean_tokens_per_s", mean > 0 ? static_cast<double>(tokens_per_step) / mean : 0.0},
+              {"total_time_s", total_s},
+              {"world_size", world},
+              {"tokens_per_step", tokens_per_step},
+              {"grad_buckets", gs.buckets},
+              {"grad_buckets_launched_in_backward", gs.launched_in_backward},
+              {"grad_buckets_done_in_backward", gs.done_in_backward},
+              {"mean_grad_sync_wait_s", t.timed_steps > 0 ? t.grad_wait_s / t.timed_steps : 0.0},
+              {"resident_grad_bytes", t.resident_grad_bytes},
+              {"ranks", std::move(ranks)}};
+}
+
+}  // namespace
+
+Status train(const TrainOptions& o) {
+  auto env_r = read_dist_env();
+  if (!env_r.ok()) return env_r.error();
+  const DistEnv env = env_r.value();
+  if (Status s = check_options(o); !s.ok()) return s;
+  auto plan_r = load_plan(o, env);
+  if (!plan_r.ok()) return plan_r.error();
+  const Plan plan = std::move(plan_r).value();
+  auto fault_r = parse_fault(o.fault);
+  if (!fault_r.ok()) return fault_r.error();
+  const Fault fault = fault_r.value();
+  auto data_r = open_data(o, plan);
+  if (!data_r.ok()) return data_r.error();
+  const std::unique_ptr<TokenSource> data = std::move(data_r).value();
+  set_threads(o.threads);
+  auto device_r = pick_device(o.device, env);
+  if (!device_r.ok()) return device_r.error();
+  const at::Device device = device_r.value();
+  // The rank's GPU becomes the current device of this thread (NCCL communicators and every CUDA
+  // allocation follow it).
+  if (device.is_cuda()) c10::impl::getDeviceGuardImpl(at::kCUDA)->setDevice(device);
+  const std::string plan_hash = json_hash(to_json(plan));
+  const int rank = env.rank;
+  const int64_t tokens_per_step = static_cast<int64_t>(plan.train.global_batch) * plan.train.seq;
+  Reporter rep(o, o.steps, rank == 0);
+
+  Job job(rank);
+  try {
+    job.groups = std::make_unique<GroupSet>(comm_config(env, o, device));
+    if (env.world > 1) job.watchdog = std::make_unique<Watchdog>(*job.groups, o.timeout_s);
+    job.groups->build(plan_groups(plan));
+    job.groups->build(plan_grad_groups(plan), Channel::kGrad);
+  } catch (const std::exception& e) {
+    return job.fail("could not form the job of " + std::to_string(env.world) + " ranks through " + env.master_addr +
+                    ":" + std::to_string(env.master_port) + ": " + e.what());
+  }
+  int start_step = 0;
+  try {
+    job.model = std::make_unique<Model>(plan, rank, *job.groups, o.seed, device);
+    GradSyncOptions gs;
+    gs.bucket_bytes = std::max<int64_t>(1, static_cast<int64_t>(o.bucket_mb * 1024.0 * 1024.0));
+    gs.overlap = o.grad_overlap == "on";
+    job.opt = std::make_unique<Optimizer>(*job.model, AdamWConfig{o.beta1, o.beta2, o.eps, o.weight_decay}, gs);
+    if (o.resume) {
+      auto st = load_checkpoint(o.checkpoint_dir, *job.model, *job.opt, rank, env.world, plan_hash);
+      if (!st.ok()) return st.error();
+      start_step = st.value();
+    }
+  } catch (const std::exception& e) {
+    return job.fail(e.what());
+  }
+  Model& model = *job.model;
+  Optimizer& opt = *job.opt;
+  GroupSet& groups = *job.groups;
+  Comm& world = groups.world();
+  if (rank == 0)
+    print_start(rep, o, plan, env.world, *data, opt.grad_sync(), device.is_cuda() ? "cuda" : "cpu", start_step);
+
+  const LrSchedule lrs = lr_schedule(o);
+  const auto actions = pipeline_actions(plan.train.schedule, plan.train.pp, model.stage(), plan.train.micro_batches);
+  TrainStage stage(model, opt, *data, plan);
+  const int S = plan.devices_per_stage();
+  const StageLinks links{&world, rank - S, rank + S};
+  Totals tot;
+  const auto run_start = Clock::now();
+  try {
+    for (int step = start_step + 1; step <= o.steps; ++step) {
+      inject(fault, rank, step);
+      if (job.watchdog) job.watchdog->set_step(step);  // "has entered step": lets peers name a laggard
+      const auto t0 = Clock::now();
+      opt.zero_grad();
+      stage.step = step;
+      const double loss_sum = run_pipeline_step(actions, stage, links, static_cast<double>(tokens_per_step));
+      opt.sync_grads();
+      if (step == o.steps) {
+        tot.resident_grad_bytes = opt.resident_grad_bytes();
+        tot.held = opt.held_bytes();
+      }
+      const double lr = lrs.at(step);
+      const auto [loss, norm] = optimizer_step(model, opt, world, loss_sum, tokens_per_step, o.clip, lr);
+      const double dt = seconds_since(t0);
+      rep.step(StepStats{step, loss, norm, lr, static_cast<double>(tokens_per_step) / dt, dt});
+      tot.last_loss = loss;
+      if (step > start_step + 1 || o.steps == start_step + 1)
+        tot.timed_s += dt, ++tot.timed_steps, tot.grad_wait_s += opt.grad_sync().stats().wait_s;
+      if (!o.checkpoint_dir.empty() && (step == o.steps || (o.checkpoint_every > 0 && step % o.checkpoint_every == 0))) {
+        Status cs = save_checkpoint(o.checkpoint_dir, step, model, opt, groups, plan_hash, o.keep_checkpoints);
+        if (!cs.ok()) return job.fail(cs.error().message);
+      }
+    }
+    if (!o.save_params.empty()) {
+      ParamsFile f = consolidate(model, groups, o.steps);
+      if (rank == 0) {
+        Status ws = write_params_file(o.save_params, f);
+        if (!ws.ok()) return job.fail(ws.error().message);
+      }
+    }
+    world.barrier();
+  } catch (const std::exception& e) {
+    return job.fail(e.what());
+  }
+  Json ranks;
+  try {
+    ranks = held_by_ranks(world, tot.held, device);  // rank 0 prints what every rank held
+  } catch (const std::exception& e) {
+    return job.fail(e.what());
+  }
+  if (job.watchdog) job.watchdog->stop();
+  try {
+    world.barrier();  // no rank leaves while another's watchdog still needs the store on rank 0
+  } catch (const std::exception& e) {
+    return job.fail(e.what());
+  }
+  rep.summary(summary(o, tot, opt.grad_sync().stats(), env.world, tokens_per_step, seconds_since(run_start),
+                      std::move(ranks)));
+  return {};
+}
+
+}  // namespace weft::runtime

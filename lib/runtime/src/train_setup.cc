@@ -1,0 +1,111 @@
+#include "train_setup.h"
+
+#include <dlfcn.h>
+
+#include <ATen/Parallel.h>
+#include <torch/cuda.h>
+
+#include <algorithm>
+#include <optional>
+
+#include "weft/runtime/comm.h"
+#include "weft/spec/presets.h"
+
+namespace weft::runtime {
+
+void set_threads(int n) {
+  at::set_num_threads(n);
+  using SetThreads = void (*)(int);
+  if (auto f = reinterpret_cast<SetThreads>(dlsym(RTLD_DEFAULT, "openblas_set_num_threads"))) f(n);
+}
+
+Status check_options(const TrainOptions& o) {
+  auto bad = [](const std::string& m) { return Status(Error{ErrorKind::kBadInput, m}); };
+  if (o.steps < 1) return bad("--steps: must be at least 1, got " + std::to_string(o.steps));
+  if (o.format != "text" && o.format != "json") return bad("--format: expected text or json, got \"" + o.format + "\"");
+  if (o.progress != "auto" && o.progress != "on" && o.progress != "off")
+    return bad("--progress: expected auto, on or off, got \"" + o.progress + "\"");
+  if (!(o.timeout_s > 0)) return bad("--timeout: must be positive, got " + std::to_string(o.timeout_s));
+  if (!(o.collective_timeout_s > 0))
+    return bad("--collective-timeout: must be positive, got " + std::to_string(o.collective_timeout_s));
+  if (o.threads < 1) return bad("--threads: must be at least 1, got " + std::to_string(o.threads));
+  if (!(o.bucket_mb > 0)) return bad("--bucket-mb: must be positive, got " + std::to_string(o.bucket_mb));
+  if (o.device != "auto" && o.device != "cpu" && o.device != "cuda")
+    return bad("--device: expected auto, cpu or cuda, got \"" + o.device + "\"");
+  if (o.grad_overlap != "on" && o.grad_overlap != "off")
+    return bad("--grad-overlap: expected on or off, got \"" + o.grad_overlap + "\"");
+  if (!(o.lr >= 0)) return bad("--lr: must be positive, got " + std::to_string(o.lr));
+  if (o.beta1 < 0 || o.beta1 >= 1 || o.beta2 < 0 || o.beta2 >= 1) return bad("--beta1/--beta2: must be in [0, 1)");
+  if (o.checkpoint_every < 0) return bad("--checkpoint-every: must be >= 0");
+  if (o.resume && o.checkpoint_dir.empty()) return bad("--resume needs --checkpoint-dir");
+  return {};
+}
+
+Result<Plan> load_plan(const TrainOptions& o, const DistEnv& env) {
+  std::optional<ModelSpec> model;
+  if (!o.model.empty()) {
+    auto m = load_model(o.model);
+    if (!m.ok()) return m.error().with_context("--model");
+    model = std::move(m).value();
+  }
+  Plan plan;
+  if (!o.plan.empty()) {
+    auto p = read_plan_file(o.plan);
+    if (!p.ok()) return p.error();
+    plan = std::move(p).value();
+    if (model && !(*model == plan.model))
+      return Error{ErrorKind::kBadInput, "--model " + o.model + " (\"" + model->name + "\") differs from the model the plan " +
+                                             o.plan + " was made for (\"" + plan.model.name + "\")"};
+    if (o.seq || o.global_batch || o.micro_batches)
+      return Error{ErrorKind::kBadInput, "--seq, --global-batch and --micro-batches come from the plan; drop them or "
+                                         "drop --plan"};
+  } else {
+    const ModelSpec m = model ? *model : builtin_model();
+    const int seq = o.seq > 0 ? o.seq : std::min(64, m.max_seq > 0 ? m.max_seq : 64);
+    const int mb = o.micro_batches > 0 ? o.micro_batches : 1;
+    const int gb = o.global_batch > 0 ? o.global_batch : 8 * env.world * mb;
+    auto p = data_parallel_plan(m, env.world, seq, gb, mb);
+    if (!p.ok()) return p.error().with_context("without --plan (data parallel over WORLD_SIZE=" +
+                                               std::to_string(env.world) + ")");
+    plan = std::move(p).value();
+  }
+  Status s = check_supported(plan);
+  if (!s.ok()) return s.error();
+  if (plan.world_size() != env.world)
+    return Error{ErrorKind::kBadInput, "plan: made for " + std::to_string(plan.world_size()) + " devices (cluster " +
+                                           std::to_string(plan.cluster.nodes) + " x " +
+                                           std::to_string(plan.cluster.gpus_per_node) + ") but WORLD_SIZE is " +
+                                           std::to_string(env.world)};
+  return plan;
+}
+
+Result<std::unique_ptr<TokenSource>> open_data(const TrainOptions& o, const Plan& plan) {
+  auto f = data_format_from_string(o.data_format, o.data);
+  if (!f.ok()) return f.error();
+  if (f.value() != DataFormat::kSynthetic && o.data.empty())
+    return Error{ErrorKind::kBadInput, "--data-format " + o.data_format + " needs --data FILE"};
+  if (f.value() == DataFormat::kSynthetic)
+    return Result<std::unique_ptr<TokenSource>>(synthetic_source(plan.model.vocab, o.seed));
+  return file_source(o.data, f.value(), plan.model.vocab, plan.train.seq + 1, o.seed);
+}
+
+Result<at::Device> pick_device(const std::string& want, const DistEnv& env) {
+  if (want == "cpu") return at::Device(at::kCPU);
+  const bool cuda = torch::cuda::is_available();
+  const bool comm_ok = env.world == 1 || nccl_compiled();
+  if (want == "auto" && !(cuda && comm_ok)) return at::Device(at::kCPU);
+  if (!cuda)
+    return Error{ErrorKind::kBadInput, "--device cuda: CUDA is not available to this process "
+                                       "(torch::cuda::is_available() is false: a libtorch built without CUDA, "
+                                       "no GPU, or none visible); use --device cpu or auto"};
+  if (!comm_ok)
+    return Error{ErrorKind::kBadInput, "--device cuda: " + std::to_string(env.world) +
+                                           " ranks on CUDA need NCCL, and this libtorch was built without it"};
+  const int64_t n = static_cast<int64_t>(torch::cuda::device_count());
+  if (env.local_rank >= n)
+    return Error{ErrorKind::kBadInput, "--device cuda: LOCAL_RANK " + std::to_string(env.local_rank) + " but only " +
+                                           std::to_string(n) + " CUDA device(s) are visible"};
+  return at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(env.local_rank));
+}
+
+}  // namespace weft::runtime
