@@ -298,5 +298,41 @@ TEST(Calibrated, SourceSaysMixedWhenAProfileIsMissingOrPartial) {
   EXPECT_EQ(CalibratedCostModel(hw_profile(), layers_profile(), other, p.cluster).source(), "mixed");
 }
 
+TEST(Calibrated, PricerReadsTablesAndNotesFallBacks) {
+  const HardwareProfile hw = hw_profile();
+  const ClusterSpec c = two_rank_node();
+  const CollectiveOptions o;
+  std::vector<std::string> notes;
+  const ProfilePricer pricer(&hw, c, o, &notes);
+  const CommGroup two = place_group(c, 2, 1);
+  bool measured = false;
+  EXPECT_NEAR(pricer.price(Collective::kAllReduce, Bytes(3136), two, &measured).value(), kLayerGrads, 1e-15);
+  EXPECT_TRUE(measured);
+  EXPECT_TRUE(notes.empty());
+  // No all-to-all table: the analytic formula, and one note.
+  EXPECT_EQ(pricer.price(Collective::kAllToAll, Bytes(4096), two, &measured).value(),
+            collective_time(Collective::kAllToAll, Bytes(4096), two, c, o).value());
+  EXPECT_FALSE(measured);
+  ASSERT_EQ(notes.size(), 1u);
+  EXPECT_NE(notes[0].find("all_to_all over 2 ranks"), std::string::npos);
+  // Nothing to price: an empty buffer, a group of one.
+  EXPECT_EQ(pricer.price(Collective::kAllReduce, Bytes(0), two).value(), 0);
+  EXPECT_EQ(pricer.price(Collective::kAllReduce, Bytes(64), place_group(c, 1, 1)).value(), 0);
+}
+
+TEST(Calibrated, SimulationsUseTheScheduleTraitsOfItsStep) {
+  HardwareProfile hw = hw_profile();
+  hw.overlap.group_size = 2;
+  hw.overlap.compute_slowdown = 1.25;
+  ModelProfile mp = layers_profile();
+  mp.runtime.grad_sync_overlaps_backward = false;
+  const Plan p = dp_plan();
+  const CalibratedCostModel cm(hw, mp, p.model, p.cluster);
+  const ScheduleTraits t = cm.schedule_traits();
+  EXPECT_FALSE(t.overlap_grad_sync);
+  EXPECT_EQ(t.overlap_slowdown, 1.25);
+  EXPECT_EQ(t.overlap_slowdown, cm.analytic().schedule_traits().overlap_slowdown);
+}
+
 }  // namespace
 }  // namespace weft

@@ -1,6 +1,7 @@
-// CalibratedCostModel: measured compute and collectives put into weft's analytic cost model. The
-// collective schedule below is that of weft's runtime (lib/runtime: model.cc, ops.cc, optim.cc,
-// trainer.cc), the program the profiles measured; docs/profiles.md lists it term by term.
+// CalibratedCostModel: measured compute and collectives put into weft's analytic cost model. Its
+// communication is the analytic model's traffic description (weft/cost/traffic.h) with the options
+// of weft's runtime (lib/runtime: model.cc, ops.cc, optim.cc, trainer.cc), the program the profiles
+// measured, priced by the hardware profile's tables; docs/profiles.md lists it term by term.
 #include "weft/calibration/calibrated.h"
 
 #include <algorithm>
@@ -8,8 +9,11 @@
 #include <optional>
 #include <utility>
 
+#include "weft/cost/assemble.h"
 #include "weft/cost/estimate.h"
 #include "weft/cost/memory.h"
+#include "weft/cost/pricing.h"
+#include "weft/cost/traffic.h"
 #include "weft/plan/rank_map.h"
 #include "weft/spec/counts.h"
 
@@ -19,13 +23,6 @@ namespace {
 
 double safe(int x) { return static_cast<double>(std::max(1, x)); }
 
-// Compute `compute` that overlaps communication `comm`: the hidden part slows the compute by
-// `slowdown`, the rest of the communication is exposed (the analytic model's rule, §3.5).
-double overlapped(double compute, double comm, double slowdown) {
-  const double hidden = std::min(compute, comm);
-  return compute + (slowdown - 1.0) * hidden + std::max(0.0, comm - compute);
-}
-
 AnalyticOptions adjusted(AnalyticOptions o, const std::optional<HardwareProfile>& hw,
                          const std::optional<ModelProfile>& mp) {
   if (hw) {
@@ -34,10 +31,6 @@ AnalyticOptions adjusted(AnalyticOptions o, const std::optional<HardwareProfile>
   }
   if (mp) o.overlap_grad_sync = mp->runtime.grad_sync_overlaps_backward;
   return o;
-}
-
-void note(std::vector<std::string>* notes, const std::string& s) {
-  if (notes) notes->push_back(s);
 }
 
 // How weft's runtime lays a stage's activations out under s (runtime/model.cc layout_of): batch
@@ -60,6 +53,17 @@ Layout layout_of(const LayerStrategy& s, int S) {
     l.seq_idx.push_back(c.ulysses * sp + (s.sp ? c.tp : 0));
   }
   return l;
+}
+
+// Model-state memory of the analytic figures (which assumed `plan` bytes per parameter) rescaled to
+// the runtime's measured bytes per parameter, when the profile has them (> 0).
+void rescale_states(MemoryBreakdown& m, double measured_bytes_per_param, DType plan) {
+  if (measured_bytes_per_param <= 0) return;
+  const StateBytes ab = state_bytes_per_param(plan);
+  const double k = measured_bytes_per_param / (ab.weights + ab.grads + ab.optimizer);
+  m.weights *= k;
+  m.grads *= k;
+  m.optimizer *= k;
 }
 
 std::string layer_label(const LayerContext& ctx, const LayerStrategy& s) {
@@ -118,32 +122,20 @@ double CalibratedCostModel::sharing(const ClusterSpec& c) const {
   return hw_->sharing_slowdown(std::min(c.gpus_per_node, c.total_gpus()));
 }
 
+ProfilePricer CalibratedCostModel::pricer(const ClusterSpec& c) const {
+  return ProfilePricer(hw_ ? &*hw_ : nullptr, c, analytic_.options().comm, notes_);
+}
+
+void CalibratedCostModel::note(const std::string& line) const {
+  if (notes_) notes_->push_back(line);
+}
+
 Seconds CalibratedCostModel::collective(Collective k, Bytes bytes, const CommGroup& g, const ClusterSpec& c,
                                         bool* measured) const {
-  return collective_noted(k, bytes, g, c, measured, nullptr);
+  return pricer(c).price(k, bytes, g, measured);
 }
 
-Seconds CalibratedCostModel::collective_noted(Collective k, Bytes bytes, const CommGroup& g, const ClusterSpec& c,
-                                              bool* measured, std::vector<std::string>* notes) const {
-  if (measured) *measured = false;
-  if (bytes.value() <= 0 || (k != Collective::kSendRecv && g.size <= 1)) {
-    if (measured) *measured = true;  // nothing to price
-    return Seconds(0);
-  }
-  const Placement pl = g.spans_nodes() ? Placement::kInterNode : Placement::kIntraNode;
-  const int size = k == Collective::kSendRecv ? 2 : g.size;
-  if (hw_) {
-    if (const CollectiveEntry* e = hw_->find(k, size, pl, k == Collective::kSendRecv ? 0 : g.ranks_per_node)) {
-      if (measured) *measured = true;
-      return e->time(bytes);
-    }
-  }
-  note(notes, std::string(profile_name(k)) + " over " + std::to_string(size) + " ranks (" + to_string(pl) +
-                  "): analytic, " + (hw_ ? "not in the hardware profile" : "no hardware profile"));
-  return collective_time(k, bytes, g, c, analytic_.options().comm);
-}
-
-CalibratedCostModel::Compute CalibratedCostModel::layer_compute(const LayerContext& ctx, const LayerStrategy& s) const {
+CalibratedCostModel::Compute CalibratedCostModel::measured_compute(const LayerContext& ctx, const LayerStrategy& s) const {
   Compute out;
   const LayerShape& L = ctx.shape();
   if (!mp_) {
@@ -214,110 +206,43 @@ CalibratedCostModel::Compute CalibratedCostModel::layer_compute(const LayerConte
 }
 
 LayerCost CalibratedCostModel::layer(const LayerContext& ctx, const LayerStrategy& s) const {
-  return layer_noted(ctx, s, nullptr);
-}
-
-LayerCost CalibratedCostModel::layer_noted(const LayerContext& ctx, const LayerStrategy& s,
-                                           std::vector<std::string>* notes) const {
   const LayerCost a = analytic_.layer(ctx, s);
   const LayerShape& L = ctx.shape();
   if (L.moe.enabled()) {  // expert routing and parallelism: the analytic model alone
-    note(notes, layer_label(ctx, s) + ": analytic (MoE layers are not profiled)");
+    note(layer_label(ctx, s) + ": analytic (MoE layers are not profiled)");
     return a;
   }
   const ClusterSpec& c = *ctx.cluster;
   const TrainSettings& tr = ctx.train;
-  const double e = dtype_bytes(wire_dtype(tr));
-  const double t = safe(s.tp), u = safe(s.ulysses), cp = safe(s.cp), dp = safe(s.dp);
-  const double samples = tr.pipeline_micro_batch() / dp;
-  const double tokens = samples * tr.seq / (u * cp);
-  const double h = static_cast<double>(L.hidden);
-  const double q = static_cast<double>(L.heads) * L.head_dim;
-  const double kv = static_cast<double>(L.kv_heads) * L.head_dim;
-  const double blocks = L.kind == LayerKind::kCrossDecoder ? 2 : 1;
-  auto coll = [&](Collective k, double bytes, const CommGroup& g) {
-    return collective_noted(k, Bytes(bytes), g, c, nullptr, notes).value();
-  };
 
   // --- compute: measured, or the analytic model's (split 1 : 2 between forward and backward)
-  const Compute m = layer_compute(ctx, s);
+  const Compute m = measured_compute(ctx, s);
   double comp_f = 0, comp_b = 0, recompute = 0;
   if (m.measured) {
     comp_f = m.fwd;
     comp_b = m.bwd;
     recompute = m.recompute;
-    if (!m.why.empty()) note(notes, layer_label(ctx, s) + ": compute " + m.why);
+    if (!m.why.empty()) note(layer_label(ctx, s) + ": compute " + m.why);
   } else {
     const double total = a.time.compute.value();
     comp_f = total / 3;
     comp_b = total - comp_f + a.time.recompute.value();
     recompute = a.time.recompute.value();
-    note(notes, layer_label(ctx, s) + ": compute analytic: " + m.why);
+    note(layer_label(ctx, s) + ": compute analytic: " + m.why);
   }
 
-  // --- tensor parallel: per attention block and FFN, forward an all-reduce (reduce_from) or with
-  // sequence parallelism an all-gather + reduce-scatter, backward the conjugates. With sequence
-  // parallelism the replicated norm weights and biases (copy_to) sum their gradients; key/value
-  // weights replicated over a kv group (tp > kv heads) too.
-  double tp_f = 0, tp_b = 0;
-  if (s.tp > 1) {
-    const CommGroup g = place_group(c, s.tp, 1);
-    const double act = e * tokens * h;
-    const double per = s.sp ? coll(Collective::kAllGather, act, g) + coll(Collective::kReduceScatter, act, g)
-                            : coll(Collective::kAllReduce, act, g);
-    tp_f = (blocks + 1) * per;
-    tp_b = tp_f;
-    if (s.sp) {
-      const double norm_tensors = (ctx.model->norm == NormKind::kLayerNorm ? 2.0 : 1.0) * (blocks + 1);
-      const double bias_tensors = L.bias ? blocks + 1 : 0.0;
-      tp_b += (norm_tensors + bias_tensors) * coll(Collective::kAllReduce, e * h, g);
-    }
-    if (L.kv_heads % s.tp != 0) {
-      const int rep = s.tp / std::max(1, L.kv_heads);
-      if (rep > 1) {
-        const CommGroup kg = place_group(c, rep, 1);
-        tp_b += blocks * coll(Collective::kAllReduce, e * 2 * L.head_dim * h * (L.bias ? 1.0 + 1.0 / h : 1.0), kg);
-      }
-    }
-  }
-  // --- Ulysses: all-to-all of q, k, v in and of the context out, per attention block; backward alike.
-  double uly = 0;
-  if (s.ulysses > 1) {
-    const CommGroup g = place_group(c, s.ulysses, s.tp);
-    uly = blocks * (2 * coll(Collective::kAllToAll, e * tokens * q / t, g) +
-                    2 * coll(Collective::kAllToAll, e * tokens * kv / t, g));
-  }
-  // --- context and expert parallelism: not run by weft's runtime; the analytic figures.
+  // --- communication: the runtime's traffic priced with the profile's tables. Context
+  // parallelism, which weft's runtime does not run, keeps the analytic figures (and so do experts).
+  LayerTraffic runtime;
+  for (const Transfer& t : layer_traffic(ctx, s, runtime_traffic(wire_dtype(tr))).transfers)
+    if (t.axis != CommAxis::kContext) runtime.transfers.push_back(t);
+  const PricedTraffic pt = price_traffic(runtime, pricer(c));
+  const double tp_f = pt.fwd.tp, tp_b = pt.bwd.tp, uly = pt.fwd.ulysses;
   const double cp_comm = a.time.cp_comm.value(), ep_comm = a.time.ep_comm.value();
-  if (s.cp > 1) note(notes, layer_label(ctx, s) + ": context-parallel communication analytic");
-
-  // --- data parallel / ZeRO over the dp x ulysses x cp ranks holding this tp shard (runtime/optim.cc):
-  //   zero 0: all-reduce of the gradients after the last micro-batch
-  //   zero 1: reduce-scatter of the gradients, then all-gather of the updated parameters
-  //   zero 2: reduce-scatter after every micro-batch, all-gather after the update
-  //   zero 3: parameters all-gathered in every forward (and again in a full recompute), gradients
-  //           reduce-scattered in every backward
-  const LayerParams lp = layer_params(L);
-  const double local = (lp.attention + lp.ffn) / t + lp.norms;
-  const StateBytes sb = state_bytes_per_param(wire_dtype(tr));
+  if (s.cp > 1) note(layer_label(ctx, s) + ": context-parallel communication analytic");
+  const double grad_sync = pt.grad_sync, mb_rs = pt.reduce_b, ag_f = pt.gather_f, ag_b = pt.gather_b;
+  const double local = held_params(L, s).dense;
   const int shard = s.shard_group();
-  const CommGroup dg = place_group(c, shard, s.tp);
-  double grad_sync = 0, mb_rs = 0, ag_f = 0, ag_b = 0;
-  switch (s.zero) {
-    case 0: grad_sync = coll(Collective::kAllReduce, sb.grads * local, dg); break;
-    case 1:
-      grad_sync = coll(Collective::kReduceScatter, sb.grads * local, dg) + coll(Collective::kAllGather, sb.weights * local, dg);
-      break;
-    case 2:
-      mb_rs = coll(Collective::kReduceScatter, sb.grads * local, dg);
-      grad_sync = coll(Collective::kAllGather, sb.weights * local, dg);
-      break;
-    default:
-      mb_rs = coll(Collective::kReduceScatter, sb.grads * local, dg);
-      ag_f = coll(Collective::kAllGather, sb.weights * local, dg);
-      ag_b = s.recompute == Recompute::kFull ? ag_f : 0.0;
-      break;
-  }
 
   // --- assemble. A full recompute re-runs the forward's collectives inside backward.
   const double rc_comm = s.recompute == Recompute::kFull ? tp_f + uly : 0.0;
@@ -336,21 +261,21 @@ LayerCost CalibratedCostModel::layer_noted(const LayerContext& ctx, const LayerS
     bwd = comp_b + comm_b + mb_rs + ag_b;
   }
 
-  LayerCost out;
-  out.fwd = Seconds(fwd);
-  out.bwd = Seconds(bwd);
-  out.grad_sync = Seconds(grad_sync);
+  LayerTimes lt;
+  lt.fwd = fwd;
+  lt.bwd = bwd;
+  lt.grad_sync = grad_sync;
+  lt.recompute = recompute;
+  lt.tp = tp_f + tp_b + (s.recompute == Recompute::kFull ? tp_f : 0.0);
+  lt.ulysses = 2 * uly + (s.recompute == Recompute::kFull ? uly : 0.0);
+  lt.cp = cp_comm;
+  lt.ep = ep_comm;
+  lt.zero3_gather = overlap ? std::max(0.0, fwd - comp_f - comm_f) + std::max(0.0, bwd - comp_b - comm_b)
+                            : ag_f + ag_b + mb_rs;
+  lt.reduce_per_micro_batch = mb_rs;
+  lt.micro_batches = tr.micro_batches;
+  LayerCost out = layer_cost(lt);
   TimeBreakdown& tb = out.time;
-  tb.recompute = Seconds(recompute);
-  tb.tp_comm = Seconds(tp_f + tp_b + (s.recompute == Recompute::kFull ? tp_f : 0.0));
-  tb.ulysses_comm = Seconds(2 * uly + (s.recompute == Recompute::kFull ? uly : 0.0));
-  tb.cp_comm = Seconds(cp_comm);
-  tb.ep_comm = Seconds(ep_comm);
-  tb.zero3_gather = Seconds(overlap ? std::max(0.0, fwd - comp_f - comm_f) + std::max(0.0, bwd - comp_b - comm_b)
-                                    : ag_f + ag_b + mb_rs);
-  tb.compute = Seconds(std::max(0.0, fwd + bwd - tb.recompute.value() - tb.tp_comm.value() - tb.ulysses_comm.value() -
-                                         cp_comm - ep_comm - tb.zero3_gather.value()));
-  tb.dp_comm = Seconds(grad_sync + std::max(1, tr.micro_batches) * mb_rs);
 
   // --- optimizer: the runtime's measured per-step cost per updated parameter
   const double opt_params = local / (s.zero >= 1 ? safe(shard) : 1.0);
@@ -358,30 +283,19 @@ LayerCost CalibratedCostModel::layer_noted(const LayerContext& ctx, const LayerS
     out.optimizer = Seconds(mp_->runtime.optimizer_s_per_param * opt_params * sharing(c));
   } else {
     out.optimizer = a.optimizer;
-    note(notes, layer_label(ctx, s) + ": optimizer analytic");
+    note(layer_label(ctx, s) + ": optimizer analytic");
   }
   tb.optimizer = out.optimizer;
 
   // --- memory: the analytic model's states (rescaled to the runtime's measured bytes per
   // parameter), measured activations times the micro-batches in flight
   out.memory = a.memory;
-  if (mp_ && mp_->runtime.state_bytes_per_param > 0) {
-    const StateBytes ab = state_bytes_per_param(tr.dtype);  // what the analytic figures assumed
-    const double k = mp_->runtime.state_bytes_per_param / (ab.weights + ab.grads + ab.optimizer);
-    out.memory.weights *= k;
-    out.memory.grads *= k;
-    out.memory.optimizer *= k;
-  }
+  if (mp_) rescale_states(out.memory, mp_->runtime.state_bytes_per_param, tr.dtype);
   if (m.measured) out.memory.activations = Bytes(m.act * micro_batches_in_flight(tr, ctx.stage));
   return out;
 }
 
 LayerCost CalibratedCostModel::stage_extra(const StageContext& ctx, const LayerStrategy& emb) const {
-  return stage_extra_noted(ctx, emb, nullptr);
-}
-
-LayerCost CalibratedCostModel::stage_extra_noted(const StageContext& ctx, const LayerStrategy& emb,
-                                                 std::vector<std::string>* notes) const {
   const LayerCost a = analytic_.stage_extra(ctx, emb);
   if (!ctx.first() && !ctx.last()) return a;
   const ModelSpec& model = *ctx.model;
@@ -390,7 +304,7 @@ LayerCost CalibratedCostModel::stage_extra_noted(const StageContext& ctx, const 
   const std::string what = std::string(ctx.first() ? "embedding" : "") + (ctx.first() && ctx.last() ? " and " : "") +
                            (ctx.last() ? "head" : "");
   if (!mp_ || !mp_->covers_edges(model)) {
-    note(notes, what + ": analytic (" + (mp_ ? "the model profile is of another vocabulary / width" : "no model profile") +
+    note(what + ": analytic (" + (mp_ ? "the model profile is of another vocabulary / width" : "no model profile") +
                     ")");
     return a;
   }
@@ -399,107 +313,52 @@ LayerCost CalibratedCostModel::stage_extra_noted(const StageContext& ctx, const 
   const double samples = tr.pipeline_micro_batch() / dp;
   const double seq_local = tr.seq / (u * cp);  // the embedding and head work token by token
   const double tokens = samples * seq_local;
-  const double h = static_cast<double>(model.hidden), vocab = static_cast<double>(model.vocab);
+  const double vocab = static_cast<double>(model.vocab);
   std::optional<PhaseCost> E, H;
   if (ctx.first()) E = interpolate(mp_->embedding, emb.tp, Recompute::kNone, samples, seq_local);
   if (ctx.last()) H = interpolate(mp_->head, emb.tp, Recompute::kNone, samples, seq_local);
   if ((ctx.first() && !E) || (ctx.last() && !H)) {
-    note(notes, what + ": analytic (no tp=" + std::to_string(emb.tp) + " samples)");
+    note(what + ": analytic (no tp=" + std::to_string(emb.tp) + " samples)");
     return a;
   }
   if ((E && E->extrapolated) || (H && H->extrapolated))
-    note(notes, what + ": extrapolated beyond the profiled micro-batch / sequence range");
-  auto coll = [&](Collective k, double bytes, const CommGroup& g) {
-    return collective_noted(k, Bytes(bytes), g, c, nullptr, notes).value();
-  };
+    note(what + ": extrapolated beyond the profiled micro-batch / sequence range");
   const double share = sharing(c);
-  const CommGroup tg = place_group(c, emb.tp, 1);
-  const double act = e * tokens * h;
-  const bool sp = emb.sp && emb.tp > 1;
 
   // ZeRO-3's own compute on the gathered views: zero-3 minus zero-0 samples.
   auto zero3_extra = [&](const std::vector<PhaseSample>& v, double& f, double& b) {
     if (emb.zero != 3) return;
     const auto own = zero3_own_work(v, emb.tp, samples, seq_local);
     if (!own) {
-      note(notes, what + ": no zero=3 samples (ZeRO-3's own compute left out)");
+      note(what + ": no zero=3 samples (ZeRO-3's own compute left out)");
       return;
     }
     f += own->first * share;
     b += own->second * share;
   };
-  double fwd = 0, bwd = 0, tp_f = 0, tp_b = 0, saved = 0, params = 0;
-  std::vector<double> units;  // parameter buckets the runtime reduces separately
+  double fwd = 0, bwd = 0, saved = 0;
   if (E) {
     zero3_extra(mp_->embedding, fwd, bwd);
     fwd += E->forward_s * share;
     bwd += E->backward_s * share;
     saved += E->activation_bytes;
-    if (emb.tp > 1) {  // vocab-parallel lookup: partial rows summed (reduce-scattered with SP)
-      tp_f += sp ? coll(Collective::kReduceScatter, act, tg) : coll(Collective::kAllReduce, act, tg);
-      if (sp) tp_b += coll(Collective::kAllGather, act, tg);
-      if (sp && model.position == PositionKind::kLearned) {  // the replicated position table's gradient
-        const double P = model.max_seq > 0 ? model.max_seq : tr.seq;
-        tp_b += coll(Collective::kAllReduce, e * P * h, tg);
-      }
-    }
-    units.push_back(vocab * h / t);
-    if (model.position == PositionKind::kLearned) units.push_back((model.max_seq > 0 ? model.max_seq : tr.seq) * h);
   }
   if (H) {
     zero3_extra(mp_->head, fwd, bwd);
     fwd += H->forward_s * share;
     bwd += H->backward_s * share;
     saved += H->activation_bytes;
-    const double norm_tensors = model.norm == NormKind::kLayerNorm ? 2.0 : 1.0;
-    if (emb.tp > 1) {
-      // input gathered (SP) or copied to every rank; max, exp-sum and target logit all-reduced
-      if (sp) {
-        tp_f += coll(Collective::kAllGather, act, tg);
-        tp_b += coll(Collective::kReduceScatter, act, tg) + norm_tensors * coll(Collective::kAllReduce, e * h, tg);
-      } else {
-        tp_b += coll(Collective::kAllReduce, act, tg);
-      }
-      tp_f += 3 * coll(Collective::kAllReduce, 4 * tokens, tg);
-    }
-    double head = norm_tensors * h;
-    if (!model.tied_embeddings) head += vocab * h / t;
-    units.push_back(head);
-    if (model.tied_embeddings && !ctx.first()) units.push_back(vocab * h / t);  // the tied copy
   }
-  for (double n : units) params += n;
 
-  // Gradient reduction of each bucket (runtime/optim.cc), and the tied table's two copies summed.
-  const StateBytes sb = state_bytes_per_param(wire_dtype(tr));
+  // Communication: the runtime's (vocab-parallel lookup and loss, each parameter tensor's gradient
+  // reduction at the strategy's ZeRO stage, the tied table's two copies summed), profile-priced.
+  const TrafficOptions to = runtime_traffic(wire_dtype(tr));
+  double params = 0;
+  for (double n : edge_param_buckets(ctx, emb, to)) params += n;
+  const PricedTraffic pt = price_traffic(edge_traffic(ctx, emb, to), pricer(c));
+  const double tp_f = pt.fwd.tp, tp_b = pt.bwd.tp, mb_f = pt.gather_f, mb_b = pt.reduce_b;
+  const double grad_sync = pt.grad_sync;
   const int shard = emb.shard_group();
-  const CommGroup dg = place_group(c, shard, emb.tp);
-  // Per bucket, as for layers: zero 0 all-reduce; zero 1 reduce-scatter + all-gather; zero 2
-  // reduce-scatter every micro-batch + all-gather; zero 3 all-gather every forward, reduce-scatter
-  // every backward.
-  double grad_sync = 0, mb_f = 0, mb_b = 0;
-  for (double n : units) {
-    switch (emb.zero) {
-      case 0: grad_sync += coll(Collective::kAllReduce, sb.grads * n, dg); break;
-      case 1:
-        grad_sync += coll(Collective::kReduceScatter, sb.grads * n, dg) + coll(Collective::kAllGather, sb.weights * n, dg);
-        break;
-      case 2:
-        mb_b += coll(Collective::kReduceScatter, sb.grads * n, dg);
-        grad_sync += coll(Collective::kAllGather, sb.weights * n, dg);
-        break;
-      default:
-        mb_f += coll(Collective::kAllGather, sb.weights * n, dg);
-        mb_b += coll(Collective::kReduceScatter, sb.grads * n, dg);
-        break;
-    }
-  }
-  if (model.tied_embeddings && ctx.num_stages > 1) {
-    const int span = ctx.stage_size * std::max(0, tr.pp - 1);
-    CommGroup pair;
-    pair.size = 2;
-    pair.ranks_per_node = span >= c.gpus_per_node ? 1 : 2;
-    grad_sync += coll(Collective::kAllReduce, sb.grads * vocab * h / t / (emb.zero >= 2 ? safe(shard) : 1.0), pair);
-  }
 
   LayerCost out;
   const bool overlap = analytic_.options().overlap_grad_sync && emb.zero < 3;  // as for layers
@@ -517,13 +376,7 @@ LayerCost CalibratedCostModel::stage_extra_noted(const StageContext& ctx, const 
   out.time.optimizer = out.optimizer;
 
   out.memory = a.memory;
-  if (mp_->runtime.state_bytes_per_param > 0) {
-    const StateBytes ab = state_bytes_per_param(tr.dtype);  // what the analytic figures assumed
-    const double k = mp_->runtime.state_bytes_per_param / (ab.weights + ab.grads + ab.optimizer);
-    out.memory.weights *= k;
-    out.memory.grads *= k;
-    out.memory.optimizer *= k;
-  }
+  rescale_states(out.memory, mp_->runtime.state_bytes_per_param, tr.dtype);
   // Measured activations include the logits and the loss's saved softmax, which the analytic model
   // books under `other`; keep only its runtime overhead there.
   out.memory.activations = Bytes(saved * micro_batches_in_flight(tr, ctx.stage));
@@ -537,11 +390,6 @@ LayerCost CalibratedCostModel::stage_extra_noted(const StageContext& ctx, const 
 }
 
 Seconds CalibratedCostModel::transition(const LayerContext& ctx, const LayerStrategy& a, const LayerStrategy& b) const {
-  return transition_noted(ctx, a, b, nullptr);
-}
-
-Seconds CalibratedCostModel::transition_noted(const LayerContext& ctx, const LayerStrategy& a, const LayerStrategy& b,
-                                              std::vector<std::string>* notes) const {
   // runtime/ops.cc redistribute: unless the source layout is replicated (a local slice), every
   // rank all-gathers the stage's blocks over the stage group; backward moves the gradient back
   // the same way (from b's layout).
@@ -554,35 +402,19 @@ Seconds CalibratedCostModel::transition_noted(const LayerContext& ctx, const Lay
   const CommGroup g = place_group(c, S, 1);
   double t = 0;
   if (!la.replicated())
-    t += collective_noted(Collective::kAllGather, Bytes(whole / (la.batch_parts * la.seq_parts) * S), g, c, nullptr, notes)
+    t += pricer(c).price(Collective::kAllGather, Bytes(whole / (la.batch_parts * la.seq_parts) * S), g)
              .value();
   if (!lb.replicated())
-    t += collective_noted(Collective::kAllGather, Bytes(whole / (lb.batch_parts * lb.seq_parts) * S), g, c, nullptr, notes)
+    t += pricer(c).price(Collective::kAllGather, Bytes(whole / (lb.batch_parts * lb.seq_parts) * S), g)
              .value();
   return Seconds(t);
 }
 
 Seconds CalibratedCostModel::p2p(const StageContext& ctx, const LayerStrategy& s) const {
-  return p2p_noted(ctx, s, nullptr);
-}
-
-Seconds CalibratedCostModel::p2p_noted(const StageContext& ctx, const LayerStrategy& s,
-                                       std::vector<std::string>* notes) const {
   // runtime/trainer.cc: each rank sends its output block (the boundary layer's layout) to the rank
   // S ahead, and receives the gradient of it back.
-  if (ctx.num_stages <= 1) return Seconds(0);
-  const ClusterSpec& c = *ctx.cluster;
-  const TrainSettings& tr = ctx.train;
-  const int pp = std::max(1, tr.pp), S = std::max(1, ctx.stage_size), G = std::max(1, c.gpus_per_node);
-  const int g1 = ctx.stage % pp, g2 = (ctx.stage + 1) % pp;
-  const bool cross = S >= G || (g1 * S) / G != (g2 * S) / G;
-  const Layout l = layout_of(s, S);
-  const double block = dtype_bytes(wire_dtype(tr)) * tr.pipeline_micro_batch() / l.batch_parts * tr.seq / l.seq_parts *
-                       static_cast<double>(ctx.model->hidden);
-  CommGroup pair;
-  pair.size = 2;
-  pair.ranks_per_node = cross ? 1 : 2;
-  return collective_noted(Collective::kSendRecv, Bytes(block), pair, c, nullptr, notes) * 2.0;
+  const TrafficOptions o = runtime_traffic(wire_dtype(ctx.train));
+  return Seconds(price_traffic(p2p_traffic(ctx, s, o), pricer(*ctx.cluster)).p2p);
 }
 
 StepCost CalibratedCostModel::step(const TrainSettings& train, const std::vector<StageSums>& stages) const {
@@ -622,6 +454,8 @@ Bytes CalibratedCostModel::memory_budget(const ClusterSpec& c) const { return an
 
 std::vector<std::string> CalibratedCostModel::coverage(const Plan& p) const {
   std::vector<std::string> notes;
+  CalibratedCostModel noting(*this);  // this model, writing its fall-backs into `notes`
+  noting.notes_ = &notes;
   const int n = static_cast<int>(p.stages.size());
   for (int s = 0; s < n; ++s) {
     const Stage& st = p.stages[s];
@@ -630,11 +464,11 @@ std::vector<std::string> CalibratedCostModel::coverage(const Plan& p) const {
     static_cast<StageContext&>(lctx) = sctx;
     for (int i = 0; i < st.num_layers(); ++i) {
       lctx.layer = st.first_layer + i;
-      (void)layer_noted(lctx, st.layers[i], &notes);
-      if (i > 0) (void)transition_noted(lctx, st.layers[i - 1], st.layers[i], &notes);
+      (void)noting.layer(lctx, st.layers[i]);
+      if (i > 0) (void)noting.transition(lctx, st.layers[i - 1], st.layers[i]);
     }
-    (void)stage_extra_noted(sctx, p.embedding, &notes);
-    if (s + 1 < n) (void)p2p_noted(sctx, st.layers.back(), &notes);
+    (void)noting.stage_extra(sctx, p.embedding);
+    if (s + 1 < n) (void)noting.p2p(sctx, st.layers.back());
   }
   // One line per distinct fall-back, in first-seen order.
   std::vector<std::string> out;

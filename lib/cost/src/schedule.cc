@@ -5,7 +5,6 @@
 #include <cassert>
 #include <tuple>
 
-#include "weft/cost/analytic.h"
 #include "weft/cost/estimate.h"
 
 namespace weft {
@@ -237,10 +236,9 @@ ScheduleSpec schedule_spec(const TrainSettings& train, int stages, const CostMod
   sp.schedule = sp.vp > 1 ? Schedule::kInterleaved : train.schedule;
   sp.micro_batches = std::max(1, train.micro_batches);
   sp.overlap_p2p = sp.schedule == Schedule::kInterleaved;
-  if (const auto* a = dynamic_cast<const AnalyticCostModel*>(&cm)) {
-    sp.overlap_grad_sync = a->options().overlap_grad_sync;
-    sp.overlap_slowdown = std::max(1.0, a->options().overlap_slowdown);
-  }
+  const ScheduleTraits traits = cm.schedule_traits();
+  sp.overlap_grad_sync = traits.overlap_grad_sync;
+  sp.overlap_slowdown = std::max(1.0, traits.overlap_slowdown);
   return sp;
 }
 

@@ -10,7 +10,9 @@
 //   - overlap slow-down and runtime memory overhead: the hardware profile;
 //   - everything else (context parallelism, MoE experts, a tp degree or recompute mode the model
 //     profile lacks, a group size the hardware profile lacks): the analytic model.
-// The collective schedule priced is that of weft's runtime (the one the profiles measured).
+// The communication priced is the analytic model's description of a layer's traffic
+// (weft/cost/traffic.h) with the options of weft's runtime (runtime_traffic: the schedule the
+// profiles measured), priced by the profile's tables (ProfilePricer, weft/calibration/profile_pricer.h).
 //
 // Pure: every method is a function of its arguments; thread-safe for concurrent reads.
 #pragma once
@@ -22,6 +24,7 @@
 
 #include "weft/calibration/hardware_profile.h"
 #include "weft/calibration/model_profile.h"
+#include "weft/calibration/profile_pricer.h"
 #include "weft/cost/analytic.h"
 #include "weft/cost/cost_model.h"
 
@@ -48,6 +51,8 @@ class CalibratedCostModel : public CostModel {
   Seconds p2p(const StageContext& ctx, const LayerStrategy& s) const override;
   StepCost step(const TrainSettings& train, const std::vector<StageSums>& stages) const override;
   Bytes memory_budget(const ClusterSpec& c) const override;
+  // The analytic model's (its overlap slow-down from the hardware profile): step() runs its schedule.
+  ScheduleTraits schedule_traits() const override { return analytic_.schedule_traits(); }
 
   // Which figures of plan p come from measurements: one line per term that fell back to the
   // analytic model ("layer 3 (tp4 dp1): compute analytic: no tp=4 samples for group decoder").
@@ -69,25 +74,22 @@ class CalibratedCostModel : public CostModel {
     bool measured = false;
     std::string why;                   // why not measured, or a caveat (extrapolated)
   };
-  Compute layer_compute(const LayerContext& ctx, const LayerStrategy& s) const;
+  Compute measured_compute(const LayerContext& ctx, const LayerStrategy& s) const;
   double sharing(const ClusterSpec& c) const;
   // Element type of activations, gradients and messages: the model profile's runtime dtype when
   // there is a profile, else the plan's.
   DType wire_dtype(const TrainSettings& tr) const;
-  // The CostModel methods with a sink for fall-back notes (nullptr: none), shared with coverage().
-  Seconds collective_noted(Collective k, Bytes bytes, const CommGroup& g, const ClusterSpec& c, bool* measured,
-                           std::vector<std::string>* notes) const;
-  LayerCost layer_noted(const LayerContext& ctx, const LayerStrategy& s, std::vector<std::string>* notes) const;
-  LayerCost stage_extra_noted(const StageContext& ctx, const LayerStrategy& emb, std::vector<std::string>* notes) const;
-  Seconds transition_noted(const LayerContext& ctx, const LayerStrategy& a, const LayerStrategy& b,
-                           std::vector<std::string>* notes) const;
-  Seconds p2p_noted(const StageContext& ctx, const LayerStrategy& s, std::vector<std::string>* notes) const;
+  // The profile's collective tables on cluster c, writing fall-backs into notes_.
+  ProfilePricer pricer(const ClusterSpec& c) const;
+  void note(const std::string& line) const;
 
   std::optional<HardwareProfile> hw_;
   std::optional<ModelProfile> mp_;
   AnalyticCostModel analytic_;
   ClusterSpec cluster_;  // the cluster plans are costed for (the world of the per-step all-reduce)
   std::string source_;
+  // Where fall-backs are written: null, except in the copy coverage() costs a plan with.
+  std::vector<std::string>* notes_ = nullptr;
 };
 
 // Reads the profiles (either path may be empty) and builds the calibrated model for `model` on

@@ -81,6 +81,8 @@ class AnalyticCostModel : public CostModel {
   Seconds p2p(const StageContext& ctx, const LayerStrategy& s) const override;
   StepCost step(const TrainSettings& train, const std::vector<StageSums>& stages) const override;
   Bytes memory_budget(const ClusterSpec& c) const override;
+  // overlap_grad_sync and overlap_slowdown of the options.
+  ScheduleTraits schedule_traits() const override;
 
   const AnalyticOptions& options() const { return opt_; }
 

@@ -1,6 +1,7 @@
 // The cost model interface: the only thing the search knows about time and memory. Implementations:
-// AnalyticCostModel (weft's own, weft/cost/analytic.h), the Galvatron-compatible model
-// (weft/galvatron/cost_model.h) and deterministic fakes in tests.
+// AnalyticCostModel (weft's own, weft/cost/analytic.h), the model calibrated by measured profiles
+// (weft/calibration/calibrated.h), the Galvatron-compatible model (weft/galvatron/cost_model.h) and
+// deterministic fakes in tests.
 //
 // Contract: every method is a pure function of its arguments (no hidden state changes), so the
 // search can memoise results and tests can assert exact totals. Thread-safe for concurrent reads.
@@ -61,6 +62,14 @@ struct StepCost {
   TimeBreakdown time;               // per step, with bubble, dp_exposed and optimizer filled in
 };
 
+// How a model's step() runs the per-step work of the pipeline schedule, for simulations of its
+// plans (weft/cost/schedule.h, ScheduleSpec): gradient syncs overlapping the last backwards, and the
+// slow-down of the compute that hides them (>= 1).
+struct ScheduleTraits {
+  bool overlap_grad_sync = true;
+  double overlap_slowdown = 1.0;
+};
+
 class CostModel {
  public:
   virtual ~CostModel() = default;
@@ -82,6 +91,8 @@ class CostModel {
   virtual StepCost step(const TrainSettings& train, const std::vector<StageSums>& stages) const = 0;
   // Memory a device may fill with the above (device capacity minus reserves the model keeps).
   virtual Bytes memory_budget(const ClusterSpec& c) const = 0;
+  // The schedule traits step() assumes; by default gradient syncs overlap without slow-down.
+  virtual ScheduleTraits schedule_traits() const { return {}; }
 };
 
 }  // namespace weft

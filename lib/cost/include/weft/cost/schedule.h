@@ -104,8 +104,7 @@ StageTiming stage_timing(const StageSums& s);
 std::vector<StageTiming> stage_timings(const Plan& p, const CostModel& cm);
 // The schedule of `stages` (virtual) stages trained under `train`: pp = min(train.pp, stages), or
 // one stage per device group when that does not divide them; vp = stages / pp (interleaved when
-// > 1). overlap_grad_sync and overlap_slowdown follow AnalyticOptions when cm is the analytic
-// model; otherwise true and 1.0.
+// > 1). overlap_grad_sync and overlap_slowdown are cm.schedule_traits() (the slow-down at least 1).
 ScheduleSpec schedule_spec(const TrainSettings& train, int stages, const CostModel& cm);
 // The same for a plan's own stages.
 ScheduleSpec schedule_spec(const Plan& p, const CostModel& cm);

@@ -1,0 +1,329 @@
+// The compute side of weft's analytic cost model: GPU kernel time and host time of a layer and of
+// the embedding and LM head. Every formula and constant is derived in docs/cost-model.md; the section
+// numbers below refer to it.
+#include "layer_compute.h"
+
+#include <vector>
+
+#include "weft/cost/compute.h"
+#include "weft/spec/counts.h"
+
+namespace weft {
+
+namespace {
+
+// §2 Fused attention (FlashAttention-2, Dao 2023): forward reaches 50-73% of the A100 dense peak,
+// backward less; backward does 2.5x the forward matmul work (it recomputes Q.K^T).
+constexpr double kFlashFwdEfficiency = 0.60;
+constexpr double kFlashBwdEfficiency = 0.50;
+constexpr double kFlashBwdWork = 2.5;
+// §2.1 FP8 GEMM operands (Transformer Engine, per-tensor current scaling): a pass reading the
+// 16-bit tensor for its absolute maximum (2 bytes per element), then a cast reading it again (2)
+// and writing the fp8 copy and its transpose for the other GEMM layout (1 + 1).
+constexpr double kFp8QuantBytes = 2 + 2 + 1 + 1;
+// §2 Backward of a memory-bound kernel moves about twice the forward bytes: it reads the saved input
+// and the incoming gradient and writes the outgoing gradient (plus parameter-gradient reductions).
+constexpr double kElementwiseBackward = 2.0;
+// §2 Megatron's vocab-parallel cross entropy (tensor_parallel/cross_entropy.py) over the logits
+// cast to fp32, bytes per local logit, one pass per eager operator: forward casts (e read, 4
+// written), takes the row max (4), subtracts it in place (4 + 4), exponentiates in place (4 + 4),
+// sums (4) and divides by the sum in place to keep the softmax for backward (4 + 4); backward
+// scales the saved softmax by the incoming gradient in place (4 + 4) and casts it back (4 read,
+// e written).
+constexpr double kLossFwdBytesPerLogit = 4 + 4 + 8 + 8 + 4 + 8;  // + e, added where used
+constexpr double kLossBwdBytesPerLogit = 8 + 4;                  // + e
+// §2 PyTorch's F.cross_entropy (log_softmax + nll_loss) over an fp32 copy of the logits, as
+// torchtitan computes its loss: forward casts (e read, 4 written) and runs log_softmax (two
+// reading passes, one write: 12); backward writes nll's dense gradient (4), runs log_softmax's
+// backward (reads gradient and output, a reduction pass and an elementwise pass: 16) and casts
+// back (4 read, e written). Its peak holds three fp32 tensors per logit: the saved log-softmax,
+// its gradient and the outgoing gradient.
+constexpr double kTorchLossFwdBytesPerLogit = 4 + 12;  // + e
+constexpr double kTorchLossBwdBytesPerLogit = 4 + 16 + 4;  // + e
+constexpr double kTorchLossPeakBytesPerLogit = 12;
+// §2.3 Eager RMSNorm in fp32 (Llama's reference implementation, as torchtitan runs it), bytes per
+// element: 28 for the fp32 sides of the casts in and out (4 + 4), x^2 (4 read, 4 written), the mean
+// (4 read) and x * rsqrt (4 + 4), plus 4e for the casts' compute-dtype sides and the weight
+// product. Eager rotary embedding through complex numbers, per element of Q or K: 16 for the fp32
+// sides of the casts (4 + 4) and the complex product (4 read, 4 written), plus 2e.
+constexpr double kEagerRmsNormBytes = 28;
+constexpr double kEagerRopeBytes = 16;
+// §4 Host (CPU) time of an eager framework: one ATen operator with autograd recording costs about
+// 7 us (PyTorch issue #41383: 6.8 s per 10^6 scalar ops with requires_grad), one Python
+// torch.autograd.Function.apply about 20 us (PyTorch issue #189573: 20.7 us median); backward
+// nodes are costed alike. Defaults of AnalyticOptions::host_op_us / host_function_us.
+// §4 Backward host time: the autograd engine dispatches every backward kernel through ATen
+// (costed like a forward operator, opt.host_op_us) and calls each custom Function's Python backward
+// (opt.host_function_us). Backward kernels of a layer: per linear a data-gradient and a weight-gradient
+// GEMM (+ a bias-gradient reduction with biases); per LayerNorm 3 (input gradient, partial and final
+// gamma/beta reduction: apex fused_layer_norm_cuda), per RMSNorm 2; per residual block 2 (dropout
+// mask multiply, residual gradient add); the attention core 7 without flash (4 batched GEMMs,
+// softmax backward, dropout backward, the re-layout copy) or 3 with (FlashAttention-2's
+// preprocess, main and dQ-convert kernels); 1 for the activation; one gradient-accumulation kernel
+// per parameter tensor (AccumulateGrad).
+constexpr double kBwdKernelsPerLinear = 2;
+constexpr double kBwdKernelsAttnCore = 7;
+constexpr double kBwdKernelsFlash = 3;
+// §6 Adam: reads and writes the fp32 master weight and both moments (24 bytes), reads the gradient,
+// writes the compute-dtype weight.
+constexpr double kAdamStateBytes = 24;
+
+double bwd_gemm(const KernelModel& km, double m, double n, double k, double batch = 1) {
+  // dX[m,k] = dY[m,n] W^T ; dW[k,n] = X^T dY (reduction over m)
+  return km.gemm(m, k, n, batch).value() + km.gemm(k, n, m, batch).value();
+}
+
+double seconds(Seconds s) { return s.value(); }
+
+}  // namespace
+
+LayerCompute layer_compute(const LayerContext& ctx, const LayerStrategy& s, const AnalyticOptions& opt) {
+  const LayerShape& L = ctx.shape();
+  const ClusterSpec& c = *ctx.cluster;
+  const TrainSettings& tr = ctx.train;
+  const KernelModel km(c.gpu, tr.dtype, opt.compute_time_scale);
+  const double e = km.elem_bytes();
+
+  const double t = safe(s.tp), u = safe(s.ulysses), cp = safe(s.cp), dp = safe(s.dp), ep = safe(s.ep);
+  const double samples = tr.pipeline_micro_batch() / dp;       // per device per micro-batch
+  const double seq = tr.seq;
+  const double tokens = samples * seq / (u * cp);             // tokens through this device's GEMMs
+  const double norm_tokens = s.sp ? tokens / t : tokens;      // tokens of norms and residual adds
+  const double h = static_cast<double>(L.hidden);
+  const double q = static_cast<double>(L.heads) * L.head_dim;
+  const double kv = static_cast<double>(L.kv_heads) * L.head_dim;
+  const double blocks = L.kind == LayerKind::kCrossDecoder ? 2 : 1;
+  const double norms = blocks + 1;
+  const bool dropout = L.bias;     // GPT-2/3 and BERT style layers train with dropout (§2)
+  const bool causal = L.kind != LayerKind::kEncoder;
+  const bool flash = opt.flash_attention || s.cp > 1;
+  const bool moe = L.moe.enabled();
+  const double mask = dropout ? 1.0 : 0.0;
+  const bool eager = !opt.fused_elementwise;
+  const bool rms = ctx.model != nullptr && ctx.model->norm == NormKind::kRmsNorm;
+  const bool rope = ctx.model != nullptr && ctx.model->position == PositionKind::kRope;
+  const bool swiglu = L.ffn_kind == FfnKind::kSwiglu;
+
+  // §2.2 FP8 training (Transformer Engine's recipes) runs the GEMMs in fp8 and the attention core
+  // in 16 bits.
+  const bool fp8 = tr.dtype == DType::kFp8;
+  const KernelModel km16 = fp8 ? KernelModel(c.gpu, DType::kBf16, opt.compute_time_scale) : km;
+
+  Pass f, b;
+  double recompute_gemm = 0;
+
+  // --- attention projections (§2.1)
+  f.gemm += blocks * (seconds(km.gemm(tokens, (q + 2 * kv) / t, h)) + seconds(km.gemm(tokens, h, q / t)));
+  b.gemm += blocks * (bwd_gemm(km, tokens, (q + 2 * kv) / t, h) + bwd_gemm(km, tokens, h, q / t));
+
+  // --- attention core (§2.2): local heads, local queries, all keys
+  const double heads_local = L.heads / (t * u);
+  const double sq = seq / cp, sk = seq, hd = L.head_dim;
+  const double core_batch = samples * heads_local;
+  double core_f = 0, core_b = 0;
+  if (flash) {
+    const double work = 4.0 * core_batch * sq * sk * hd * (causal ? 0.5 : 1.0);
+    core_f = seconds(km16.flops(work, kFlashFwdEfficiency));
+    core_b = seconds(km16.flops(kFlashBwdWork * work, kFlashBwdEfficiency));
+  } else {
+    const double s2 = core_batch * sq * sk;
+    core_f = seconds(km16.gemm(sq, sk, hd, core_batch)) + seconds(km16.gemm(sq, hd, sk, core_batch)) +
+             seconds(km16.memory(Bytes(2 * e * s2))) +                               // scale-mask-softmax
+             (dropout ? seconds(km16.memory(Bytes((2 * e + 1) * s2))) : 0.0) +       // dropout
+             seconds(km16.memory(Bytes(2 * e * tokens * q / t)));                     // context re-layout
+    core_b = seconds(km16.gemm(sq, hd, sk, core_batch)) + seconds(km16.gemm(sk, hd, sq, core_batch)) +
+             seconds(km16.gemm(sq, sk, hd, core_batch)) + seconds(km16.gemm(sk, hd, sq, core_batch)) +
+             seconds(km16.memory(Bytes(3 * e * s2))) +
+             (dropout ? seconds(km16.memory(Bytes((2 * e + 1) * s2))) : 0.0) +
+             seconds(km16.memory(Bytes(2 * e * tokens * q / t)));
+  }
+  f.core += blocks * core_f;
+  b.core += blocks * core_b;
+
+  // --- FFN (§2.1): dense, or routed experts (tokens spread evenly) + shared experts
+  const double in_mats = L.ffn_kind == FfnKind::kSwiglu ? 2 : 1;
+  // Per FFN element: fused SwiGLU reads gate and up and writes the product (3e), fused (bias-)GELU
+  // reads and writes (2e); eager SwiGLU runs SiLU (2e) then the product (3e), eager GELU with a
+  // bias adds it first (2e: the bias itself is one row).
+  const double act_bytes = (swiglu ? (eager ? 5 : 3) : (eager && L.bias ? 4 : 2)) * e;
+  auto dense_ffn = [&](double ff) {
+    if (ff <= 0) return;
+    f.gemm += seconds(km.gemm(tokens, in_mats * ff / t, h)) + seconds(km.gemm(tokens, h, ff / t));
+    b.gemm += bwd_gemm(km, tokens, in_mats * ff / t, h) + bwd_gemm(km, tokens, h, ff / t);
+    f.mem += seconds(km.memory(Bytes(act_bytes * tokens * ff / t)));
+    b.mem += kElementwiseBackward * seconds(km.memory(Bytes(act_bytes * tokens * ff / t)));
+  };
+  double routed = 0;
+  if (moe) {
+    const double experts = L.moe.experts, k = L.moe.top_k, ef = static_cast<double>(L.moe.expert_ffn);
+    routed = tokens * k;                          // token copies this device's experts process
+    const double local = experts / ep;
+    const double per_expert = routed / local;
+    f.gemm += seconds(km.gemm(tokens, experts, h));
+    b.gemm += bwd_gemm(km, tokens, experts, h);
+    f.gemm += seconds(km.gemm(per_expert, in_mats * ef / t, h, local)) + seconds(km.gemm(per_expert, h, ef / t, local));
+    b.gemm += bwd_gemm(km, per_expert, in_mats * ef / t, h, local) + bwd_gemm(km, per_expert, h, ef / t, local);
+    const double moe_bytes = act_bytes * routed * ef / t + 2 * 2 * e * routed * h + 3 * 4 * tokens * experts;
+    f.mem += seconds(km.memory(Bytes(moe_bytes)));
+    b.mem += kElementwiseBackward * seconds(km.memory(Bytes(moe_bytes)));
+    dense_ffn(L.moe.shared_experts * ef);
+  } else {
+    dense_ffn(static_cast<double>(L.ffn));
+  }
+
+  // --- FP8 quantization (§2.1): every GEMM input (forward) and output gradient (backward) is cast
+  // to fp8 row- and column-wise after a pass for its absolute maximum
+  if (fp8) {
+    const double ff_local = static_cast<double>(moe ? L.moe.expert_ffn * (L.moe.top_k + L.moe.shared_experts) : L.ffn) / t;
+    // a MoE layer's experts see each token top_k times (+ once per shared expert)
+    const double ffn_rows = moe ? L.moe.top_k + L.moe.shared_experts : 1.0;
+    const double inputs = blocks * (h + q / t) + ffn_rows * h + ff_local;
+    const double grads = blocks * ((q + 2 * kv) / t + h) + in_mats * ff_local + ffn_rows * h;
+    f.mem += seconds(km.memory(Bytes(kFp8QuantBytes * tokens * inputs)));
+    b.mem += seconds(km.memory(Bytes(kFp8QuantBytes * tokens * grads)));
+  }
+
+  // --- norms and bias + dropout + residual (§2.3)
+  // Fused: a norm reads x and writes y (2e per element), bias + dropout + residual add read x and
+  // the residual and write the sum (3e, + the 1-byte mask). Eager: an RMSNorm in fp32 as plain
+  // operators (cast, square, mean, rsqrt, scale, cast back, weight) moves 28 + 4e bytes (LayerNorm
+  // stays one ATen kernel); a bias add (2e) and a dropout (2e + 1) are kernels of their own.
+  const double norm_bytes = eager && rms ? kEagerRmsNormBytes + 4 * e : 2 * e;
+  const double residual_bytes = eager ? 3 * e + (L.bias ? 2 * e : 0.0) + (dropout ? 2 * e + 1 : 0.0) : 3 * e + mask;
+  const double norm_kernel = seconds(km.memory(Bytes(norm_bytes * norm_tokens * h)));
+  const double residual_kernel = seconds(km.memory(Bytes(residual_bytes * norm_tokens * h)));
+  f.mem += norms * (norm_kernel + residual_kernel);
+  b.mem += kElementwiseBackward * norms * (norm_kernel + residual_kernel);
+  // Rotary embedding of Q and K: fused, one read and write (2e per element); eager in fp32 through
+  // complex numbers (cast, complex product, cast back: 16 + 2e). Eager attention also copies its
+  // output out of the heads-first layout (2e per element) and, with GQA, repeats K and V to every
+  // query head before the attention kernel (e per read element, e per written).
+  double layout_bytes = 0;
+  if (rope) layout_bytes += (eager ? kEagerRopeBytes + 2 * e : 2 * e) * (q + kv) / t;
+  if (eager && flash) layout_bytes += 2 * e * q / t + (kv < q ? 2 * e * (kv + q) / t : 0.0);
+  if (layout_bytes > 0) {
+    const double layout_kernel = seconds(km.memory(Bytes(layout_bytes * tokens)));
+    f.mem += blocks * layout_kernel;
+    b.mem += blocks * kElementwiseBackward * layout_kernel;
+  }
+
+  // --- host time of an eager framework (§4): operators and autograd Functions per layer
+  const double attn_ops = flash ? 7 : 21 + mask;
+  // Eager operators that a fused implementation does not issue (§4): an RMSNorm's 7 more, the
+  // rotary embedding's 7 per tensor (views included), the SwiGLU product, the attention kernel as
+  // an ATen operator, its 4 layout operators and, with GQA, 3 per repeated K and V.
+  const double eager_ops = eager ? norms * (rms ? 7 : 0) + blocks * ((rope ? 14 : 0) + (flash ? 5 : 0) +
+                                                                     (kv < q ? 6 : 0)) + (swiglu ? 1 : 0)
+                                 : 0;
+  const double fwd_ops = blocks * attn_ops + 3 * norms + 3 + (moe ? 20 : 0) + eager_ops;
+  // Python autograd Functions: the fused norms, attention kernel, activation and bias-dropout-add
+  // (none when eager), then the parallel mappings.
+  const double fused_fns = eager ? 0 : norms + blocks + 1 + (dropout ? norms : 0);
+  const double fwd_fns = fused_fns + (s.tp > 1 ? 2 * (blocks + 1) : 0) + (s.ulysses > 1 ? 4 * blocks : 0) +
+                         (s.cp > 1 ? blocks : 0) + (moe && s.ep > 1 ? 2 : 0) + (s.zero >= 3 ? 1 : 0);
+  const double host_f = opt.framework_overhead ? (fwd_ops * opt.host_op_us + fwd_fns * opt.host_function_us) * 1e-6 : 0;
+  const double linears = 2 * blocks + 2 + (moe ? 3 : 0);
+  const bool layer_norm = ctx.model == nullptr || ctx.model->norm == NormKind::kLayerNorm;
+  const double param_tensors = linears * (L.bias ? 2 : 1) + norms * (layer_norm ? 2 : 1);
+  const double bwd_kernels = linears * (kBwdKernelsPerLinear + (L.bias ? 1 : 0)) + norms * (layer_norm ? 3 : 2) +
+                             2 * norms + blocks * (flash ? kBwdKernelsFlash : kBwdKernelsAttnCore) + 1 +
+                             param_tensors + (moe ? 20 : 0) + eager_ops;
+  double host_b = opt.framework_overhead
+                      ? (bwd_kernels * opt.host_op_us + (fwd_fns + (s.zero >= 3 ? 1 : 0)) * opt.host_function_us) * 1e-6
+                      : 0;
+
+  // --- host time of a recompute (§2.4); its GPU time depends on the priced communication and is
+  // added when the layer is assembled.
+  if (s.recompute == Recompute::kFull) {
+    if (opt.framework_overhead) host_b += host_f + (2 * opt.host_function_us + 4 * opt.host_op_us) * 1e-6;
+  } else if (s.recompute == Recompute::kSelective && opt.selective == SelectivePolicy::kAlternateMatmuls) {
+    // Op-level policy: the 2nd, 4th, ... matmul run again (with every elementwise kernel and the
+    // tensor-parallel all-gathers, added at assembly).
+    const std::vector<LayerMatmul> mm = layer_matmuls(L, t);
+    for (size_t i = 1; i < mm.size(); i += 2) recompute_gemm += seconds(km.gemm(tokens, mm[i].n, mm[i].k));
+    if (opt.framework_overhead) host_b += host_f;  // every forward operator passes the policy again
+  } else if (s.recompute == Recompute::kSelective) {
+    if (opt.framework_overhead) host_b += ((flash ? 2 : 10) * opt.host_op_us + 2 * opt.host_function_us) * 1e-6;
+  }
+
+  LayerCompute out;
+  // --- optimizer (§6): Adam over the local shard, bound by HBM traffic
+  const HeldParams& hp = out.held = held_params(L, s);
+  const StateBytes per_param = state_bytes_per_param(tr.dtype);
+  const double opt_params = hp.dense / (s.zero >= 1 ? safe(hp.shard) : 1.0) +
+                            hp.expert / (s.zero >= 1 ? safe(hp.expert_shard) : 1.0);
+  out.optimizer = km.memory(Bytes((kAdamStateBytes + per_param.grads + per_param.weights) * opt_params));
+  out.f = f;
+  out.b = b;
+  out.core_f = core_f;
+  out.core_b = core_b;
+  out.recompute_gemm = recompute_gemm;
+  out.host_f = host_f;
+  out.host_b = host_b;
+  ActivationOptions& ao = out.activations;
+  ao.samples = samples;
+  ao.seq = seq;
+  ao.elem_bytes = e;
+  ao.flash_attention = flash;
+  ao.dropout = dropout;
+  ao.eager_elementwise = eager;
+  ao.rms_norm = rms;
+  ao.alternate_matmuls = opt.selective == SelectivePolicy::kAlternateMatmuls;
+  ao.fp8_gemm_inputs = fp8;
+  return out;
+}
+
+EdgeCompute edge_compute(const StageContext& ctx, const LayerStrategy& emb, const AnalyticOptions& opt) {
+  const ModelSpec& model = *ctx.model;
+  const ClusterSpec& c = *ctx.cluster;
+  const TrainSettings& tr = ctx.train;
+  const KernelModel km(c.gpu, tr.dtype, opt.compute_time_scale);
+  const double e = km.elem_bytes();
+  EdgeCompute out;
+  Pass& f = out.f;
+  Pass& b = out.b;
+
+  const double t = safe(emb.tp), u = safe(emb.ulysses), cp = safe(emb.cp);
+  const double samples = tr.pipeline_micro_batch() / safe(emb.dp);
+  const double tokens = samples * tr.seq / (u * cp);
+  const double norm_tokens = emb.sp ? tokens / t : tokens;
+  const double h = static_cast<double>(model.hidden), vocab = static_cast<double>(model.vocab);
+  const bool dropout = model.num_layers() > 0 && model.layer(0).bias;
+  const double mask = dropout ? 1.0 : 0.0;
+  if (ctx.first()) {
+    // lookup: read rows and positions, write the sum (+ dropout); backward scatter-adds rows
+    f.mem += seconds(km.memory(Bytes((3 * e + mask) * tokens * h)));
+    b.mem += seconds(km.memory(Bytes(3 * e * tokens * h)));
+    out.saved += mask * norm_tokens * h * micro_batches_in_flight(tr, ctx.stage);
+    out.ops_f += 8;
+    out.fns_f += 1 + (emb.tp > 1 ? 1 : 0);
+  }
+  if (ctx.last()) {
+    f.mem += seconds(km.memory(Bytes(2 * e * norm_tokens * h)));
+    b.mem += kElementwiseBackward * seconds(km.memory(Bytes(2 * e * norm_tokens * h)));
+    f.gemm += seconds(km.gemm(tokens, vocab / t, h));
+    b.gemm += bwd_gemm(km, tokens, vocab / t, h);
+    const double local_logits = tokens * vocab / t;
+    const bool megatron_loss = opt.vocab_parallel_loss;
+    f.mem += seconds(km.memory(
+        Bytes(((megatron_loss ? kLossFwdBytesPerLogit : kTorchLossFwdBytesPerLogit) + e) * local_logits)));
+    b.mem += seconds(km.memory(
+        Bytes(((megatron_loss ? kLossBwdBytesPerLogit : kTorchLossBwdBytesPerLogit) + e) * local_logits)));
+    // compute-dtype logits and their fp32 copy (Megatron's loss works in place on it), or PyTorch's
+    // three fp32 tensors; one micro-batch
+    out.logits = (megatron_loss ? e + 4 : kTorchLossPeakBytesPerLogit) * local_logits;
+    out.saved += e * norm_tokens * h;
+    out.ops_f += 25;
+    out.fns_f += 3 + (emb.tp > 1 ? 2 : 0);
+  }
+  // optimizer (§6) over the local shard of the parameters
+  for (double n : edge_param_buckets(ctx, emb)) out.params += n;
+  if (out.params > 0) {
+    const StateBytes per_param = state_bytes_per_param(tr.dtype);
+    const double opt_params = out.params / (emb.zero >= 1 ? safe(emb.shard_group()) : 1.0);
+    out.optimizer = km.memory(Bytes((kAdamStateBytes + per_param.grads + per_param.weights) * opt_params));
+  }
+  return out;
+}
+
+}  // namespace weft

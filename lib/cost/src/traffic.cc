@@ -1,0 +1,312 @@
+// A layer's traffic, term by term (docs/cost-model.md §3 and §5.3; docs/profiles.md for the
+// runtime's extras). Byte counts keep the arithmetic of the formulas they came from, so that the
+// cost models pricing them reproduce their figures bit for bit.
+#include "weft/cost/traffic.h"
+
+#include <algorithm>
+
+#include "weft/cost/memory.h"
+#include "weft/spec/counts.h"
+
+namespace weft {
+
+namespace {
+
+double safe(int x) { return static_cast<double>(std::max(1, x)); }
+
+CollectiveCall call(Collective k, Bytes bytes, const CommGroup& g, double times = 1) {
+  return CollectiveCall{k, bytes, g, times};
+}
+
+// Appends transfers to a list.
+struct Builder {
+  LayerTraffic& out;
+  void add(CommAxis axis, Phase phase, Overlap overlap, double repeat, const CallList& calls) {
+    out.transfers.push_back(Transfer{axis, phase, overlap, repeat, calls});
+  }
+  // The same calls in forward and again in backward.
+  void both(CommAxis axis, double repeat, const CallList& calls) {
+    add(axis, Phase::kForward, Overlap::kNone, repeat, calls);
+    add(axis, Phase::kBackward, Overlap::kNone, repeat, calls);
+  }
+};
+
+// The two ranks of a pipeline boundary or a tied-embedding pair: on one node or on two.
+CommGroup pair_group(bool cross_nodes) {
+  CommGroup pair;
+  pair.size = 2;
+  pair.ranks_per_node = cross_nodes ? 1 : 2;
+  return pair;
+}
+
+}  // namespace
+
+const char* to_string(CommAxis a) {
+  switch (a) {
+    case CommAxis::kTensor: return "tensor";
+    case CommAxis::kUlysses: return "ulysses";
+    case CommAxis::kContext: return "context";
+    case CommAxis::kExpert: return "expert";
+    case CommAxis::kData: return "data";
+    case CommAxis::kPipeline: return "pipeline";
+  }
+  return "?";
+}
+
+TrafficOptions runtime_traffic(DType wire) {
+  return TrafficOptions{.dtype = wire,
+                        .replicated_grad_sums = true,
+                        .zero3_backward_gather = false,
+                        .per_tensor_edges = true,
+                        .layout_p2p = true};
+}
+
+HeldParams held_params(const LayerShape& L, const LayerStrategy& s) {
+  const double t = safe(s.tp), ep = safe(s.ep);
+  const LayerParams lp = layer_params(L);
+  const double expert_total = L.moe.enabled() ? L.moe.experts * expert_params(L) : 0.0;
+  HeldParams h;
+  h.dense = (lp.attention + lp.ffn - expert_total) / t + lp.norms;
+  h.expert = expert_total / (t * ep);
+  h.shard = s.shard_group();
+  h.expert_shard = std::max(1, static_cast<int>(h.shard / ep));
+  return h;
+}
+
+LayerTraffic layer_traffic(const LayerContext& ctx, const LayerStrategy& s, const TrafficOptions& o) {
+  const LayerShape& L = ctx.shape();
+  const ClusterSpec& c = *ctx.cluster;
+  const TrainSettings& tr = ctx.train;
+  const DType dtype = o.dtype.value_or(tr.dtype);
+  const double e = dtype_bytes(dtype);
+  const double t = safe(s.tp), u = safe(s.ulysses), cp = safe(s.cp), dp = safe(s.dp), ep = safe(s.ep);
+  const double samples = tr.pipeline_micro_batch() / dp;
+  const double tokens = samples * tr.seq / (u * cp);
+  const double h = static_cast<double>(L.hidden);
+  const double q = static_cast<double>(L.heads) * L.head_dim;
+  const double kv = static_cast<double>(L.kv_heads) * L.head_dim;
+  const double blocks = L.kind == LayerKind::kCrossDecoder ? 2 : 1;
+  const bool moe = L.moe.enabled();
+  LayerTraffic out;
+  Builder b{out};
+
+  // §3.1 Tensor parallel: per attention block and FFN one all-reduce, or with sequence parallelism
+  // an all-gather + reduce-scatter pair; the same again in backward. The runtime also sums the
+  // gradients of weights replicated over the group.
+  if (s.tp > 1) {
+    const CommGroup g = place_group(c, s.tp, 1);
+    const Bytes act(e * tokens * h);
+    const CallList per = s.sp ? CallList{call(Collective::kAllGather, act, g), call(Collective::kReduceScatter, act, g)}
+                              : CallList{call(Collective::kAllReduce, act, g)};
+    b.both(CommAxis::kTensor, blocks + 1, per);
+    if (o.replicated_grad_sums) {
+      if (s.sp) {  // norm weights and biases, copied to every rank of the group
+        const double norm_tensors = (ctx.model->norm == NormKind::kLayerNorm ? 2.0 : 1.0) * (blocks + 1);
+        const double bias_tensors = L.bias ? blocks + 1 : 0.0;
+        b.add(CommAxis::kTensor, Phase::kBackward, Overlap::kNone, norm_tensors + bias_tensors,
+              {call(Collective::kAllReduce, Bytes(e * h), g)});
+      }
+      if (L.kv_heads % s.tp != 0) {  // K/V weights replicated over a kv group (tp > kv heads)
+        const int rep = s.tp / std::max(1, L.kv_heads);
+        if (rep > 1) {
+          const Bytes kv_weights(e * 2 * L.head_dim * h * (L.bias ? 1.0 + 1.0 / h : 1.0));
+          b.add(CommAxis::kTensor, Phase::kBackward, Overlap::kNone, blocks,
+                {call(Collective::kAllReduce, kv_weights, place_group(c, rep, 1))});
+        }
+      }
+    }
+  }
+  // §3.2 Ulysses: all-to-all of Q, K, V in and of the context out, per attention block.
+  if (s.ulysses > 1) {
+    const CommGroup g = place_group(c, s.ulysses, s.tp);
+    b.both(CommAxis::kUlysses, blocks,
+           {call(Collective::kAllToAll, Bytes(e * tokens * q / t), g, 2),
+            call(Collective::kAllToAll, Bytes(e * tokens * kv / t), g, 2)});
+  }
+  // §3.3 Context parallel: cp - 1 ring steps pass the K,V block on, each behind the attention of
+  // the block in hand; backward passes K,V and their gradients.
+  if (s.cp > 1) {
+    const CommGroup g = place_group(c, s.cp, s.tp * s.ulysses);
+    const Bytes kv_bytes(e * tokens * 2 * kv / t);
+    b.add(CommAxis::kContext, Phase::kForward, Overlap::kRingStep, blocks * (cp - 1),
+          {call(Collective::kSendRecv, kv_bytes, g)});
+    b.add(CommAxis::kContext, Phase::kBackward, Overlap::kRingStep, blocks * (cp - 1),
+          {call(Collective::kSendRecv, kv_bytes * 2.0, g)});
+  }
+  // §3.4 Expert parallel: dispatch and combine all-to-all of the routed token copies.
+  if (moe && s.ep > 1) {
+    const CommGroup g = place_group(c, s.ep, s.tp * s.ulysses * s.cp);
+    const double routed = tokens * L.moe.top_k;
+    b.both(CommAxis::kExpert, 1, {call(Collective::kAllToAll, Bytes(e * routed * h), g, 2)});
+  }
+
+  // §3.5 Data parallel / ZeRO over the ranks holding this shard; experts over shard / ep.
+  const HeldParams hp = held_params(L, s);
+  const StateBytes per_param = state_bytes_per_param(dtype);
+  const double wbytes = per_param.weights, gbytes = per_param.grads;
+  const CommGroup dgroup = place_group(c, hp.shard, s.tp);
+  const CommGroup egroup = place_group(c, hp.expert_shard, static_cast<int>(s.tp * s.ulysses * s.cp * ep));
+  auto dense_and_experts = [&](Collective k, double bytes_per_param) {
+    CallList calls{call(k, Bytes(bytes_per_param * hp.dense), dgroup)};
+    if (moe) calls.push_back(call(k, Bytes(bytes_per_param * hp.expert), egroup));
+    return calls;
+  };
+  const auto step = [&](Collective k, double bpp) {
+    b.add(CommAxis::kData, Phase::kStep, Overlap::kBackward, 1, dense_and_experts(k, bpp));
+  };
+  const auto each = [&](Phase ph, Collective k, double bpp) {
+    b.add(CommAxis::kData, ph, Overlap::kCompute, 1, dense_and_experts(k, bpp));
+  };
+  switch (s.zero) {
+    case 0: step(Collective::kAllReduce, gbytes); break;
+    case 1:
+      step(Collective::kReduceScatter, gbytes);
+      step(Collective::kAllGather, wbytes);
+      break;
+    case 2:
+      each(Phase::kBackward, Collective::kReduceScatter, gbytes);
+      step(Collective::kAllGather, wbytes);
+      break;
+    default:
+      each(Phase::kBackward, Collective::kReduceScatter, gbytes);
+      each(Phase::kForward, Collective::kAllGather, wbytes);
+      if (o.zero3_backward_gather || s.recompute == Recompute::kFull)
+        each(Phase::kBackward, Collective::kAllGather, wbytes);
+      break;
+  }
+  return out;
+}
+
+InlineList<double, 4> edge_param_buckets(const StageContext& ctx, const LayerStrategy& emb, const TrafficOptions& o) {
+  const ModelSpec& model = *ctx.model;
+  const double t = safe(emb.tp);
+  const double h = static_cast<double>(model.hidden), vocab = static_cast<double>(model.vocab);
+  const bool learned = model.position == PositionKind::kLearned;
+  if (!o.per_tensor_edges) {
+    double params = 0;
+    if (ctx.first()) params += vocab * h / t + (learned ? model.max_seq * h : 0.0);
+    if (ctx.last()) {
+      params += h * (model.norm == NormKind::kLayerNorm ? 2 : 1);
+      if (!model.tied_embeddings || !ctx.first()) params += vocab * h / t;  // head (or its tied copy)
+    }
+    if (params > 0) return {params};
+    return {};
+  }
+  InlineList<double, 4> units;
+  if (ctx.first()) {
+    units.push_back(vocab * h / t);
+    if (learned) units.push_back((model.max_seq > 0 ? model.max_seq : ctx.train.seq) * h);
+  }
+  if (ctx.last()) {
+    double head = (model.norm == NormKind::kLayerNorm ? 2.0 : 1.0) * h;
+    if (!model.tied_embeddings) head += vocab * h / t;
+    units.push_back(head);
+    if (model.tied_embeddings && !ctx.first()) units.push_back(vocab * h / t);  // the tied copy
+  }
+  return units;
+}
+
+LayerTraffic edge_traffic(const StageContext& ctx, const LayerStrategy& emb, const TrafficOptions& o) {
+  LayerTraffic out;
+  Builder b{out};
+  if (!ctx.first() && !ctx.last()) return out;
+  const ModelSpec& model = *ctx.model;
+  const ClusterSpec& c = *ctx.cluster;
+  const TrainSettings& tr = ctx.train;
+  const DType dtype = o.dtype.value_or(tr.dtype);
+  const double e = dtype_bytes(dtype);
+  const double t = safe(emb.tp), u = safe(emb.ulysses), cp = safe(emb.cp), dp = safe(emb.dp);
+  const double samples = tr.pipeline_micro_batch() / dp;
+  const double tokens = samples * tr.seq / (u * cp);
+  const double h = static_cast<double>(model.hidden), vocab = static_cast<double>(model.vocab);
+  const CommGroup tg = place_group(c, emb.tp, 1);
+  const Bytes act(e * tokens * h);
+  const double norm_tensors = model.norm == NormKind::kLayerNorm ? 2.0 : 1.0;
+  auto tensor = [&](Phase ph, const CallList& calls) { b.add(CommAxis::kTensor, ph, Overlap::kNone, 1, calls); };
+
+  if (ctx.first() && emb.tp > 1) {  // vocab-parallel lookup: partial rows summed (reduce-scattered with SP)
+    tensor(Phase::kForward, {call(emb.sp ? Collective::kReduceScatter : Collective::kAllReduce, act, tg)});
+    if (emb.sp) tensor(Phase::kBackward, {call(Collective::kAllGather, act, tg)});
+    if (emb.sp && o.replicated_grad_sums && model.position == PositionKind::kLearned) {
+      const double P = model.max_seq > 0 ? model.max_seq : tr.seq;  // the replicated position table
+      tensor(Phase::kBackward, {call(Collective::kAllReduce, Bytes(e * P * h), tg)});
+    }
+  }
+  if (ctx.last() && emb.tp > 1) {
+    // input copied to (or with SP gathered on) every rank; max, exp-sum and target logit summed
+    if (emb.sp) {
+      tensor(Phase::kForward, {call(Collective::kAllGather, act, tg)});
+      CallList back{call(Collective::kReduceScatter, act, tg)};
+      if (o.replicated_grad_sums) back.push_back(call(Collective::kAllReduce, Bytes(e * h), tg, norm_tensors));
+      tensor(Phase::kBackward, back);
+    } else {
+      tensor(Phase::kBackward, {call(Collective::kAllReduce, act, tg)});
+    }
+    tensor(Phase::kForward, {call(Collective::kAllReduce, Bytes(4 * tokens), tg, 3)});
+  }
+
+  // Gradient reduction of each bucket: without per_tensor_edges once per step, all-reduced (ZeRO 0)
+  // or reduce-scattered and the weights all-gathered; per tensor as for layers (§3.5).
+  const StateBytes sb = state_bytes_per_param(dtype);
+  const int shard = emb.shard_group();
+  const CommGroup dg = place_group(c, shard, emb.tp);
+  auto data = [&](Phase ph, Overlap ov, const CallList& calls) { b.add(CommAxis::kData, ph, ov, 1, calls); };
+  const InlineList<double, 4> buckets = edge_param_buckets(ctx, emb, o);
+  for (double n : buckets) {
+    const CollectiveCall ar = call(Collective::kAllReduce, Bytes(sb.grads * n), dg);
+    const CollectiveCall rs = call(Collective::kReduceScatter, Bytes(sb.grads * n), dg);
+    const CollectiveCall ag = call(Collective::kAllGather, Bytes(sb.weights * n), dg);
+    const int zero = o.per_tensor_edges ? emb.zero : std::min(emb.zero, 1);
+    switch (zero) {
+      case 0: data(Phase::kStep, Overlap::kBackward, {ar}); break;
+      case 1: data(Phase::kStep, Overlap::kBackward, {rs, ag}); break;
+      case 2:
+        data(Phase::kBackward, Overlap::kCompute, {rs});
+        data(Phase::kStep, Overlap::kBackward, {ag});
+        break;
+      default:
+        data(Phase::kForward, Overlap::kCompute, {ag});
+        data(Phase::kBackward, Overlap::kCompute, {rs});
+        break;
+    }
+  }
+  // Tied embeddings split over the first and last stage: their gradients are summed between the
+  // two (Megatron's embedding group).
+  if (!buckets.empty() && model.tied_embeddings && ctx.num_stages > 1) {
+    const int span = ctx.stage_size * std::max(0, tr.pp - 1);
+    double bytes = sb.grads * vocab * h / t;
+    if (o.per_tensor_edges && emb.zero >= 2) bytes = bytes / safe(shard);
+    data(Phase::kStep, Overlap::kBackward, {call(Collective::kAllReduce, Bytes(bytes), pair_group(span >= c.gpus_per_node))});
+  }
+  return out;
+}
+
+LayerTraffic p2p_traffic(const StageContext& ctx, const LayerStrategy& s, const TrafficOptions& o) {
+  LayerTraffic out;
+  Builder b{out};
+  if (ctx.num_stages <= 1) return out;
+  const ClusterSpec& c = *ctx.cluster;
+  const TrainSettings& tr = ctx.train;
+  const DType dtype = o.dtype.value_or(tr.dtype);
+  const int pp = std::max(1, tr.pp), S = std::max(1, ctx.stage_size), G = std::max(1, c.gpus_per_node);
+  const int g1 = ctx.stage % pp, g2 = (ctx.stage + 1) % pp;
+  const CommGroup pair = pair_group(S >= G || (g1 * S) / G != (g2 * S) / G);
+  CallList calls;
+  if (o.layout_p2p) {
+    // The boundary layer's output block: batch split by dp, sequence by ulysses (x tp with SP).
+    const int seq_parts = s.ulysses * (s.sp ? s.tp : 1);
+    const double block = dtype_bytes(dtype) * tr.pipeline_micro_batch() / s.dp * tr.seq / seq_parts *
+                         static_cast<double>(ctx.model->hidden);
+    calls.push_back(call(Collective::kSendRecv, Bytes(block), pair));
+  } else {
+    const double e = dtype_bytes(dtype);
+    const double tokens = tr.pipeline_micro_batch() / safe(s.dp) * tr.seq / (safe(s.ulysses) * safe(s.cp));
+    const double full = e * tokens * static_cast<double>(ctx.model->hidden);
+    calls.push_back(call(Collective::kSendRecv, Bytes(full / safe(s.tp)), pair));
+    if (s.tp > 1 && !s.sp) calls.push_back(call(Collective::kAllGather, Bytes(full), place_group(c, s.tp, 1)));
+  }
+  b.both(CommAxis::kPipeline, 1, calls);
+  return out;
+}
+
+}  // namespace weft
