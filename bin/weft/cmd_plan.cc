@@ -12,6 +12,7 @@
 
 #include "commands.h"
 #include "inputs.h"
+#include "weft/core/format.h"
 #include "weft/cost/estimate.h"
 #include "weft/plan/plan.h"
 #include "weft/plan/runtime_support.h"
@@ -31,30 +32,10 @@ namespace weft::cli {
 
 namespace {
 
-std::string S(long long x) { return std::to_string(x); }
-
-std::string fmt(const char* f, double x) {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, f, x);
-  return buf;
-}
-
-// 1234567 -> "1,234,567".
-std::string grouped(double x) {
-  std::string d = std::to_string(static_cast<long long>(std::llround(x)));
-  std::string out;
-  const int n = static_cast<int>(d.size());
-  for (int i = 0; i < n; ++i) {
-    out += d[i];
-    if (d[i] != '-' && (n - 1 - i) % 3 == 0 && i != n - 1) out += ',';
-  }
-  return out;
-}
-
 std::string seconds(double s) {
-  if (s >= 100) return fmt("%.1f s", s);
-  if (s >= 1) return fmt("%.3f s", s);
-  return fmt("%.1f ms", s * 1e3);
+  if (s >= 100) return printf_str("%.1f s", s);
+  if (s >= 1) return printf_str("%.3f s", s);
+  return printf_str("%.1f ms", s * 1e3);
 }
 
 std::string pipeline_text(const TrainSettings& t) {
@@ -95,7 +76,7 @@ void print_layers(const Plan& p) {
     for (const Run& r : runs_of(st)) {
       std::printf("%-7s %-16s %-36s %8s\n", first ? S(static_cast<long long>(s)).c_str() : "",
                   layers_text(r.first, r.last).c_str(), label(r.s).c_str(),
-                  first ? fmt("%.1f", st.predicted.memory_gib).c_str() : "");
+                  first ? printf_str("%.1f", st.predicted.memory_gib).c_str() : "");
       first = false;
     }
   }
@@ -117,12 +98,12 @@ void print_comparison(const Plan& best, const Plan* uniform, const Estimate& eb,
   row("embedding / LM head", label(best.embedding), uniform ? label(uniform->embedding) : "");
   row("step time", seconds(eb.step_time.value()), eu ? seconds(eu->step_time.value()) : "");
   row("tokens/s", grouped(eb.tokens_per_s), eu ? grouped(eu->tokens_per_s) : "");
-  row("model TFLOP/s / GPU", fmt("%.1f", eb.model_tflops_per_gpu), eu ? fmt("%.1f", eu->model_tflops_per_gpu) : "");
-  row("MFU", fmt("%.1f %%", 100 * eb.mfu), eu ? fmt("%.1f %%", 100 * eu->mfu) : "");
-  row("peak memory / GPU", fmt("%.1f GiB", to_gib(eb.peak_memory)) + fmt(" of %.1f", to_gib(eb.memory_budget)),
-      eu ? fmt("%.1f GiB", to_gib(eu->peak_memory)) : "");
+  row("model TFLOP/s / GPU", printf_str("%.1f", eb.model_tflops_per_gpu), eu ? printf_str("%.1f", eu->model_tflops_per_gpu) : "");
+  row("MFU", printf_str("%.1f %%", 100 * eb.mfu), eu ? printf_str("%.1f %%", 100 * eu->mfu) : "");
+  row("peak memory / GPU", printf_str("%.1f GiB", to_gib(eb.peak_memory)) + printf_str(" of %.1f", to_gib(eb.memory_budget)),
+      eu ? printf_str("%.1f GiB", to_gib(eu->peak_memory)) : "");
   if (eu && eu->step_time.value() > 0)
-    row("speed-up", fmt("%.3fx", eu->step_time.value() / eb.step_time.value()), "1.000x");
+    row("speed-up", printf_str("%.3fx", eu->step_time.value() / eb.step_time.value()), "1.000x");
 }
 
 // Notes: what the output means for weft's runtime (docs/search.md, "weft's runtime"). In a table
@@ -262,12 +243,12 @@ void run_plan(const PlanFlags& f) {
   if (printed) std::fprintf(stderr, "\r%60s\r", "");
 
   if (r.top.empty()) {
-    std::string msg = "nothing fits in " + fmt("%.1f", in.cluster.gpu.memory_gib) + " GiB per GPU";
+    std::string msg = "nothing fits in " + printf_str("%.1f", in.cluster.gpu.memory_gib) + " GiB per GPU";
     if (r.closest) {
       const Plan& c = *r.closest;
       std::string layers = c.uniform() ? label(*c.uniform_strategy()) : "per-layer strategies";
       msg += ": the plan needing the least memory (" + pipeline_text(c.train) + ", " + layers +
-             ", embedding " + label(c.embedding) + ") needs " + fmt("%.1f", r.min_memory_gib) +
+             ", embedding " + label(c.embedding) + ") needs " + printf_str("%.1f", r.min_memory_gib) +
              " GiB per GPU; try --memory-gb " + S(static_cast<long long>(std::ceil(r.min_memory_gib))) +
              " or more GPUs";
       if (!f.out.empty() && write_plan_file(f.out, c).ok()) msg += " (closest plan written to " + f.out + ")";
@@ -544,9 +525,9 @@ void run_estimate(const EstimateFlags& f, const CLI::App& cmd) {
     if (!f.out.empty()) std::printf("\nplan written to %s\n", f.out.c_str());
   }
   if (!e.fits)
-    fail(Error{ErrorKind::kNoFit, "the plan needs " + fmt("%.1f", to_gib(e.peak_memory)) +
-                                      " GiB per GPU but the cost model allows " + fmt("%.1f", to_gib(e.memory_budget)) +
-                                      " GiB of the " + fmt("%.1f", p.cluster.gpu.memory_gib) + " GiB device"});
+    fail(Error{ErrorKind::kNoFit, "the plan needs " + printf_str("%.1f", to_gib(e.peak_memory)) +
+                                      " GiB per GPU but the cost model allows " + printf_str("%.1f", to_gib(e.memory_budget)) +
+                                      " GiB of the " + printf_str("%.1f", p.cluster.gpu.memory_gib) + " GiB device"});
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 #include <cassert>
 #include <tuple>
 
+#include "weft/core/format.h"
 #include "weft/cost/estimate.h"
 
 namespace weft {
@@ -22,8 +23,6 @@ const char* to_string(EventKind k) {
 }
 
 namespace {
-
-std::string S(long long x) { return std::to_string(x); }
 
 struct Op {
   bool forward = true;

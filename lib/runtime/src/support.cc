@@ -2,15 +2,10 @@
 
 #include <cstdlib>
 
+#include "weft/core/format.h"
 #include "weft/plan/runtime_support.h"
 
 namespace weft::runtime {
-
-namespace {
-
-std::string S(long long x) { return std::to_string(x); }
-
-}  // namespace
 
 // The rules live in the planner's plan library (weft/plan/runtime_support.h), where the search
 // reads them too; runtime_supports() runs validate() first.

@@ -17,6 +17,8 @@
 
 #include "search_internal.h"
 
+#include "weft/core/format.h"
+
 namespace weft {
 
 namespace planner {
@@ -60,8 +62,6 @@ void Pool::add(double j, Plan p) {
 }
 
 namespace {
-
-std::string S(long long x) { return std::to_string(x); }
 
 Error bad(const std::string& s) { return Error{ErrorKind::kBadInput, s}; }
 
