@@ -56,7 +56,8 @@ const char* to_string(CommAxis a) {
 TrafficOptions runtime_traffic(DType wire) {
   return TrafficOptions{.dtype = wire,
                         .replicated_grad_sums = true,
-                        .zero3_backward_gather = false,
+                        .zero3_backward_gather = true,  // the runtime frees gathered weights after a
+                                                        // layer's forward and gathers them again
                         .per_tensor_edges = true,
                         .layout_p2p = true};
 }

@@ -105,8 +105,8 @@ struct TrafficOptions {
   // biases with sequence parallelism, K/V projections when tp exceeds the kv heads, the learned
   // position table (weft's runtime issues them; the analytic model leaves these small calls out).
   bool replicated_grad_sums = false;
-  // ZeRO-3 gathers the weights again for backward (FSDP, DeepSpeed); false: only when a full
-  // recompute re-runs the forward (the schedule the calibrated model prices).
+  // ZeRO-3 gathers the weights again for backward (FSDP, DeepSpeed, and weft's runtime, which frees
+  // them after each layer's forward); false: only when a full recompute re-runs the forward.
   bool zero3_backward_gather = true;
   // Embedding and head: one reduction per parameter tensor at the strategy's ZeRO stage (weft's
   // runtime; tied tables' sum sharded from ZeRO-2), or one bucket reduced once per step as ZeRO-1
