@@ -1,6 +1,6 @@
 // CalibratedCostModel: measured compute and collectives put into weft's analytic cost model. Its
 // communication is the analytic model's traffic description (weft/cost/traffic.h) with the options
-// of weft's runtime (lib/runtime: model.cc, ops.cc, optim.cc, trainer.cc), the program the profiles
+// of weft's runtime (lib/runtime: model.cc, ops.cc, optim.cc, pipeline_executor.cc), the program the profiles
 // measured, priced by the hardware profile's tables; docs/profiles.md lists it term by term.
 #include "weft/calibration/calibrated.h"
 
@@ -411,7 +411,7 @@ Seconds CalibratedCostModel::transition(const LayerContext& ctx, const LayerStra
 }
 
 Seconds CalibratedCostModel::p2p(const StageContext& ctx, const LayerStrategy& s) const {
-  // runtime/trainer.cc: each rank sends its output block (the boundary layer's layout) to the rank
+  // runtime/pipeline_executor.cc: each rank sends its output block (the boundary layer's layout) to the rank
   // S ahead, and receives the gradient of it back.
   const TrafficOptions o = runtime_traffic(wire_dtype(ctx.train));
   return Seconds(price_traffic(p2p_traffic(ctx, s, o), pricer(*ctx.cluster)).p2p);
