@@ -19,14 +19,10 @@
 #include "weft/search/search.h"
 #include "weft/search/uniform.h"
 #include "weft/spec/counts.h"
-#ifdef WEFT_CMD_GALVATRON
 #include "weft/galvatron/search.h"
 #include "weft/galvatron/setup.h"
 #include "weft/galvatron/strategy.h"
-#endif
-#ifdef WEFT_CMD_REPORT
 #include "weft/report/html.h"
-#endif
 
 namespace weft::cli {
 
@@ -187,11 +183,7 @@ void run_plan(const PlanFlags& f) {
   opt.max_tp = f.max_tp;
   opt.layerwise = !f.uniform;
   if (f.galvatron_space) {
-#ifdef WEFT_CMD_GALVATRON
     check(galvatron::restrict_to_galvatron(opt));
-#else
-    fail(Error{ErrorKind::kBadInput, "--galvatron-space: this build has no Galvatron support"});
-#endif
   }
   // A named framework: only plans it can run (uniform, its ZeRO stages and schedules). Without
   // one the plan is meant for weft's runtime, and the search keeps to what `weft train` runs
@@ -231,15 +223,11 @@ void run_plan(const PlanFlags& f) {
       printed = true;
     };
   }
-#ifdef WEFT_CMD_GALVATRON
   // Galvatron's model in Galvatron's space: its task loop, each plan scored with its exact accounting.
   const galvatron::GalvatronCostModel* gcm = galvatron::as_galvatron(*in.cost);
   SearchResult r = gcm && f.galvatron_space
                        ? galvatron::to_search_result(unwrap(galvatron::search_galvatron_space(in.model, in.cluster, *gcm, opt)))
                        : unwrap(search(in.model, in.cluster, *in.cost, opt));
-#else
-  SearchResult r = unwrap(search(in.model, in.cluster, *in.cost, opt));
-#endif
   if (printed) std::fprintf(stderr, "\r%60s\r", "");
 
   if (r.top.empty()) {
@@ -271,24 +259,16 @@ void run_plan(const PlanFlags& f) {
   if (r.best_uniform) eu = estimate(*r.best_uniform, *in.cost);
   if (!f.out.empty()) check(write_plan_file(f.out, best));
   if (!f.report.empty()) {
-#ifdef WEFT_CMD_REPORT
     check(write_html_report(f.report, unwrap(make_report_input(r.top, r.best_uniform, *in.cost))));
-#else
-    fail(Error{ErrorKind::kBadInput, "--report: this build has no report support"});
-#endif
   }
 
   if (!f.galvatron_out.empty()) {
-#ifdef WEFT_CMD_GALVATRON
     Json strategy = unwrap(galvatron::export_strategy(best));
     auto written = catch_errors([&] {
       write_text_file(f.galvatron_out, galvatron::dump_strategy(strategy));
       return 0;
     });
     if (!written.ok()) fail(written.error());
-#else
-    fail(Error{ErrorKind::kBadInput, "--galvatron-out: this build has no Galvatron support"});
-#endif
   }
   if (f.format == "json") {
     Json j = plan_entry(best, eb);
@@ -500,21 +480,13 @@ void run_estimate(const EstimateFlags& f, const CLI::App& cmd) {
     notes.push_back("weft train cannot run this plan yet (" + runs.error().message +
                     "); the estimate is for planning only");
   }
-#ifdef WEFT_CMD_GALVATRON
   // Galvatron's model: its exact accounting (the plan's own task and buffer).
   const galvatron::GalvatronCostModel* gcm = galvatron::as_galvatron(*cm);
   const Estimate e = gcm ? unwrap(gcm->estimate(p)) : estimate(p, *cm);
-#else
-  const Estimate e = estimate(p, *cm);
-#endif
   annotate(p, e, *cm);
   if (!f.out.empty()) check(write_plan_file(f.out, p));
   if (f.format == "json") {
-#ifdef WEFT_CMD_GALVATRON
     Json j = gcm ? unwrap(galvatron::galvatron_estimate_json(*gcm, p)) : to_json(e);
-#else
-    Json j = to_json(e);
-#endif
     add_notes(j, notes);
     std::printf("%s\n", j.dump(2).c_str());
     notes_to_stderr(notes);

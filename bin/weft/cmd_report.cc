@@ -14,9 +14,7 @@
 #include "weft/cost/schedule.h"
 #include "weft/report/summary.h"
 #include "weft/report/trace.h"
-#ifdef WEFT_CMD_GALVATRON
 #include "weft/galvatron/strategy.h"
-#endif
 
 namespace weft::cli {
 
@@ -188,12 +186,8 @@ void run_export(const ExportFlags& fl) {
     emit(fl.out, c.toml, "torchtitan job config");
     return;
   }
-#ifdef WEFT_CMD_GALVATRON
   const Json g = unwrap(galvatron::export_strategy(p));
   emit(fl.out, g.dump(2) + "\n", "Galvatron strategy");
-#else
-  fail(Error{ErrorKind::kBadInput, "export galvatron: this weft was built without the Galvatron library"});
-#endif
 }
 
 }  // namespace

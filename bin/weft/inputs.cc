@@ -3,10 +3,8 @@
 #include "weft/calibration/calibrated.h"
 #include "weft/cost/analytic.h"
 #include "weft/spec/presets.h"
-#ifdef WEFT_CMD_GALVATRON
 #include "weft/galvatron/model_config.h"
 #include "weft/galvatron/setup.h"
-#endif
 
 namespace weft::cli {
 
@@ -81,13 +79,11 @@ Result<std::unique_ptr<CostModel>> make_cost_model(const InputFlags& f, const Mo
     return std::unique_ptr<CostModel>(std::make_unique<AnalyticCostModel>(*opt));
   }
   // --- Galvatron profiles (cost model "galvatron", or weft's model calibrated from them) ---
-#ifdef WEFT_CMD_GALVATRON
   {
     auto pc = galvatron::make_profile_cost_model(f.cost_model, f.galvatron_profiles, f.galvatron_model, m, c);
     if (!pc.ok()) return pc.error();
     return std::move(pc->cost);
   }
-#endif
   return Error{ErrorKind::kBadInput, "--cost-model " + f.cost_model + " with --galvatron-profiles is not available in this build"};
 }
 
@@ -99,14 +95,12 @@ Result<Inputs> load_inputs(const InputFlags& f, const ModelSpec* fallback_model,
     in.model = std::move(m).value();
   } else if (fallback_model) {
     in.model = *fallback_model;
-#ifdef WEFT_CMD_GALVATRON
   } else if (!f.galvatron_model.empty()) {  // Galvatron's model YAML
     auto mc = galvatron::read_model_yaml(f.galvatron_model);
     if (!mc.ok()) return mc.error();
     auto m = galvatron::to_model_spec(*mc);
     if (!m.ok()) return m.error();
     in.model = std::move(m).value();
-#endif
   } else {
     return Error{ErrorKind::kBadInput, "--model: required (a preset name from `weft models`, or a file)"};
   }
@@ -120,19 +114,16 @@ Result<Inputs> load_inputs(const InputFlags& f, const ModelSpec* fallback_model,
     auto c = read_profile_cluster(f.hardware_profile);
     if (!c.ok()) return c.error();
     in.cluster = std::move(c).value();
-#ifdef WEFT_CMD_GALVATRON
   } else if (!f.galvatron_profiles.empty()) {  // Galvatron's profiles were measured on A100s
     auto c = load_cluster("a100-80gb");
     if (!c.ok()) return c.error();
     in.cluster = std::move(c).value();
-#endif
   } else {
     return Error{ErrorKind::kBadInput, "--cluster: required (a preset name from `weft clusters`, or a file)"};
   }
   auto c = apply_overrides(in.cluster, f.overrides);
   if (!c.ok()) return c.error();
   in.cluster = std::move(c).value();
-#ifdef WEFT_CMD_GALVATRON
   if (!f.galvatron_profiles.empty() || f.cost_model == "galvatron") {
     if (auto o = analytic_options(f); !o.ok()) return o.error();
     auto pc = galvatron::make_profile_cost_model(f.cost_model, f.galvatron_profiles, f.galvatron_model, in.model,
@@ -142,7 +133,6 @@ Result<Inputs> load_inputs(const InputFlags& f, const ModelSpec* fallback_model,
     in.cost = std::move(pc->cost);
     return in;
   }
-#endif
   auto cm = make_cost_model(f, in.model, in.cluster);
   if (!cm.ok()) return cm.error();
   in.cost = std::move(cm).value();

@@ -100,11 +100,9 @@ TEST(GalvatronSetup, CostModelsFromAProfileFolder) {
   auto four = make_profile_cost_model("galvatron", testing::reference_dir(), yaml, model, testing::cluster(4, 36));
   ASSERT_FALSE(four.ok());
   EXPECT_NE(four.error().message.find("allreduce_bandwidth_4nodes_8gpus_per_node.json"), std::string::npos);
-#ifdef WEFT_GALVATRON_CALIBRATED
   auto w = ok(make_profile_cost_model("weft", testing::reference_dir(), yaml, model, cluster));
   EXPECT_EQ(w.cost->name(), "weft");
   EXPECT_EQ(as_galvatron(*w.cost), nullptr);
-#endif
 }
 
 }  // namespace

@@ -70,7 +70,6 @@ TEST(CliPlan, JsonAndPlanFileRoundTripThroughEstimate) {
   std::remove(out.c_str());
 }
 
-#if defined(WEFT_CMD_REPORT) && defined(WEFT_CMD_GALVATRON)
 TEST(CliPlan, WritesReportAndGalvatronStrategy) {
   const std::string html = tmp("cli_plan_test_report.html"), strat = tmp("cli_plan_test_strategy.json");
   std::remove(html.c_str());
@@ -92,7 +91,6 @@ TEST(CliPlan, WritesReportAndGalvatronStrategy) {
   std::remove(html.c_str());
   std::remove(strat.c_str());
 }
-#endif
 
 TEST(CliPlan, NothingFitsExitsWith3AndNamesTheMemoryNeeded) {
   CliRun r = run({"plan", "--model", "llama-2-70b", "--cluster", "a100-80gb", "--seq", "4096", "--global-batch",

@@ -1,9 +1,7 @@
 #include "weft/galvatron/setup.h"
 
 #include "weft/galvatron/cost_model.h"
-#ifdef WEFT_GALVATRON_CALIBRATED
 #include "weft/galvatron/calibrate.h"
-#endif
 
 namespace weft::galvatron {
 
@@ -54,16 +52,11 @@ Result<ProfileCostModel> make_profile_cost_model(const std::string& kind, const 
     return out;
   }
   if (kind == "weft") {
-#ifdef WEFT_GALVATRON_CALIBRATED
     auto cal = make_calibrated_model(*prof, model, cluster);
     if (!cal.ok()) return cal.error();
     out.cost = std::move(cal->model);
     out.cluster = cal->cluster;
     return out;
-#else
-    return Error{ErrorKind::kBadInput, "--cost-model weft with --galvatron-profiles needs weft's calibration library, "
-                                       "which this build lacks"};
-#endif
   }
   return Error{ErrorKind::kBadInput, "--cost-model: expected weft or galvatron, got \"" + kind + "\""};
 }
