@@ -104,6 +104,19 @@ namespace {
 enum class Color { kRed, kGreen, kBlue };
 constexpr EnumName<Color> kColorNames[] = {{Color::kRed, "red"}, {Color::kGreen, "green"}, {Color::kBlue, "blue"}};
 
+TEST(JsonObj, ArrayOfStringsNamesTheBadElement) {
+  const Json j = Json::parse(R"({"ok": ["a", "b"], "bad": ["a", 3], "notarray": "x"})");
+  JsonObj o(j, "profile");
+  EXPECT_EQ(o.array_of_str("ok"), (std::vector<std::string>{"a", "b"}));
+  try {
+    (void)o.array_of_str("bad");
+    FAIL() << "no error";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("profile.bad[1]: expected a string"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW((void)o.array_of_str("notarray"), InputError);
+}
+
 TEST(EnumNames, BothDirectionsAndTheMessage) {
   EXPECT_STREQ(enum_name(kColorNames, Color::kGreen), "green");
   auto c = enum_from_name(kColorNames, "blue", "color");

@@ -4,17 +4,14 @@
 #include <cmath>
 #include <sstream>
 
+#include "profile_file.h"
+#include "weft/core/format.h"
+
 namespace weft {
 
 namespace {
 
 constexpr const char* kFormat = "weft-hardware-profile";
-
-std::string num(double v) {
-  std::ostringstream s;
-  s << v;
-  return s.str();
-}
 
 Result<Placement> placement_from_string(const std::string& s) {
   if (s == "intra_node") return Placement::kIntraNode;
@@ -339,14 +336,7 @@ Result<HardwareProfile> hardware_profile_from_json(const Json& j, const std::str
         p.sharing.push_back({static_cast<int>(so.integer("ranks")), so.number("slowdown")});
       }
     }
-    if (o.has("skipped")) {
-      const Json& sk = j.at("skipped");
-      if (!sk.is_array()) o.fail("skipped", "expected an array of strings");
-      for (size_t i = 0; i < sk.size(); ++i) {
-        if (!sk[i].is_string()) o.fail("skipped[" + std::to_string(i) + "]", "expected a string");
-        p.skipped.push_back(sk[i].get<std::string>());
-      }
-    }
+    if (o.has("skipped")) p.skipped = o.array_of_str("skipped");
     Status st = validate(p);
     if (!st.ok()) return st.error();
     return p;
@@ -356,20 +346,11 @@ Result<HardwareProfile> hardware_profile_from_json(const Json& j, const std::str
 }
 
 Result<HardwareProfile> read_hardware_profile(const std::string& path) {
-  auto j = catch_errors([&] { return read_json_file(path); });
-  if (!j.ok()) return j.error();
-  return hardware_profile_from_json(j.value(), path);
+  return read_profile_file<HardwareProfile>(path, hardware_profile_from_json);
 }
 
 Status write_hardware_profile(const std::string& path, const HardwareProfile& p) {
-  Status st = validate(p);
-  if (!st.ok()) return st.error().with_context(path);
-  auto r = catch_errors([&]() -> Result<bool> {
-    write_json_file(path, to_json(p));
-    return true;
-  });
-  if (!r.ok()) return r.error();
-  return {};
+  return write_validated_profile(path, p);
 }
 
 Result<ClusterSpec> cluster_from_hardware_profile(const HardwareProfile& p, const ClusterSpec* base) {

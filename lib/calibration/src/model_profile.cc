@@ -8,17 +8,14 @@
 #include <sstream>
 #include <tuple>
 
+#include "profile_file.h"
+#include "weft/core/format.h"
+
 namespace weft {
 
 namespace {
 
 constexpr const char* kFormat = "weft-model-profile";
-
-std::string num(double v) {
-  std::ostringstream s;
-  s << v;
-  return s.str();
-}
 
 using Triple = std::array<double, 3>;  // forward_s, backward_s, activation_bytes
 
@@ -241,14 +238,7 @@ Result<ModelProfile> model_profile_from_json(const Json& j, const std::string& p
     }
     for (const JsonObj& so : o.array_of_obj("embedding")) p.embedding.push_back(sample_from(so, false));
     for (const JsonObj& so : o.array_of_obj("head")) p.head.push_back(sample_from(so, false));
-    if (o.has("skipped")) {
-      const Json& sk = j.at("skipped");
-      if (!sk.is_array()) o.fail("skipped", "expected an array of strings");
-      for (size_t i = 0; i < sk.size(); ++i) {
-        if (!sk[i].is_string()) o.fail("skipped[" + std::to_string(i) + "]", "expected a string");
-        p.skipped.push_back(sk[i].get<std::string>());
-      }
-    }
+    if (o.has("skipped")) p.skipped = o.array_of_str("skipped");
     Status st = validate(p);
     if (!st.ok()) return st.error();
     return p;
@@ -258,20 +248,9 @@ Result<ModelProfile> model_profile_from_json(const Json& j, const std::string& p
 }
 
 Result<ModelProfile> read_model_profile(const std::string& path) {
-  auto j = catch_errors([&] { return read_json_file(path); });
-  if (!j.ok()) return j.error();
-  return model_profile_from_json(j.value(), path);
+  return read_profile_file<ModelProfile>(path, model_profile_from_json);
 }
 
-Status write_model_profile(const std::string& path, const ModelProfile& p) {
-  Status st = validate(p);
-  if (!st.ok()) return st.error().with_context(path);
-  auto r = catch_errors([&]() -> Result<bool> {
-    write_json_file(path, to_json(p));
-    return true;
-  });
-  if (!r.ok()) return r.error();
-  return {};
-}
+Status write_model_profile(const std::string& path, const ModelProfile& p) { return write_validated_profile(path, p); }
 
 }  // namespace weft

@@ -123,6 +123,17 @@ std::vector<long long> JsonObj::array_of_int(std::string_view key) const {
   return out;
 }
 
+std::vector<std::string> JsonObj::array_of_str(std::string_view key) const {
+  const Json& v = at(key);
+  if (!v.is_array()) fail(key, "expected an array, got " + type_name(v));
+  std::vector<std::string> out;
+  for (size_t i = 0; i < v.size(); ++i) {
+    if (!v[i].is_string()) fail(std::string(key) + "[" + std::to_string(i) + "]", "expected a string, got " + show(v[i]));
+    out.push_back(v[i].get<std::string>());
+  }
+  return out;
+}
+
 std::string JsonObj::str_or(std::string_view key, const std::string& d) const { return has(key) ? str(key) : d; }
 long long JsonObj::integer_or(std::string_view key, long long d) const { return has(key) ? integer(key) : d; }
 double JsonObj::number_or(std::string_view key, double d) const { return has(key) ? number(key) : d; }
