@@ -9,17 +9,20 @@
 // and the diff of that file is reviewed with the change. The test runs the weft binary itself, so
 // it checks the whole path from flags and files to the printed figures.
 #include <gtest/gtest.h>
-#include <sys/wait.h>
 
 #include <cstdio>
 #include <cstdlib>
 #include <string>
 #include <vector>
 
+#include "run_weft.h"
 #include "weft/core/json.h"
 
 namespace weft {
 namespace {
+
+using golden::Output;
+using golden::run_weft;
 
 const std::string kDir = WEFT_GOLDEN_DIR;
 const std::string kRef = std::string(WEFT_DATA_DIR) + "/reference/galvatron";
@@ -120,17 +123,6 @@ std::vector<Case> cases() {
   };
 }
 
-std::string quote(const std::string& s) {
-  std::string q = "'";
-  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return q + "'";
-}
-
-struct Output {
-  int status = -1;
-  std::string out;
-};
-
 bool has(const std::vector<std::string>& args, const std::string& flag) {
   for (const auto& a : args)
     if (a == flag) return true;
@@ -138,23 +130,15 @@ bool has(const std::vector<std::string>& args, const std::string& flag) {
 }
 
 Output estimate(const Case& c) {
-  std::string cmd = std::string(WEFT_BINARY_DIR) + "/bin/weft estimate";
-  for (const auto& a : c.args) cmd += " " + quote(a);
+  std::vector<std::string> args{"estimate"};
+  args.insert(args.end(), c.args.begin(), c.args.end());
   // A strategy given by flags names its tp and pp (1 unless the case says otherwise).
   if (!has(c.args, "--plan")) {
-    if (!has(c.args, "--tp")) cmd += " --tp 1";
-    if (!has(c.args, "--pp")) cmd += " --pp 1";
+    if (!has(c.args, "--tp")) args.insert(args.end(), {"--tp", "1"});
+    if (!has(c.args, "--pp")) args.insert(args.end(), {"--pp", "1"});
   }
-  cmd += " --format json 2>/dev/null";
-  Output r;
-  FILE* f = popen(cmd.c_str(), "r");
-  if (!f) return r;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, f)) > 0) r.out.append(buf, n);
-  const int st = pclose(f);
-  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-  return r;
+  args.insert(args.end(), {"--format", "json"});
+  return run_weft(args);
 }
 
 TEST(GoldenEstimates, EveryFigureIsUnchanged) {

@@ -12,7 +12,6 @@
 //
 // and the diff of that file is reviewed with the change. The test runs the weft binary itself.
 #include <gtest/gtest.h>
-#include <sys/wait.h>
 
 #include <cstdio>
 #include <cstdlib>
@@ -20,10 +19,14 @@
 #include <vector>
 
 #include "weft/core/error.h"
+#include "run_weft.h"
 #include "weft/core/json.h"
 
 namespace weft {
 namespace {
+
+using golden::Output;
+using golden::run_weft;
 
 const std::string kDir = WEFT_GOLDEN_DIR;
 const std::string kRef = std::string(WEFT_DATA_DIR) + "/reference/galvatron";
@@ -82,41 +85,11 @@ std::vector<Case> cases() {
   };
 }
 
-std::string quote(const std::string& s) {
-  std::string q = "'";
-  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return q + "'";
-}
-
-struct Output {
-  int status = -1;
-  std::string out, err;
-};
-
-std::string read_all(FILE* f) {
-  std::string s;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, f)) > 0) s.append(buf, n);
-  return s;
-}
-
 Output plan(const Case& c) {
-  const std::string err_path = testing::TempDir() + "weft_golden_searches.err";
-  std::string cmd = std::string(WEFT_BINARY_DIR) + "/bin/weft plan";
-  for (const auto& a : c.args) cmd += " " + quote(a);
-  cmd += " --format json 2>" + quote(err_path);
-  Output r;
-  FILE* f = popen(cmd.c_str(), "r");
-  if (!f) return r;
-  r.out = read_all(f);
-  const int st = pclose(f);
-  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-  if (FILE* e = std::fopen(err_path.c_str(), "r")) {
-    r.err = read_all(e);
-    std::fclose(e);
-  }
-  return r;
+  std::vector<std::string> args{"plan"};
+  args.insert(args.end(), c.args.begin(), c.args.end());
+  args.insert(args.end(), {"--format", "json"});
+  return run_weft(args);
 }
 
 // What is compared: the JSON less the search's wall time, or for a failed search its exit code and
