@@ -39,5 +39,31 @@ TEST(RankMap, GroupsPartitionTheWorld) {
   EXPECT_EQ(group_of(5, 8, 2, s, Axis::kPp), (std::vector<int>{5, 13}));
 }
 
+TEST(RankMap, ShardGroupIsEveryRankOfTheStageWithTheSameTpIndex) {
+  const LayerStrategy s{.tp = 2, .ulysses = 2, .cp = 2};
+  EXPECT_EQ(group_of(13, 8, 2, s, Axis::kShard), (std::vector<int>{9, 11, 13, 15}));
+  for (const auto& g : all_groups(8, 2, s, Axis::kShard)) {
+    ASSERT_EQ(g.size(), 4u);
+    for (int r : g) EXPECT_EQ(coords_of(r, 8, s).tp, coords_of(g[0], 8, s).tp);
+  }
+}
+
+TEST(RankMap, ExpertGroupsAreConsecutiveCpDpIndicesOfOneTpUlyssesPosition) {
+  // tp 2, cp 2, dp 2 on 8 ranks; rank 5 = tp 1, cp 0, dp 1: cp-dp index 2.
+  LayerStrategy s{.tp = 2, .cp = 2, .dp = 2, .ep = 4};
+  EXPECT_EQ(group_of(5, 8, 1, s, Axis::kEp), (std::vector<int>{1, 3, 5, 7}));
+  s.ep = 2;
+  EXPECT_EQ(group_of(5, 8, 1, s, Axis::kEp), (std::vector<int>{5, 7}));
+  EXPECT_EQ(group_of(0, 8, 1, s, Axis::kEp), (std::vector<int>{0, 2}));
+  s = LayerStrategy{.ulysses = 2, .dp = 4, .ep = 2};
+  EXPECT_EQ(group_of(3, 8, 1, s, Axis::kEp), (std::vector<int>{1, 3})) << "ulysses index kept";
+  for (Axis a : {Axis::kEp, Axis::kShard}) {
+    std::set<int> seen;
+    for (const auto& g : all_groups(8, 2, s, a))
+      for (int r : g) EXPECT_TRUE(seen.insert(r).second) << "rank " << r << " in two groups";
+    EXPECT_EQ(seen.size(), 16u);
+  }
+}
+
 }  // namespace
 }  // namespace weft

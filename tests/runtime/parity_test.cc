@@ -37,6 +37,15 @@ TEST(RuntimeParity, TensorParallel2SequenceParallel) {
 TEST(RuntimeParity, TensorParallel2ReplicatedKvHead) {
   expect_parity(uniform(tiny_llama(4, 1), 2, 1, strat(2, 1)), "tp2mqa");
 }
+TEST(RuntimeParity, TensorParallel2ReplicatedKvHeadWithBiases) {
+  ModelSpec m = tiny_gpt();
+  m.groups[0].shape.kv_heads = 1;  // K/V weights and biases summed over the pair in one all-reduce
+  expect_parity(uniform(m, 2, 1, strat(2, 1, 1, true)), "tp2mqa_bias");
+}
+TEST(RuntimeParity, Ulysses2CopiesOneKvHeadTwice) {
+  // 4 query heads, 1 kv head, ulysses 2: each rank receives one copy of the kv head.
+  expect_parity(uniform(tiny_llama(4, 1), 2, 1, strat(1, 1, 2)), "ulysses2mqa");
+}
 TEST(RuntimeParity, Ulysses2) { expect_parity(uniform(tiny_llama(), 2, 1, strat(1, 1, 2)), "ulysses2"); }
 TEST(RuntimeParity, Ulysses2GptLearnedPositions) {
   expect_parity(uniform(tiny_gpt(), 2, 1, strat(1, 1, 2)), "ulysses2gpt");

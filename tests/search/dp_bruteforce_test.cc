@@ -7,6 +7,7 @@
 #include <random>
 
 #include "test_util.h"
+#include "weft/plan/geometry.h"
 
 namespace weft {
 namespace {
@@ -81,15 +82,15 @@ Case random_case(std::uint64_t seed, bool interleaved) {
     if (h % 2) return testing::subset(all, k, h);
     // Half the time: two layouts with a few ZeRO / recompute variants each, where memory pressure
     // makes layers of one stage differ.
-    std::vector<planner::Layout> layouts;
+    std::vector<LayoutKey> layouts;
     for (const auto& s : all)
-      if (std::find(layouts.begin(), layouts.end(), planner::layout_of(s)) == layouts.end())
-        layouts.push_back(planner::layout_of(s));
+      if (std::find(layouts.begin(), layouts.end(), layout_key(s)) == layouts.end())
+        layouts.push_back(layout_key(s));
     std::vector<LayerStrategy> out;
     for (const auto& l : testing::subset(layouts, 2, h + 1)) {
       std::vector<LayerStrategy> same;
       for (const auto& s : all)
-        if (planner::layout_of(s) == l) same.push_back(s);
+        if (layout_key(s) == l) same.push_back(s);
       for (const auto& s : testing::subset(same, 2, h + 2)) out.push_back(s);
     }
     return out;

@@ -14,7 +14,7 @@
 #include "weft/cost/memory.h"
 #include "weft/cost/pricing.h"
 #include "weft/cost/traffic.h"
-#include "weft/plan/rank_map.h"
+#include "weft/plan/geometry.h"
 #include "weft/spec/counts.h"
 
 namespace weft {
@@ -31,28 +31,6 @@ AnalyticOptions adjusted(AnalyticOptions o, const std::optional<HardwareProfile>
   }
   if (mp) o.overlap_grad_sync = mp->runtime.grad_sync_overlaps_backward;
   return o;
-}
-
-// How weft's runtime lays a stage's activations out under s (runtime/model.cc layout_of): batch
-// block by dp, sequence block by ulysses (x tp with sequence parallelism), per stage rank.
-struct Layout {
-  int batch_parts = 1, seq_parts = 1;
-  std::vector<int> batch_idx, seq_idx;
-  bool operator==(const Layout&) const = default;
-  bool replicated() const { return batch_parts == 1 && seq_parts == 1; }
-};
-
-Layout layout_of(const LayerStrategy& s, int S) {
-  Layout l;
-  const int sp = s.sp ? s.tp : 1;
-  l.batch_parts = s.dp;
-  l.seq_parts = s.ulysses * sp;
-  for (int j = 0; j < S; ++j) {
-    const RankCoords c = coords_of(j, S, s);
-    l.batch_idx.push_back(c.dp);
-    l.seq_idx.push_back(c.ulysses * sp + (s.sp ? c.tp : 0));
-  }
-  return l;
 }
 
 // Model-state memory of the analytic figures (which assumed `plan` bytes per parameter) rescaled to
@@ -394,7 +372,7 @@ Seconds CalibratedCostModel::transition(const LayerContext& ctx, const LayerStra
   // rank all-gathers the stage's blocks over the stage group; backward moves the gradient back
   // the same way (from b's layout).
   const int S = std::max(1, ctx.stage_size);
-  const Layout la = layout_of(a, S), lb = layout_of(b, S);
+  const ActivationLayout la = layout_of(a, S), lb = layout_of(b, S);
   if (la == lb) return Seconds(0);
   const ClusterSpec& c = *ctx.cluster;
   const TrainSettings& tr = ctx.train;

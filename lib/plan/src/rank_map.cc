@@ -1,11 +1,14 @@
 #include "weft/plan/rank_map.h"
 
-#include <cassert>
+#include <string>
+
+#include "weft/core/assert.h"
 
 namespace weft {
 
 RankCoords coords_of(int rank, int stage_size, const LayerStrategy& s) {
-  assert(s.devices() == stage_size);
+  WEFT_ASSERT(s.devices() == stage_size, "strategy of " + std::to_string(s.devices()) + " devices on a stage of " +
+                                             std::to_string(stage_size));
   RankCoords c;
   c.pp = rank / stage_size;
   int r = rank % stage_size;
@@ -25,28 +28,44 @@ int rank_of(const RankCoords& c, int stage_size, const LayerStrategy& s) {
 
 std::vector<int> group_of(int rank, int stage_size, int pp, const LayerStrategy& s, Axis axis) {
   const RankCoords base = coords_of(rank, stage_size, s);
-  int n = 0;
-  switch (axis) {
-    case Axis::kTp: n = s.tp; break;
-    case Axis::kUlysses: n = s.ulysses; break;
-    case Axis::kCp: n = s.cp; break;
-    case Axis::kDp: n = s.dp; break;
-    case Axis::kPp: n = pp; break;
-  }
   std::vector<int> out;
-  out.reserve(n);
-  for (int i = 0; i < n; ++i) {
-    RankCoords c = base;
-    switch (axis) {
-      case Axis::kTp: c.tp = i; break;
-      case Axis::kUlysses: c.ulysses = i; break;
-      case Axis::kCp: c.cp = i; break;
-      case Axis::kDp: c.dp = i; break;
-      case Axis::kPp: c.pp = i; break;
+  auto add = [&](const RankCoords& c) { out.push_back(rank_of(c, stage_size, s)); };
+  RankCoords c = base;
+  switch (axis) {
+    case Axis::kTp:
+      for (c.tp = 0; c.tp < s.tp; ++c.tp) add(c);
+      break;
+    case Axis::kUlysses:
+      for (c.ulysses = 0; c.ulysses < s.ulysses; ++c.ulysses) add(c);
+      break;
+    case Axis::kCp:
+      for (c.cp = 0; c.cp < s.cp; ++c.cp) add(c);
+      break;
+    case Axis::kDp:
+      for (c.dp = 0; c.dp < s.dp; ++c.dp) add(c);
+      break;
+    case Axis::kPp:
+      for (c.pp = 0; c.pp < pp; ++c.pp) add(c);
+      break;
+    case Axis::kShard:
+      for (c.dp = 0; c.dp < s.dp; ++c.dp)
+        for (c.cp = 0; c.cp < s.cp; ++c.cp)
+          for (c.ulysses = 0; c.ulysses < s.ulysses; ++c.ulysses) add(c);
+      break;
+    case Axis::kEp: {
+      const int ep = s.ep > 0 ? s.ep : 1;
+      WEFT_ASSERT((s.cp * s.dp) % ep == 0,
+                  "ep " + std::to_string(ep) + " does not divide cp*dp " + std::to_string(s.cp * s.dp));
+      const int first = (base.dp * s.cp + base.cp) / ep * ep;
+      for (int k = first; k < first + ep; ++k) {
+        c.dp = k / s.cp;
+        c.cp = k % s.cp;
+        add(c);
+      }
+      break;
     }
-    out.push_back(rank_of(c, stage_size, s));
   }
-  return out;  // ascending: every axis index is a monotone term of rank_of
+  return out;  // ascending: every axis index is a monotone term of rank_of, outer axes looped outermost
 }
 
 std::vector<std::vector<int>> all_groups(int stage_size, int pp, const LayerStrategy& s, Axis axis) {

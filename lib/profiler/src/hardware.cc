@@ -13,6 +13,7 @@
 
 #include "machine.h"
 #include "weft/calibration/hardware_profile.h"
+#include "weft/plan/geometry.h"
 #include "weft/profiler/profiler.h"
 #include "weft/runtime/comm.h"
 #include "weft/runtime/model.h"
@@ -232,7 +233,7 @@ void warm_up_runtime() {
   const ModelSpec m = runtime::builtin_model();
   const Plan p = single_process_plan(m, 2, 32, LayerStrategy{}, "warm-up");
   GroupSet local(runtime::CommConfig{});
-  local.build(runtime::plan_groups(p));
+  local.build(process_groups(p));
   runtime::Model model(p, 0, local, 1);
   runtime::Optimizer opt(model, runtime::AdamWConfig{});
   at::Tensor tokens = at::randint(m.vocab, {2, 32}, at::kLong);
@@ -263,7 +264,7 @@ struct LayerWork {
     m.groups = {g};
     plan = single_process_plan(m, 4, 128, LayerStrategy{}, "sharing");
     local = std::make_unique<GroupSet>(runtime::CommConfig{});
-    local->build(runtime::plan_groups(plan));
+    local->build(process_groups(plan));
     model = std::make_unique<runtime::Model>(plan, 0, *local, 1);
     auto t0 = Clock::now();
     once();

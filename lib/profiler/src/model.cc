@@ -14,6 +14,7 @@
 #include "machine.h"
 #include "weft/calibration/model_profile.h"
 #include "weft/cost/memory.h"
+#include "weft/plan/geometry.h"
 #include "weft/profiler/profiler.h"
 #include "weft/runtime/model.h"
 #include "weft/runtime/optim.h"
@@ -80,7 +81,7 @@ struct Rig {
   runtime::GroupSet groups;
   std::unique_ptr<runtime::Model> model;
   explicit Rig(const Plan& p) : groups(runtime::CommConfig{}) {
-    groups.build(runtime::plan_groups(p));
+    groups.build(process_groups(p));
     model = std::make_unique<runtime::Model>(p, 0, groups, kSeed);
   }
 };

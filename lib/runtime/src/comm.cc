@@ -18,6 +18,8 @@
 #include <csignal>
 
 #include <algorithm>
+#include <array>
+#include <atomic>
 
 #include "weft/core/assert.h"
 
@@ -306,9 +308,83 @@ class NcclComm final : public Comm {
 };
 #endif
 
+// Counts what passes through another Comm (the groups GroupSet builds with two or more ranks).
+// Thread-safe: the gradient channel is used from the reduction's worker hooks.
+class RecordingComm final : public Comm {
+ public:
+  explicit RecordingComm(std::unique_ptr<Comm> inner)
+      : Comm(inner->ranks(), inner->rank(), inner->name()), inner_(std::move(inner)) {}
+
+  void allreduce_sum(at::Tensor& t) override {
+    note(CollectiveOp::kAllReduce, t);
+    inner_->allreduce_sum(t);
+  }
+  Pending allreduce_sum_async(at::Tensor t) override {
+    note(CollectiveOp::kAllReduce, t);
+    return inner_->allreduce_sum_async(std::move(t));
+  }
+  void allreduce_max(at::Tensor& t) override {
+    note(CollectiveOp::kAllReduce, t);
+    inner_->allreduce_max(t);
+  }
+  at::Tensor allgather(const at::Tensor& t) override {
+    note(CollectiveOp::kAllGather, t, size());
+    return inner_->allgather(t);
+  }
+  Pending allgather_into_async(at::Tensor out, const at::Tensor& shard) override {
+    note(CollectiveOp::kAllGather, out);
+    return inner_->allgather_into_async(std::move(out), shard);
+  }
+  at::Tensor reduce_scatter(const at::Tensor& in) override {
+    note(CollectiveOp::kReduceScatter, in);
+    return inner_->reduce_scatter(in);
+  }
+  Pending reduce_scatter_async(const at::Tensor& in, std::function<void(at::Tensor)> then) override {
+    note(CollectiveOp::kReduceScatter, in);
+    return inner_->reduce_scatter_async(in, std::move(then));
+  }
+  Pending reduce_scatter_v_async(const at::Tensor& in, std::vector<int64_t> counts,
+                                 std::function<void(at::Tensor)> then) override {
+    note(CollectiveOp::kReduceScatter, in);
+    return inner_->reduce_scatter_v_async(in, std::move(counts), std::move(then));
+  }
+  at::Tensor alltoall(const at::Tensor& in) override {
+    note(CollectiveOp::kAllToAll, in);
+    return inner_->alltoall(in);
+  }
+  Pending send(const at::Tensor& t, int peer, int tag) override {
+    note(CollectiveOp::kSend, t);
+    return inner_->send(t, peer, tag);
+  }
+  void recv(at::Tensor& t, int peer, int tag) override { inner_->recv(t, peer, tag); }
+  void barrier() override { inner_->barrier(); }
+
+  int64_t calls(CollectiveOp op) const { return calls_[static_cast<int>(op)].load(); }
+  int64_t bytes(CollectiveOp op) const { return bytes_[static_cast<int>(op)].load(); }
+
+ private:
+  void note(CollectiveOp op, const at::Tensor& t, int64_t copies = 1) {
+    calls_[static_cast<int>(op)].fetch_add(1);
+    bytes_[static_cast<int>(op)].fetch_add(copies * t.numel() * static_cast<int64_t>(t.element_size()));
+  }
+  std::unique_ptr<Comm> inner_;
+  std::array<std::atomic<int64_t>, kCollectiveOps> calls_{}, bytes_{};
+};
+
 bool is_loopback(const std::string& addr) { return addr.rfind("127.", 0) == 0 || addr == "localhost"; }
 
 }  // namespace
+
+const char* to_string(CollectiveOp op) {
+  switch (op) {
+    case CollectiveOp::kAllReduce: return "all_reduce";
+    case CollectiveOp::kAllGather: return "all_gather";
+    case CollectiveOp::kReduceScatter: return "reduce_scatter";
+    case CollectiveOp::kAllToAll: return "all_to_all";
+    case CollectiveOp::kSend: return "send";
+  }
+  return "?";
+}
 
 bool nccl_compiled() {
 #ifdef USE_C10D_NCCL
@@ -389,12 +465,33 @@ void GroupSet::build(std::vector<std::vector<int>> groups, Channel ch) {
       nopts->timeout = cfg_.collective_timeout;
       auto nstore = c10::make_intrusive<c10d::PrefixStore>(prefix + "/nccl", impl_->store);
       auto npg = c10::make_intrusive<c10d::ProcessGroupNCCL>(nstore, me, static_cast<int>(g.size()), nopts);
-      groups_[key] = std::make_unique<NcclComm>(g, me, std::move(npg), std::move(gloo));
+      groups_[key] = std::make_unique<RecordingComm>(std::make_unique<NcclComm>(g, me, std::move(npg), std::move(gloo)));
       continue;
     }
 #endif
-    groups_[key] = std::move(gloo);
+    groups_[key] = std::make_unique<RecordingComm>(std::move(gloo));
   }
+}
+
+std::vector<CollectiveRecord> GroupSet::collectives() const {
+  std::map<std::vector<int>, std::array<CollectiveRecord, kCollectiveOps>> by_group;
+  for (const auto& [key, comm] : groups_) {
+    const auto* rec = dynamic_cast<const RecordingComm*>(comm.get());
+    if (!rec) continue;  // a group of one rank
+    auto& slots = by_group[key.second];
+    for (int k = 0; k < kCollectiveOps; ++k) {
+      const auto op = static_cast<CollectiveOp>(k);
+      slots[k].op = op;
+      slots[k].ranks = key.second;
+      slots[k].calls += rec->calls(op);
+      slots[k].bytes += rec->bytes(op);
+    }
+  }
+  std::vector<CollectiveRecord> out;
+  for (const auto& [ranks, slots] : by_group)
+    for (const auto& r : slots)
+      if (r.calls > 0) out.push_back(r);
+  return out;
 }
 
 bool GroupSet::has(const std::vector<int>& ranks, Channel ch) const {

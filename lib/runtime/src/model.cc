@@ -5,6 +5,7 @@
 #include <cmath>
 #include <limits>
 #include <map>
+#include <numeric>
 
 #include "weft/core/assert.h"
 #include "weft/runtime/data.h"
@@ -15,8 +16,6 @@ namespace {
 
 constexpr double kNormEps = 1e-5;        // LayerNorm (GPT-2) and RMSNorm (Llama 2) epsilon
 constexpr double kRopeTheta = 10000.0;   // RoPE base of GPT-NeoX / Llama (RoFormer, Su et al. 2021)
-constexpr double kInitStd = 0.02;        // GPT-2 / Megatron initialisation
-constexpr double kPosInitStd = 0.01;     // GPT-2's position table
 
 uint64_t name_hash(const std::string& s) {
   uint64_t h = 1469598103934665603ULL;  // FNV-1a 64
@@ -26,233 +25,7 @@ uint64_t name_hash(const std::string& s) {
 
 int head_dim(const LayerShape& s) { return s.head_dim > 0 ? s.head_dim : static_cast<int>(s.hidden / s.heads); }
 
-// Ranks of the stage that hold the same tp shard as `rank` under s: the gradient-sum group.
-std::vector<int> sync_group(int rank, int S, const LayerStrategy& s) {
-  const int base = rank / S * S;
-  const int tp = coords_of(rank, S, s).tp;
-  std::vector<int> out;
-  for (int j = 0; j < S; ++j)
-    if (coords_of(base + j, S, s).tp == tp) out.push_back(base + j);
-  return out;
-}
-
-// Key/value replica group: tp ranks holding the same kv heads when tp > kv heads.
-std::vector<int> kvrep_group(int rank, int S, int pp, const LayerStrategy& s, int kv) {
-  auto tpg = group_of(rank, S, pp, s, Axis::kTp);
-  if (kv % s.tp == 0) return {rank};
-  const int per = s.tp / kv;
-  const int t = coords_of(rank, S, s).tp;
-  std::vector<int> out;
-  for (int j = t / per * per; j < (t / per + 1) * per; ++j) out.push_back(tpg[j]);
-  return out;
-}
-
-struct Builder {
-  UnitSpec u;
-  void add(const std::string& name, std::vector<int64_t> full, int dim, int64_t start, int64_t len, bool decay,
-           bool counted, double std) {
-    ParamSpec p;
-    p.name = name;
-    p.full_shape = full;
-    p.local_shape = full;
-    p.shard_dim = dim;
-    if (dim >= 0) {
-      p.shard_start = start;
-      p.shard_len = len;
-      p.local_shape[dim] = len;
-    } else {
-      p.shard_start = 0;
-      p.shard_len = full.empty() ? 1 : full[0];
-    }
-    p.decay = decay;
-    p.counted = counted;
-    p.init_std = std;
-    p.offset = u.numel;
-    u.numel += p.numel();
-    u.params.push_back(std::move(p));
-  }
-  UnitSpec finish(int zero, std::vector<int> sync) {
-    u.zero = zero;
-    u.sync_ranks = std::move(sync);
-    const int64_t n = static_cast<int64_t>(u.sync_ranks.size());
-    u.padded = (u.numel + n - 1) / n * n;
-    return std::move(u);
-  }
-};
-
-bool has_norm_bias(const ModelSpec& m) { return m.norm == NormKind::kLayerNorm; }
-
 }  // namespace
-
-int64_t ParamSpec::numel() const {
-  int64_t n = 1;
-  for (auto d : local_shape) n *= d;
-  return n;
-}
-
-Layout layout_of(const LayerStrategy& s, int S) {
-  Layout l;
-  const int sp = s.sp ? s.tp : 1;
-  l.batch_parts = s.dp;
-  l.seq_parts = s.ulysses * sp;
-  for (int j = 0; j < S; ++j) {
-    const RankCoords c = coords_of(j, S, s);
-    l.batch_idx.push_back(c.dp);
-    l.seq_idx.push_back(c.ulysses * sp + (s.sp ? c.tp : 0));
-  }
-  return l;
-}
-
-std::vector<UnitSpec> unit_specs(const Plan& p, int rank) {
-  const ModelSpec& m = p.model;
-  const int S = p.devices_per_stage();
-  const int pp = p.train.pp;
-  const int stage = rank / S;
-  const bool first = stage == 0, last = stage == pp - 1;
-  const int64_t V = m.vocab, H = m.hidden;
-  const LayerStrategy& emb = p.embedding;
-  const RankCoords eco = coords_of(rank, S, emb);
-  const int64_t vshard = (V + emb.tp - 1) / emb.tp;
-  const int64_t vstart = std::min<int64_t>(V, eco.tp * vshard);
-  const int64_t vlen = std::min<int64_t>(V, vstart + vshard) - vstart;
-  const bool tied_across = m.tied_embeddings && pp > 1;
-  const int L = m.num_layers();
-  std::vector<UnitSpec> out;
-  std::vector<int> tied_pair;
-  if (tied_across) tied_pair = {rank % S, (pp - 1) * S + rank % S};
-
-  if (first) {
-    Builder b;
-    b.u.name = "wte";
-    b.add("embed.wte", {V, H}, 0, vstart, vlen, true, true, kInitStd);
-    if (tied_across) b.u.tied_ranks = tied_pair;
-    out.push_back(b.finish(emb.zero, sync_group(rank, S, emb)));
-    if (m.position == PositionKind::kLearned) {
-      Builder w;
-      w.u.name = "wpe";
-      const int64_t P = m.max_seq > 0 ? m.max_seq : p.train.seq;
-      w.add("embed.wpe", {P, H}, -1, 0, 0, true, eco.tp == 0, kPosInitStd);
-      out.push_back(w.finish(emb.zero, sync_group(rank, S, emb)));
-    }
-  }
-  const Stage& st = p.stages[stage];
-  for (int i = 0; i < st.num_layers(); ++i) {
-    const int li = st.first_layer + i;
-    const LayerStrategy& s = st.layers[i];
-    const LayerShape& sh = m.layer(li);
-    const RankCoords co = coords_of(rank, S, s);
-    const int tp = s.tp, t = co.tp;
-    const int64_t d = head_dim(sh), nh = sh.heads, nkv = sh.kv_heads > 0 ? sh.kv_heads : sh.heads;
-    const int64_t nhl = nh / tp;
-    int64_t kv0, nkvl;
-    bool kv_counted = true;
-    if (nkv % tp == 0) {
-      nkvl = nkv / tp;
-      kv0 = t * nkvl;
-    } else {
-      nkvl = 1;
-      kv0 = t * nkv / tp;
-      kv_counted = t % (tp / nkv) == 0;
-    }
-    const double out_std = kInitStd / std::sqrt(2.0 * L);
-    const std::string pre = "layers." + std::to_string(li) + ".";
-    const bool rep = t == 0;  // first copy of a tp-replicated parameter
-    const bool nb = has_norm_bias(m);
-    Builder b;
-    b.u.name = "layers." + std::to_string(li);
-    b.add(pre + "ln1.weight", {H}, -1, 0, 0, false, rep, -1);
-    if (nb) b.add(pre + "ln1.bias", {H}, -1, 0, 0, false, rep, 0);
-    b.add(pre + "attn.wq", {nh * d, H}, 0, t * nhl * d, nhl * d, true, true, kInitStd);
-    if (sh.bias) b.add(pre + "attn.bq", {nh * d}, 0, t * nhl * d, nhl * d, false, true, 0);
-    b.add(pre + "attn.wk", {nkv * d, H}, 0, kv0 * d, nkvl * d, true, kv_counted, kInitStd);
-    if (sh.bias) b.add(pre + "attn.bk", {nkv * d}, 0, kv0 * d, nkvl * d, false, kv_counted, 0);
-    b.add(pre + "attn.wv", {nkv * d, H}, 0, kv0 * d, nkvl * d, true, kv_counted, kInitStd);
-    if (sh.bias) b.add(pre + "attn.bv", {nkv * d}, 0, kv0 * d, nkvl * d, false, kv_counted, 0);
-    b.add(pre + "attn.wo", {H, nh * d}, 1, t * nhl * d, nhl * d, true, true, out_std);
-    if (sh.bias) b.add(pre + "attn.bo", {H}, -1, 0, 0, false, rep, 0);
-    b.add(pre + "ln2.weight", {H}, -1, 0, 0, false, rep, -1);
-    if (nb) b.add(pre + "ln2.bias", {H}, -1, 0, 0, false, rep, 0);
-    const int64_t F = sh.ffn, Fl = F / tp;
-    if (sh.ffn_kind == FfnKind::kGelu) {
-      b.add(pre + "mlp.fc1", {F, H}, 0, t * Fl, Fl, true, true, kInitStd);
-      if (sh.bias) b.add(pre + "mlp.fc1_bias", {F}, 0, t * Fl, Fl, false, true, 0);
-      b.add(pre + "mlp.fc2", {H, F}, 1, t * Fl, Fl, true, true, out_std);
-      if (sh.bias) b.add(pre + "mlp.fc2_bias", {H}, -1, 0, 0, false, rep, 0);
-    } else {
-      b.add(pre + "mlp.gate", {F, H}, 0, t * Fl, Fl, true, true, kInitStd);
-      if (sh.bias) b.add(pre + "mlp.gate_bias", {F}, 0, t * Fl, Fl, false, true, 0);
-      b.add(pre + "mlp.up", {F, H}, 0, t * Fl, Fl, true, true, kInitStd);
-      if (sh.bias) b.add(pre + "mlp.up_bias", {F}, 0, t * Fl, Fl, false, true, 0);
-      b.add(pre + "mlp.down", {H, F}, 1, t * Fl, Fl, true, true, out_std);
-      if (sh.bias) b.add(pre + "mlp.down_bias", {H}, -1, 0, 0, false, rep, 0);
-    }
-    out.push_back(b.finish(s.zero, sync_group(rank, S, s)));
-  }
-  if (last) {
-    Builder b;
-    b.u.name = "head";
-    b.add("head.norm.weight", {H}, -1, 0, 0, false, eco.tp == 0, -1);
-    if (has_norm_bias(m)) b.add("head.norm.bias", {H}, -1, 0, 0, false, eco.tp == 0, 0);
-    if (!m.tied_embeddings) b.add("head.lm_head", {V, H}, 0, vstart, vlen, true, true, kInitStd);
-    out.push_back(b.finish(emb.zero, sync_group(rank, S, emb)));
-    if (tied_across) {
-      Builder w;
-      w.u.name = "wte_copy";
-      w.add("embed.wte", {V, H}, 0, vstart, vlen, true, false, kInitStd);
-      w.u.tied_ranks = tied_pair;
-      out.push_back(w.finish(emb.zero, sync_group(rank, S, emb)));
-    }
-  }
-  return out;
-}
-
-std::vector<std::vector<int>> plan_groups(const Plan& p) {
-  const int world = p.world_size();
-  const int S = p.devices_per_stage();
-  const int pp = p.train.pp;
-  std::vector<std::vector<int>> out;
-  std::vector<int> all;
-  for (int r = 0; r < world; ++r) all.push_back(r);
-  out.push_back(all);
-  auto add_strategy = [&](const LayerStrategy& s, int stage, int kv) {
-    for (int j = 0; j < S; ++j) {
-      const int r = stage * S + j;
-      out.push_back(group_of(r, S, pp, s, Axis::kTp));
-      out.push_back(group_of(r, S, pp, s, Axis::kUlysses));
-      out.push_back(sync_group(r, S, s));
-      if (kv > 0) out.push_back(kvrep_group(r, S, pp, s, kv));
-    }
-  };
-  for (int g = 0; g < pp; ++g) {
-    std::vector<int> stage;
-    for (int j = 0; j < S; ++j) stage.push_back(g * S + j);
-    out.push_back(stage);
-    const Stage& st = p.stages[g];
-    for (int i = 0; i < st.num_layers(); ++i) {
-      const LayerShape& sh = p.model.layer(st.first_layer + i);
-      add_strategy(st.layers[i], g, sh.kv_heads > 0 ? sh.kv_heads : sh.heads);
-    }
-    if (g == 0 || g == pp - 1) add_strategy(p.embedding, g, 0);
-  }
-  if (p.model.tied_embeddings && pp > 1)
-    for (int j = 0; j < S; ++j) out.push_back({j, (pp - 1) * S + j});
-  return out;
-}
-
-std::vector<std::vector<int>> plan_grad_groups(const Plan& p) {
-  const int S = p.devices_per_stage();
-  const int pp = p.train.pp;
-  std::vector<std::vector<int>> out;
-  auto add = [&](const LayerStrategy& s, int stage) {
-    if (s.zero >= 3) return;
-    for (int j = 0; j < S; ++j) out.push_back(sync_group(stage * S + j, S, s));
-  };
-  for (int g = 0; g < pp; ++g) {
-    for (const LayerStrategy& s : p.stages[g].layers) add(s, g);
-    if (g == 0 || g == pp - 1) add(p.embedding, g);
-  }
-  return out;
-}
 
 // ---- Unit ----
 
@@ -396,7 +169,7 @@ Model::Model(const Plan& p, int rank, GroupSet& groups, uint64_t seed, at::Devic
     L.tp = &groups.get(group_of(rank, S_, pp, L.st, Axis::kTp));
     L.ulysses = &groups.get(group_of(rank, S_, pp, L.st, Axis::kUlysses));
     const int nkv = L.shape.kv_heads > 0 ? L.shape.kv_heads : L.shape.heads;
-    L.kvrep = &groups.get(kvrep_group(rank, S_, pp, L.st, nkv));
+    L.kvrep = &groups.get(kv_replica_group(rank, S_, pp, L.st, nkv));
     layouts_.push_back(layout_of(L.st, S_));
     L.layout = &layouts_.back();
     L.heads_local = L.shape.heads / L.st.tp;
@@ -416,11 +189,11 @@ Unit* Model::find_unit(const std::string& name) {
   return nullptr;
 }
 
-const Layout& Model::input_layout() const { return first_stage() ? *emb_layout_ : *prev_layout_; }
-const Layout& Model::output_layout() const { return *layers_.back().layout; }
+const ActivationLayout& Model::input_layout() const { return first_stage() ? *emb_layout_ : *prev_layout_; }
+const ActivationLayout& Model::output_layout() const { return *layers_.back().layout; }
 
 std::vector<int64_t> Model::input_shape() const {
-  const Layout& l = input_layout();
+  const ActivationLayout& l = input_layout();
   const int64_t B = plan_.train.pipeline_micro_batch();
   return {B / l.batch_parts, plan_.train.seq / l.seq_parts, plan_.model.hidden};
 }
@@ -471,7 +244,7 @@ at::Tensor Model::embed(const at::Tensor& tokens) {
 }
 
 at::Tensor Model::forward_layers(at::Tensor x) {
-  const Layout* cur = &input_layout();
+  const ActivationLayout* cur = &input_layout();
   for (const LayerCtx& L : layers_) {
     x = redistribute(x, *stage_comm_, *cur, *L.layout);
     if (L.st.recompute == Recompute::kFull) {
@@ -536,10 +309,23 @@ struct Idx {
 at::Tensor Model::attention(const LayerCtx& L, const std::vector<at::Tensor>& w, const at::Tensor& h) {
   const Idx I(units_[L.unit].spec);
   const int64_t b = h.size(0), t = h.size(1), d = head_dim(L.shape);
-  auto kv_param = [&](const std::string& k) { return copy_to(w[I[k]], *L.kvrep); };
+  // K/V weights (and biases) held by every rank of a kv-replica group (tp > kv heads) see different
+  // data on each: their gradients are summed over the group, in one all-reduce of all of them.
+  at::Tensor wk = w[I["attn.wk"]], wv = w[I["attn.wv"]];
+  at::Tensor bk = I.has("attn.bk") ? w[I["attn.bk"]] : at::Tensor(), bv = I.has("attn.bv") ? w[I["attn.bv"]] : at::Tensor();
+  if (L.kvrep->size() > 1) {
+    std::vector<at::Tensor> parts{wk.reshape({-1}), wv.reshape({-1})};
+    if (bk.defined()) parts.insert(parts.end(), {bk, bv});
+    std::vector<int64_t> sizes;
+    for (const auto& t : parts) sizes.push_back(t.numel());
+    const std::vector<at::Tensor> summed = copy_to(at::cat(parts), *L.kvrep).split_with_sizes(sizes);
+    wk = summed[0].view(wk.sizes());
+    wv = summed[1].view(wv.sizes());
+    if (bk.defined()) bk = summed[2], bv = summed[3];
+  }
   at::Tensor q = at::linear(h, w[I["attn.wq"]], I.has("attn.bq") ? w[I["attn.bq"]] : at::Tensor());
-  at::Tensor k = at::linear(h, kv_param("attn.wk"), I.has("attn.bk") ? kv_param("attn.bk") : at::Tensor());
-  at::Tensor v = at::linear(h, kv_param("attn.wv"), I.has("attn.bv") ? kv_param("attn.bv") : at::Tensor());
+  at::Tensor k = at::linear(h, wk, bk);
+  at::Tensor v = at::linear(h, wv, bv);
   q = q.view({b, t, L.heads_local, d});
   k = k.view({b, t, L.kv_local, d});
   v = v.view({b, t, L.kv_local, d});
@@ -551,8 +337,11 @@ at::Tensor Model::attention(const LayerCtx& L, const std::vector<at::Tensor>& w,
   const int u = L.ulysses->size();
   if (u > 1) {
     if (L.kv_local % u != 0) {
-      k = k.repeat_interleave(L.heads_local / L.kv_local, 2);
-      v = v.repeat_interleave(L.heads_local / L.kv_local, 2);
+      // Fewer local kv heads than Ulysses ranks: copy each so that every rank receives whole heads,
+      // the fewest copies that do (lcm(kv, u) heads; their query groups stay aligned).
+      const int64_t copies = std::lcm(L.kv_local, static_cast<int64_t>(u)) / L.kv_local;
+      k = k.repeat_interleave(copies, 2);
+      v = v.repeat_interleave(copies, 2);
     }
     q = seq_to_heads(q, *L.ulysses);
     k = seq_to_heads(k, *L.ulysses);

@@ -80,7 +80,7 @@ struct AllToAll : torch::autograd::Function<AllToAll> {
   }
 };
 
-at::Tensor move_blocks(const at::Tensor& x, Comm& stage, const Layout& from, const Layout& to) {
+at::Tensor move_blocks(const at::Tensor& x, Comm& stage, const ActivationLayout& from, const ActivationLayout& to) {
   const int64_t bl = x.size(0), tl = x.size(1);
   const int64_t B = bl * from.batch_parts, T = tl * from.seq_parts;
   const int me = stage.rank();
@@ -106,13 +106,13 @@ struct Redistribute : torch::autograd::Function<Redistribute> {
     ctx->saved_data["c"] = comm;
     ctx->saved_data["from"] = from;
     ctx->saved_data["to"] = to;
-    return move_blocks(x, *reinterpret_cast<Comm*>(comm), *reinterpret_cast<const Layout*>(from),
-                       *reinterpret_cast<const Layout*>(to));
+    return move_blocks(x, *reinterpret_cast<Comm*>(comm), *reinterpret_cast<const ActivationLayout*>(from),
+                       *reinterpret_cast<const ActivationLayout*>(to));
   }
   static tensor_list backward(AutogradContext* ctx, tensor_list g) {
     at::Tensor r = move_blocks(g[0].contiguous(), *from_handle<Comm>(ctx->saved_data["c"]),
-                               *from_handle<const Layout>(ctx->saved_data["to"]),
-                               *from_handle<const Layout>(ctx->saved_data["from"]));
+                               *from_handle<const ActivationLayout>(ctx->saved_data["to"]),
+                               *from_handle<const ActivationLayout>(ctx->saved_data["from"]));
     return {r, at::Tensor(), at::Tensor(), at::Tensor()};
   }
 };
@@ -317,7 +317,7 @@ at::Tensor heads_to_seq(const at::Tensor& x, Comm& c) {
   return z.permute({1, 2, 0, 3, 4}).reshape({b, T / u, u * hl, d});
 }
 
-at::Tensor redistribute(const at::Tensor& x, Comm& stage, const Layout& from, const Layout& to) {
+at::Tensor redistribute(const at::Tensor& x, Comm& stage, const ActivationLayout& from, const ActivationLayout& to) {
   if (from == to) return x;
   return Redistribute::apply(x, handle(&stage), handle(&from), handle(&to));
 }

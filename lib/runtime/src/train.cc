@@ -186,7 +186,21 @@ struct Totals {
   int timed_steps = 0;
   int64_t resident_grad_bytes = 0;
   HeldBytes held;  // after the last step's gradient synchronisation
+  Json step_collectives = Json::array();  // what this rank issued in the last step
 };
+
+// The collectives issued between two snapshots of GroupSet::collectives(), as JSON objects.
+Json collectives_between(const std::vector<CollectiveRecord>& before, const std::vector<CollectiveRecord>& after) {
+  Json out = Json::array();
+  for (const CollectiveRecord& a : after) {
+    int64_t calls = a.calls, bytes = a.bytes;
+    for (const CollectiveRecord& b : before)
+      if (b.op == a.op && b.ranks == a.ranks) calls -= b.calls, bytes -= b.bytes;
+    if (calls > 0)
+      out.push_back(Json{{"op", to_string(a.op)}, {"group", a.ranks}, {"calls", calls}, {"bytes", bytes}});
+  }
+  return out;
+}
 
 // Collective over the world: what every rank held, one object per rank (the summary's "ranks").
 Json held_by_ranks(Comm& world, const HeldBytes& held, const at::Device& device) {
@@ -220,6 +234,7 @@ Json summary(const TrainOptions& o, const Totals& t, const GradSyncStats& gs, in
               {"grad_buckets_done_in_backward", gs.done_in_backward},
               {"mean_grad_sync_wait_s", t.timed_steps > 0 ? t.grad_wait_s / t.timed_steps : 0.0},
               {"resident_grad_bytes", t.resident_grad_bytes},
+              {"collectives_per_step", t.step_collectives},
               {"ranks", std::move(ranks)}};
 }
 
@@ -255,8 +270,8 @@ Status train(const TrainOptions& o) {
   try {
     job.groups = std::make_unique<GroupSet>(comm_config(env, o, device));
     if (env.world > 1) job.watchdog = std::make_unique<Watchdog>(*job.groups, o.timeout_s);
-    job.groups->build(plan_groups(plan));
-    job.groups->build(plan_grad_groups(plan), Channel::kGrad);
+    job.groups->build(process_groups(plan));
+    job.groups->build(grad_groups(plan), Channel::kGrad);
   } catch (const std::exception& e) {
     return job.fail("could not form the job of " + std::to_string(env.world) + " ranks through " + env.master_addr +
                     ":" + std::to_string(env.master_port) + ": " + e.what());
@@ -295,6 +310,8 @@ Status train(const TrainOptions& o) {
       inject(fault, rank, step);
       if (job.watchdog) job.watchdog->set_step(step);  // "has entered step": lets peers name a laggard
       const auto t0 = Clock::now();
+      std::vector<CollectiveRecord> before;
+      if (step == o.steps) before = groups.collectives();
       opt.zero_grad();
       stage.step = step;
       const double loss_sum = run_pipeline_step(actions, stage, links, static_cast<double>(tokens_per_step));
@@ -306,6 +323,7 @@ Status train(const TrainOptions& o) {
       const double lr = lrs.at(step);
       const auto [loss, norm] = optimizer_step(model, opt, world, loss_sum, tokens_per_step, o.clip, lr);
       const double dt = seconds_since(t0);
+      if (step == o.steps) tot.step_collectives = collectives_between(before, groups.collectives());
       rep.step(StepStats{step, loss, norm, lr, static_cast<double>(tokens_per_step) / dt, dt});
       tot.last_loss = loss;
       if (step > start_step + 1 || o.steps == start_step + 1)

@@ -16,6 +16,7 @@
 #include <optional>
 #include <vector>
 
+#include "weft/plan/geometry.h"
 #include "weft/search/layer_dp.h"
 #include "weft/search/pruning.h"
 #include "weft/search/search.h"
@@ -89,7 +90,7 @@ struct Work {
   TrainSettings train;
   int S = 0, P = 0, pmb = 0;
   std::vector<GroupCands> groups;
-  std::vector<Layout> layouts;
+  std::vector<LayoutKey> layouts;
   // u[pos][g][c], mem[pos][g][c]: objective time and memory bytes of candidate c of group g.
   std::vector<std::vector<std::vector<double>>> u, mem;
   // All embedding candidates with their extras (-1 = not costed yet), and the Pareto-filtered ones.

@@ -57,7 +57,7 @@ bool collect_candidates(const Problem& pb, CandidateCache& cache, Tally& t, Work
   for (int g = 0; g < G; ++g) {
     if (!w.groups[g].cands) continue;
     for (const auto& s : *w.groups[g].cands) {
-      const Layout l = layout_of(s);
+      const LayoutKey l = layout_key(s);
       auto it = std::find(w.layouts.begin(), w.layouts.end(), l);
       if (it == w.layouts.end()) {
         w.layouts.push_back(l);

@@ -106,6 +106,19 @@ struct CommConfig {
 // Whether this libtorch was built with ProcessGroupNCCL (USE_C10D_NCCL).
 bool nccl_compiled();
 
+// What one rank issued on one group of two or more ranks: calls and bytes per operation, bytes
+// per call in the nccl-tests convention the cost model prices (weft/cost/collectives.h): all-reduce
+// the reduced buffer, all-gather the gathered output, reduce-scatter the input, all-to-all the send
+// buffer, send the message. allreduce_max counts as an all-reduce; recv and barrier are not counted.
+enum class CollectiveOp { kAllReduce, kAllGather, kReduceScatter, kAllToAll, kSend };
+inline constexpr int kCollectiveOps = 5;
+const char* to_string(CollectiveOp op);
+struct CollectiveRecord {
+  CollectiveOp op = CollectiveOp::kAllReduce;
+  std::vector<int> ranks;  // the group's global ranks, ascending
+  int64_t calls = 0, bytes = 0;
+};
+
 // A group of ranks can exist twice: the main channel carries every collective of the forward and
 // backward passes and the optimizer; the gradient channel is a second process group over the same
 // ranks for the bucketed gradient reduction alone, so the reductions launched during backward never
@@ -132,6 +145,10 @@ class GroupSet {
   c10::intrusive_ptr<c10d::Store> store() const;
   // Opens a second client connection to the store (for a watchdog thread); nullptr when world == 1.
   c10::intrusive_ptr<c10d::Store> new_store_client() const;
+  // Every collective this rank issued on its groups of two or more ranks since they were built,
+  // per group (both channels added together) and operation; only entries with calls, ordered by
+  // group then operation. Counting is always on (two atomic additions per call).
+  std::vector<CollectiveRecord> collectives() const;
 
  private:
   struct Impl;

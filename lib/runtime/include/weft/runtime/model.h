@@ -15,41 +15,11 @@
 
 #include "weft/runtime/comm.h"
 #include "weft/runtime/ops.h"
+#include "weft/plan/geometry.h"
 #include "weft/plan/plan.h"
 #include "weft/plan/rank_map.h"
 
 namespace weft::runtime {
-
-// One parameter as one rank holds it: a slice [shard_start, shard_start + shard_len) along
-// shard_dim of the full tensor (shard_dim -1: the whole tensor, replicated over tp).
-struct ParamSpec {
-  std::string name;                  // e.g. "layers.3.attn.wq"
-  std::vector<int64_t> full_shape;
-  std::vector<int64_t> local_shape;
-  int shard_dim = -1;
-  int64_t shard_start = 0, shard_len = 0;
-  bool decay = false;                // AdamW weight decay applies (matrices and embeddings)
-  bool counted = true;               // this rank's copy counts in the global gradient norm and is
-                                     // the one written to consolidated files (one copy per element)
-  double init_std = 0;               // > 0: normal(0, init_std); 0: zeros; < 0: ones
-  int64_t offset = 0;                // in the unit's flat buffer
-  int64_t numel() const;
-};
-
-// A group of parameters sharing one strategy (and so one gradient-sum group and ZeRO stage).
-struct UnitSpec {
-  std::string name;                  // "wte", "wpe", "layers.3", "head"
-  std::vector<ParamSpec> params;
-  int zero = 0;
-  std::vector<int> sync_ranks;       // dp x ulysses group: sums gradients, shards ZeRO state
-  std::vector<int> tied_ranks;       // non-empty for "wte" when the table is tied across stages
-  int64_t numel = 0;                 // sum of params
-  int64_t padded = 0;                // numel rounded up to a multiple of the sync group size
-};
-
-// The units rank `rank` holds under the plan, without allocating anything (every rank can compute
-// every other rank's units; consolidation uses that).
-std::vector<UnitSpec> unit_specs(const Plan& p, int rank);
 
 // Runtime state of a unit.
 struct Unit {
@@ -96,7 +66,7 @@ struct LayerCtx {
   Comm* tp = nullptr;
   Comm* ulysses = nullptr;
   Comm* kvrep = nullptr;             // tp ranks holding the same key/value heads (tp > kv heads)
-  const Layout* layout = nullptr;
+  const ActivationLayout* layout = nullptr;
   int unit = 0;
   int64_t heads_local = 0, kv_local = 0, ffn_local = 0;
 };
@@ -119,8 +89,8 @@ class Model {
   bool last_stage() const { return stage_ == plan_.train.pp - 1; }
   int stage() const { return stage_; }
   // Activation layout this stage receives / sends between stages (the previous / own last layer).
-  const Layout& input_layout() const;
-  const Layout& output_layout() const;
+  const ActivationLayout& input_layout() const;
+  const ActivationLayout& output_layout() const;
   // Shape of the activation block received from the previous stage for one micro-batch.
   std::vector<int64_t> input_shape() const;
   TokenBlock token_block() const;
@@ -152,24 +122,13 @@ class Model {
   GroupSet& groups_;
   std::vector<Unit> units_;
   std::vector<LayerCtx> layers_;
-  std::deque<Layout> layouts_;       // stable addresses (ops keep pointers)
-  const Layout* emb_layout_ = nullptr;
-  const Layout* prev_layout_ = nullptr;  // the previous stage's output layout
+  std::deque<ActivationLayout> layouts_;       // stable addresses (ops keep pointers)
+  const ActivationLayout* emb_layout_ = nullptr;
+  const ActivationLayout* prev_layout_ = nullptr;  // the previous stage's output layout
   RankCoords emb_co_;
   Comm* emb_tp_ = nullptr;
   Comm* stage_comm_ = nullptr;
   int64_t vocab_start_ = 0;
 };
-
-// The layout of activations under strategy s on a stage of S ranks.
-Layout layout_of(const LayerStrategy& s, int S);
-
-// Every process group any rank needs for the plan, from the ordered axis list of each layer's
-// strategy (weft/plan/rank_map.h): tp, ulysses, dp x ulysses (gradient sums / ZeRO), key/value
-// replicas, the stage, the tied-embedding pairs and the world.
-std::vector<std::vector<int>> plan_groups(const Plan& p);
-
-// The groups of the gradient channel (Channel::kGrad): the sync groups of every unit with zero < 3.
-std::vector<std::vector<int>> plan_grad_groups(const Plan& p);
 
 }  // namespace weft::runtime

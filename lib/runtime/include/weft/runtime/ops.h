@@ -9,6 +9,7 @@
 #include <functional>
 #include <vector>
 
+#include "weft/plan/geometry.h"
 #include "weft/runtime/comm.h"
 
 namespace weft::runtime {
@@ -31,19 +32,10 @@ at::Tensor reduce_scatter_seq(const at::Tensor& x, Comm& c);
 at::Tensor seq_to_heads(const at::Tensor& x, Comm& c);
 at::Tensor heads_to_seq(const at::Tensor& x, Comm& c);
 
-// How a stage's activations [B, T, H] of one micro-batch are spread over its S ranks: rank i
-// holds batch block batch_idx[i] of batch_parts and sequence block seq_idx[i] of seq_parts;
-// ranks with equal blocks hold identical copies (and identical gradients).
-struct Layout {
-  int batch_parts = 1, seq_parts = 1;
-  std::vector<int> batch_idx, seq_idx;  // per stage rank
-  bool operator==(const Layout&) const = default;
-};
-
 // Moves a stage's activations from one layout to another (forward), and their gradients back
 // (backward), through an all-gather over the stage group. x is this rank's [b, t, H] block under
 // `from`; returns its block under `to`.
-at::Tensor redistribute(const at::Tensor& x, Comm& stage, const Layout& from, const Layout& to);
+at::Tensor redistribute(const at::Tensor& x, Comm& stage, const ActivationLayout& from, const ActivationLayout& to);
 
 // ZeRO-3 as FSDP runs it: the full parameters live only while a computation uses them.
 // gather_shard all-gathers the flat parameter shard of every member into a new full flat buffer

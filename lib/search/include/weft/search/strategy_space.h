@@ -48,24 +48,4 @@ std::vector<LayerStrategy> layer_candidates(const LayerShape& shape, const Clust
 std::vector<LayerStrategy> embedding_candidates(const ModelSpec& model, const ClusterSpec& cluster,
                                                 const SearchOptions& opt, int stage_size, int pmb, RuleLog& log);
 
-// The activation layout of a strategy: strategies with equal layouts exchange activations with a
-// neighbour at equal cost (the search's assumption, search.h).
-struct Layout {
-  int tp = 1;
-  bool sp = false;
-  int ulysses = 1, cp = 1, dp = 1;
-  bool operator==(const Layout&) const = default;
-};
-inline Layout layout_of(const LayerStrategy& s) { return {s.tp, s.sp, s.ulysses, s.cp, s.dp}; }
-// A representative strategy of a layout (ZeRO 0, no recompute, ep 1).
-inline LayerStrategy representative(const Layout& l) {
-  LayerStrategy s;
-  s.tp = l.tp;
-  s.sp = l.sp;
-  s.ulysses = l.ulysses;
-  s.cp = l.cp;
-  s.dp = l.dp;
-  return s;
-}
-
 }  // namespace weft::planner

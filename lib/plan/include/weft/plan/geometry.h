@@ -1,0 +1,100 @@
+// Plan geometry: the pure functions of a plan that say where every activation block, process group
+// and parameter slice lives. The runtime builds its groups and buffers from them, the calibrated
+// cost model prices layout changes with them, and the search keys its transitions on them; none of
+// them needs torch, so each is tested here (tests/plan/geometry_test.cc) without a process group.
+// Rank coordinates come from weft/plan/rank_map.h (tp fastest, then ulysses, cp, dp; pp outermost).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "weft/plan/plan.h"
+#include "weft/plan/rank_map.h"
+#include "weft/plan/strategy.h"
+
+namespace weft {
+
+// ---- Activation layouts ----
+
+// How a stage's activations [B, T, H] of one micro-batch are spread over its S ranks under a layer
+// strategy: rank i holds batch block batch_idx[i] of batch_parts and sequence block seq_idx[i] of
+// seq_parts; ranks with equal blocks hold identical copies (and identical gradients). The batch is
+// split by dp, the sequence by ulysses and, with Megatron sequence parallelism, by tp (tp fastest
+// inside a ulysses block). Context parallelism is not part of a layout yet (the runtime does not run
+// it; docs/runtime.md): a cp layer's layout is that of the same strategy with cp ranks as copies.
+struct ActivationLayout {
+  int batch_parts = 1, seq_parts = 1;
+  std::vector<int> batch_idx, seq_idx;  // per stage rank
+  bool operator==(const ActivationLayout&) const = default;
+  bool replicated() const { return batch_parts == 1 && seq_parts == 1; }
+};
+ActivationLayout layout_of(const LayerStrategy& s, int stage_size);
+
+// The fields of a strategy that decide its layout: layout_of(s, S) depends on s only through
+// layout_key(s), so strategies with equal keys exchange activations with a neighbour at equal cost
+// (the search keys its transition and p2p tables on it).
+struct LayoutKey {
+  int tp = 1;
+  bool sp = false;
+  int ulysses = 1, cp = 1, dp = 1;
+  bool operator==(const LayoutKey&) const = default;
+};
+LayoutKey layout_key(const LayerStrategy& s);
+// A strategy with that key: ZeRO 0, no recompute, ep 1.
+LayerStrategy representative(const LayoutKey& k);
+
+// ---- Process groups ----
+
+// The tensor-parallel ranks of `rank` that hold the same key/value heads when a layer has fewer
+// kv heads than tp (each head then lives on tp / kv_heads ranks; their gradients are summed over
+// this group); {rank} when kv_heads is a multiple of tp.
+std::vector<int> kv_replica_group(int rank, int stage_size, int pp, const LayerStrategy& s, int kv_heads);
+
+// Every process group some rank needs to run the plan, each sorted, in a fixed order that every
+// rank computes alike (groups repeat; the runtime builds each distinct one once): the world; per
+// stage the stage, and for every layer and the embedding / head of the first and last stage, each
+// rank's tp, ulysses, shard (gradient sums and ZeRO shards) and, for layers, kv-replica groups;
+// then the pairs of ranks holding the two copies of an embedding tied across pipeline stages.
+std::vector<std::vector<int>> process_groups(const Plan& p);
+
+// The groups of the runtime's gradient channel: the shard group of every unit with ZeRO < 3 (whose
+// gradients are reduced in buckets while backward runs), per rank, in the order of process_groups.
+std::vector<std::vector<int>> grad_groups(const Plan& p);
+
+// ---- Parameter units ----
+
+// One parameter as one rank holds it: a slice [shard_start, shard_start + shard_len) along
+// shard_dim of the full tensor (shard_dim -1: the whole tensor, replicated over tp).
+struct ParamSpec {
+  std::string name;                  // e.g. "layers.3.attn.wq"
+  std::vector<int64_t> full_shape;
+  std::vector<int64_t> local_shape;
+  int shard_dim = -1;
+  int64_t shard_start = 0, shard_len = 0;
+  bool decay = false;                // AdamW weight decay applies (matrices and embeddings)
+  bool counted = true;               // this rank's copy counts in the global gradient norm and is
+                                     // the one written to consolidated files (one copy per element)
+  double init_std = 0;               // > 0: normal(0, init_std); 0: zeros; < 0: ones
+  int64_t offset = 0;                // in the unit's flat buffer
+  int64_t numel() const;
+};
+
+// A group of parameters sharing one strategy (and so one gradient-sum group and ZeRO stage).
+struct UnitSpec {
+  std::string name;                  // "wte", "wpe", "layers.3", "head", "wte_copy"
+  std::vector<ParamSpec> params;
+  int zero = 0;
+  std::vector<int> sync_ranks;       // the shard group (dp x ulysses x cp): sums gradients, shards ZeRO state
+  std::vector<int> tied_ranks;       // non-empty for "wte" / "wte_copy" when the table is tied across stages
+  int64_t numel = 0;                 // sum of params
+  int64_t padded = 0;                // numel rounded up to a multiple of the sync group size
+};
+
+// The units rank `rank` holds under the plan, in forward order, without allocating anything (every
+// rank can compute every other rank's units; consolidating a checkpoint uses that). Initialisation
+// scales are GPT-2 / Megatron's: normal(0, 0.02), output projections 0.02 / sqrt(2 L), the learned
+// position table 0.01, norms ones, biases zeros.
+std::vector<UnitSpec> unit_specs(const Plan& p, int rank);
+
+}  // namespace weft

@@ -1,0 +1,250 @@
+#include "weft/plan/geometry.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace weft {
+
+namespace {
+
+constexpr double kInitStd = 0.02;     // GPT-2 / Megatron initialisation
+constexpr double kPosInitStd = 0.01;  // GPT-2's position table
+
+int head_dim(const LayerShape& s) { return s.head_dim > 0 ? s.head_dim : static_cast<int>(s.hidden / s.heads); }
+int kv_heads(const LayerShape& s) { return s.kv_heads > 0 ? s.kv_heads : s.heads; }
+
+std::vector<int> shard_group(int rank, int S, int pp, const LayerStrategy& s) {
+  return group_of(rank, S, pp, s, Axis::kShard);
+}
+
+// Appends parameters to a unit's flat buffer in order.
+struct UnitBuilder {
+  UnitSpec u;
+  explicit UnitBuilder(std::string name) { u.name = std::move(name); }
+  // dim >= 0: the slice [start, start + len) of dimension dim; dim -1: the whole tensor.
+  void add(const std::string& name, std::vector<int64_t> full, int dim, int64_t start, int64_t len, bool decay,
+           bool counted, double std) {
+    ParamSpec p;
+    p.name = name;
+    p.full_shape = full;
+    p.local_shape = full;
+    p.shard_dim = dim;
+    if (dim >= 0) {
+      p.shard_start = start;
+      p.shard_len = len;
+      p.local_shape[dim] = len;
+    } else {
+      p.shard_start = 0;
+      p.shard_len = full.empty() ? 1 : full[0];
+    }
+    p.decay = decay;
+    p.counted = counted;
+    p.init_std = std;
+    p.offset = u.numel;
+    u.numel += p.numel();
+    u.params.push_back(std::move(p));
+  }
+  UnitSpec finish(int zero, std::vector<int> sync) {
+    u.zero = zero;
+    u.sync_ranks = std::move(sync);
+    const int64_t n = static_cast<int64_t>(u.sync_ranks.size());
+    u.padded = (u.numel + n - 1) / n * n;
+    return std::move(u);
+  }
+};
+
+// The parameters of decoder layer li on tensor-parallel rank t of tp.
+void add_layer_params(UnitBuilder& b, const ModelSpec& m, int li, int tp, int t) {
+  const LayerShape& sh = m.layer(li);
+  const int64_t H = m.hidden;
+  const int64_t d = head_dim(sh), nh = sh.heads, nkv = kv_heads(sh);
+  const int64_t nhl = nh / tp;
+  int64_t kv0, nkvl;
+  bool kv_counted = true;
+  if (nkv % tp == 0) {
+    nkvl = nkv / tp;
+    kv0 = t * nkvl;
+  } else {  // fewer kv heads than tp: each head on tp / nkv ranks, the first of them counts it
+    nkvl = 1;
+    kv0 = t * nkv / tp;
+    kv_counted = t % (tp / nkv) == 0;
+  }
+  const double out_std = kInitStd / std::sqrt(2.0 * m.num_layers());
+  const std::string pre = "layers." + std::to_string(li) + ".";
+  const bool rep = t == 0;  // first copy of a tp-replicated parameter
+  const bool nb = m.norm == NormKind::kLayerNorm;
+  b.add(pre + "ln1.weight", {H}, -1, 0, 0, false, rep, -1);
+  if (nb) b.add(pre + "ln1.bias", {H}, -1, 0, 0, false, rep, 0);
+  b.add(pre + "attn.wq", {nh * d, H}, 0, t * nhl * d, nhl * d, true, true, kInitStd);
+  if (sh.bias) b.add(pre + "attn.bq", {nh * d}, 0, t * nhl * d, nhl * d, false, true, 0);
+  b.add(pre + "attn.wk", {nkv * d, H}, 0, kv0 * d, nkvl * d, true, kv_counted, kInitStd);
+  if (sh.bias) b.add(pre + "attn.bk", {nkv * d}, 0, kv0 * d, nkvl * d, false, kv_counted, 0);
+  b.add(pre + "attn.wv", {nkv * d, H}, 0, kv0 * d, nkvl * d, true, kv_counted, kInitStd);
+  if (sh.bias) b.add(pre + "attn.bv", {nkv * d}, 0, kv0 * d, nkvl * d, false, kv_counted, 0);
+  b.add(pre + "attn.wo", {H, nh * d}, 1, t * nhl * d, nhl * d, true, true, out_std);
+  if (sh.bias) b.add(pre + "attn.bo", {H}, -1, 0, 0, false, rep, 0);
+  b.add(pre + "ln2.weight", {H}, -1, 0, 0, false, rep, -1);
+  if (nb) b.add(pre + "ln2.bias", {H}, -1, 0, 0, false, rep, 0);
+  const int64_t F = sh.ffn, Fl = F / tp;
+  if (sh.ffn_kind == FfnKind::kGelu) {
+    b.add(pre + "mlp.fc1", {F, H}, 0, t * Fl, Fl, true, true, kInitStd);
+    if (sh.bias) b.add(pre + "mlp.fc1_bias", {F}, 0, t * Fl, Fl, false, true, 0);
+    b.add(pre + "mlp.fc2", {H, F}, 1, t * Fl, Fl, true, true, out_std);
+    if (sh.bias) b.add(pre + "mlp.fc2_bias", {H}, -1, 0, 0, false, rep, 0);
+  } else {
+    b.add(pre + "mlp.gate", {F, H}, 0, t * Fl, Fl, true, true, kInitStd);
+    if (sh.bias) b.add(pre + "mlp.gate_bias", {F}, 0, t * Fl, Fl, false, true, 0);
+    b.add(pre + "mlp.up", {F, H}, 0, t * Fl, Fl, true, true, kInitStd);
+    if (sh.bias) b.add(pre + "mlp.up_bias", {F}, 0, t * Fl, Fl, false, true, 0);
+    b.add(pre + "mlp.down", {H, F}, 1, t * Fl, Fl, true, true, out_std);
+    if (sh.bias) b.add(pre + "mlp.down_bias", {H}, -1, 0, 0, false, rep, 0);
+  }
+}
+
+}  // namespace
+
+// ---- Activation layouts ----
+
+ActivationLayout layout_of(const LayerStrategy& s, int stage_size) {
+  ActivationLayout l;
+  const int sp = s.sp ? s.tp : 1;
+  l.batch_parts = s.dp;
+  l.seq_parts = s.ulysses * sp;
+  for (int j = 0; j < stage_size; ++j) {
+    const RankCoords c = coords_of(j, stage_size, s);
+    l.batch_idx.push_back(c.dp);
+    l.seq_idx.push_back(c.ulysses * sp + (s.sp ? c.tp : 0));
+  }
+  return l;
+}
+
+LayoutKey layout_key(const LayerStrategy& s) { return {s.tp, s.sp, s.ulysses, s.cp, s.dp}; }
+
+LayerStrategy representative(const LayoutKey& k) {
+  LayerStrategy s;
+  s.tp = k.tp;
+  s.sp = k.sp;
+  s.ulysses = k.ulysses;
+  s.cp = k.cp;
+  s.dp = k.dp;
+  return s;
+}
+
+// ---- Process groups ----
+
+std::vector<int> kv_replica_group(int rank, int stage_size, int pp, const LayerStrategy& s, int kv) {
+  if (kv % s.tp == 0) return {rank};
+  const std::vector<int> tpg = group_of(rank, stage_size, pp, s, Axis::kTp);
+  const int per = s.tp / kv;
+  const int t = coords_of(rank, stage_size, s).tp;
+  return {tpg.begin() + t / per * per, tpg.begin() + (t / per + 1) * per};
+}
+
+std::vector<std::vector<int>> process_groups(const Plan& p) {
+  const int world = p.world_size();
+  const int S = p.devices_per_stage();
+  const int pp = p.train.pp;
+  std::vector<std::vector<int>> out;
+  std::vector<int> all;
+  for (int r = 0; r < world; ++r) all.push_back(r);
+  out.push_back(all);
+  auto add_strategy = [&](const LayerStrategy& s, int stage, int kv) {
+    for (int j = 0; j < S; ++j) {
+      const int r = stage * S + j;
+      out.push_back(group_of(r, S, pp, s, Axis::kTp));
+      out.push_back(group_of(r, S, pp, s, Axis::kUlysses));
+      out.push_back(shard_group(r, S, pp, s));
+      if (kv > 0) out.push_back(kv_replica_group(r, S, pp, s, kv));
+    }
+  };
+  for (int g = 0; g < pp; ++g) {
+    std::vector<int> stage;
+    for (int j = 0; j < S; ++j) stage.push_back(g * S + j);
+    out.push_back(stage);
+    const Stage& st = p.stages[g];
+    for (int i = 0; i < st.num_layers(); ++i) add_strategy(st.layers[i], g, kv_heads(p.model.layer(st.first_layer + i)));
+    if (g == 0 || g == pp - 1) add_strategy(p.embedding, g, 0);
+  }
+  if (p.model.tied_embeddings && pp > 1)
+    for (int j = 0; j < S; ++j) out.push_back({j, (pp - 1) * S + j});
+  return out;
+}
+
+std::vector<std::vector<int>> grad_groups(const Plan& p) {
+  const int S = p.devices_per_stage();
+  const int pp = p.train.pp;
+  std::vector<std::vector<int>> out;
+  auto add = [&](const LayerStrategy& s, int stage) {
+    if (s.zero >= 3) return;
+    for (int j = 0; j < S; ++j) out.push_back(shard_group(stage * S + j, S, pp, s));
+  };
+  for (int g = 0; g < pp; ++g) {
+    for (const LayerStrategy& s : p.stages[g].layers) add(s, g);
+    if (g == 0 || g == pp - 1) add(p.embedding, g);
+  }
+  return out;
+}
+
+// ---- Parameter units ----
+
+int64_t ParamSpec::numel() const {
+  int64_t n = 1;
+  for (auto d : local_shape) n *= d;
+  return n;
+}
+
+std::vector<UnitSpec> unit_specs(const Plan& p, int rank) {
+  const ModelSpec& m = p.model;
+  const int S = p.devices_per_stage();
+  const int pp = p.train.pp;
+  const int stage = rank / S;
+  const bool first = stage == 0, last = stage == pp - 1;
+  const int64_t V = m.vocab, H = m.hidden;
+  const LayerStrategy& emb = p.embedding;
+  const RankCoords eco = coords_of(rank, S, emb);
+  const int64_t vshard = (V + emb.tp - 1) / emb.tp;
+  const int64_t vstart = std::min<int64_t>(V, eco.tp * vshard);
+  const int64_t vlen = std::min<int64_t>(V, vstart + vshard) - vstart;
+  const bool tied_across = m.tied_embeddings && pp > 1;
+  const bool norm_bias = m.norm == NormKind::kLayerNorm;
+  std::vector<UnitSpec> out;
+  std::vector<int> tied_pair;
+  if (tied_across) tied_pair = {rank % S, (pp - 1) * S + rank % S};
+
+  if (first) {
+    UnitBuilder b("wte");
+    b.add("embed.wte", {V, H}, 0, vstart, vlen, true, true, kInitStd);
+    if (tied_across) b.u.tied_ranks = tied_pair;
+    out.push_back(b.finish(emb.zero, shard_group(rank, S, pp, emb)));
+    if (m.position == PositionKind::kLearned) {
+      UnitBuilder w("wpe");
+      const int64_t P = m.max_seq > 0 ? m.max_seq : p.train.seq;
+      w.add("embed.wpe", {P, H}, -1, 0, 0, true, eco.tp == 0, kPosInitStd);
+      out.push_back(w.finish(emb.zero, shard_group(rank, S, pp, emb)));
+    }
+  }
+  const Stage& st = p.stages[stage];
+  for (int i = 0; i < st.num_layers(); ++i) {
+    const int li = st.first_layer + i;
+    const LayerStrategy& s = st.layers[i];
+    UnitBuilder b("layers." + std::to_string(li));
+    add_layer_params(b, m, li, s.tp, coords_of(rank, S, s).tp);
+    out.push_back(b.finish(s.zero, shard_group(rank, S, pp, s)));
+  }
+  if (last) {
+    UnitBuilder b("head");
+    b.add("head.norm.weight", {H}, -1, 0, 0, false, eco.tp == 0, -1);
+    if (norm_bias) b.add("head.norm.bias", {H}, -1, 0, 0, false, eco.tp == 0, 0);
+    if (!m.tied_embeddings) b.add("head.lm_head", {V, H}, 0, vstart, vlen, true, true, kInitStd);
+    out.push_back(b.finish(emb.zero, shard_group(rank, S, pp, emb)));
+    if (tied_across) {
+      UnitBuilder w("wte_copy");
+      w.add("embed.wte", {V, H}, 0, vstart, vlen, true, false, kInitStd);
+      w.u.tied_ranks = tied_pair;
+      out.push_back(w.finish(emb.zero, shard_group(rank, S, pp, emb)));
+    }
+  }
+  return out;
+}
+
+}  // namespace weft
