@@ -1,7 +1,8 @@
 #include "weft/cost/pricing.h"
 
 #include <algorithm>
-#include <cassert>
+
+#include "weft/core/assert.h"
 
 namespace weft {
 
@@ -41,7 +42,7 @@ PricedTraffic price_traffic(const LayerTraffic& traffic, const CollectivePricer&
     } else if (t.overlap == Overlap::kBackward) {
       out.grad_sync += price_transfer(t, p);
     } else if (t.overlap == Overlap::kCompute) {
-      assert(!t.calls.empty());
+      WEFT_ASSERT(!t.calls.empty(), "a transfer without calls");
       const bool reduce = t.calls.front().kind == Collective::kReduceScatter;
       double& sum = reduce ? out.reduce_b : fwd ? out.gather_f : out.gather_b;
       sum += price_transfer(t, p);

@@ -2,9 +2,9 @@
 #include "weft/cost/schedule.h"
 
 #include <algorithm>
-#include <cassert>
 #include <tuple>
 
+#include "weft/core/assert.h"
 #include "weft/core/format.h"
 #include "weft/cost/estimate.h"
 
@@ -165,7 +165,7 @@ Simulation run(const ScheduleSpec& sp, const std::vector<StageTiming>& st) {
       }
     }
     // Every order above is deadlock-free by construction; a stall is a bug in device_order.
-    assert(progress && "pipeline schedule deadlocked");
+    WEFT_ASSERT(progress, "pipeline schedule deadlocked");
     if (!progress) throw InputError("schedule: the pipeline order deadlocked (pp=" + S(pp) + " vp=" + S(sp.vp) +
                                     " m=" + S(m) + ")");
   }

@@ -1,7 +1,8 @@
 #include "weft/search/layer_dp.h"
 
 #include <algorithm>
-#include <cassert>
+
+#include "weft/core/assert.h"
 
 namespace weft::planner {
 
@@ -12,7 +13,7 @@ constexpr int kBlock = 64;
 
 LayerDp::LayerDp(int layouts, int max_mem)
     : K_(layouts), M_(max_mem), W_(((max_mem + 1) + 7) / 8 * 8) {
-  assert(K_ >= 1 && M_ >= 0);
+  WEFT_ASSERT(K_ >= 1 && M_ >= 0, "a layer DP needs candidates and a memory budget");
   f_.assign(static_cast<size_t>(K_) * W_, kInfTime);
   h_.assign(static_cast<size_t>(K_) * W_, kInfTime);
   g_.assign(W_, kInfTime);
@@ -162,7 +163,7 @@ void LayerDp::push(const DpOption* opts, int n, const float* trans) {
 }
 
 std::vector<int> LayerDp::backtrack(int k, int v) const {
-  assert(history_ && static_cast<int>(steps_.size()) == n_);
+  WEFT_ASSERT(history_ && static_cast<int>(steps_.size()) == n_, "reconstruct() needs the history of every step");
   std::vector<int> out(n_, -1);
   for (int layer = n_ - 1; layer >= 0; --layer) {
     const Step& st = steps_[layer];
@@ -187,7 +188,7 @@ std::vector<int> LayerDp::backtrack(int k, int v) const {
         if (c < best) best = c, best_o = i, best_k = kp;
       }
     }
-    assert(best_o >= 0);
+    WEFT_ASSERT(best_o >= 0, "no option reaches the recorded state");
     if (best_o < 0) return {};
     out[layer] = st.opts[best_o].index;
     v -= st.opts[best_o].mem;

@@ -2,10 +2,12 @@
 
 #include <string>
 
+#include "weft/core/assert.h"
+
 namespace weft {
 
 std::vector<int> even_stage_sizes(int layers, int stages) {
-  assert(stages >= 1 && layers >= stages);
+  WEFT_ASSERT(stages >= 1 && layers >= stages, "cannot split " + std::to_string(layers) + " layers into " + std::to_string(stages) + " stages");
   std::vector<int> out(stages, layers / stages);
   const int rest = layers % stages;
   for (int s = stages - rest; s < stages; ++s) ++out[s];

@@ -3,12 +3,13 @@
 // invariants are asserts. The CLI maps Error::kind to the process exit code.
 #pragma once
 
-#include <cassert>
 #include <optional>
 #include <stdexcept>
 #include <string>
 #include <utility>
 #include <variant>
+
+#include "weft/core/assert.h"
 
 namespace weft {
 
@@ -47,14 +48,14 @@ class [[nodiscard]] Result {
   Result(Error e) : v_(std::move(e)) {}        // NOLINT
   [[nodiscard]] bool ok() const { return v_.index() == 0; }
   explicit operator bool() const { return ok(); }
-  T& value() & { assert(ok()); return std::get<0>(v_); }
-  const T& value() const& { assert(ok()); return std::get<0>(v_); }
-  T&& value() && { assert(ok()); return std::get<0>(std::move(v_)); }
+  T& value() & { WEFT_ASSERT(ok(), "value() of a failed Result"); return std::get<0>(v_); }
+  const T& value() const& { WEFT_ASSERT(ok(), "value() of a failed Result"); return std::get<0>(v_); }
+  T&& value() && { WEFT_ASSERT(ok(), "value() of a failed Result"); return std::get<0>(std::move(v_)); }
   T* operator->() { return &value(); }
   const T* operator->() const { return &value(); }
   T& operator*() { return value(); }
   const T& operator*() const { return value(); }
-  [[nodiscard]] const Error& error() const { assert(!ok()); return std::get<1>(v_); }
+  [[nodiscard]] const Error& error() const { WEFT_ASSERT(!ok(), "error() of a successful result"); return std::get<1>(v_); }
 
  private:
   std::variant<T, Error> v_;
@@ -68,7 +69,7 @@ class [[nodiscard]] Status {
   static Status Ok() { return {}; }
   [[nodiscard]] bool ok() const { return !e_.has_value(); }
   explicit operator bool() const { return ok(); }
-  [[nodiscard]] const Error& error() const { assert(!ok()); return *e_; }
+  [[nodiscard]] const Error& error() const { WEFT_ASSERT(!ok(), "error() of a successful result"); return *e_; }
 
  private:
   std::optional<Error> e_;

@@ -13,10 +13,11 @@
 #pragma once
 
 #include <array>
-#include <cassert>
 #include <initializer_list>
 #include <optional>
+#include <string>
 
+#include "weft/core/assert.h"
 #include "weft/cost/collectives.h"
 #include "weft/cost/cost_model.h"
 
@@ -54,8 +55,8 @@ class InlineList {
     for (const T& v : values) push_back(v);
   }
   void push_back(const T& v) {
-    assert(n_ < N);
-    if (n_ < N) items_[n_++] = v;
+    WEFT_ASSERT(n_ < N, "an inline list holds at most " + std::to_string(N) + " values");
+    items_[n_++] = v;
   }
   int size() const { return n_; }
   bool empty() const { return n_ == 0; }
