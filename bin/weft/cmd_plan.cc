@@ -23,107 +23,15 @@
 #include "weft/galvatron/setup.h"
 #include "weft/galvatron/strategy.h"
 #include "weft/report/html.h"
+#include "weft/report/plan_text.h"
 
 namespace weft::cli {
 
 namespace {
 
-std::string seconds(double s) {
-  if (s >= 100) return printf_str("%.1f s", s);
-  if (s >= 1) return printf_str("%.3f s", s);
-  return printf_str("%.1f ms", s * 1e3);
-}
-
-std::string pipeline_text(const TrainSettings& t) {
-  std::string s = "pp" + S(t.pp) + " " + to_string(t.schedule);
-  if (t.vp > 1) s += " vp" + S(t.vp);
-  s += " m" + S(t.micro_batches);
-  return s;
-}
-
-std::string cluster_text(const ClusterSpec& c) {
-  return S(c.total_gpus()) + " x " + c.gpu.name + " (" + S(c.nodes) + (c.nodes == 1 ? " node" : " nodes") + " of " +
-         S(c.gpus_per_node) + ")";
-}
-
-// Runs of identical strategies over the whole model: (first layer, last layer, strategy).
-struct Run {
-  int first, last;
-  LayerStrategy s;
-};
-std::vector<Run> runs_of(const Stage& st) {
-  std::vector<Run> out;
-  for (int i = 0; i < st.num_layers(); ++i) {
-    const int layer = st.first_layer + i;
-    if (!out.empty() && out.back().s == st.layers[i]) out.back().last = layer;
-    else out.push_back({layer, layer, st.layers[i]});
-  }
-  return out;
-}
-
-std::string layers_text(int a, int b) { return a == b ? "layer " + S(a) : "layers " + S(a) + "-" + S(b); }
-
-// The per-stage listing of a plan: one line per run of identical strategies (80 columns).
-void print_layers(const Plan& p) {
-  std::printf("%-7s %-16s %-36s %8s\n", "stage", "layers", "strategy", "mem GiB");
-  for (size_t s = 0; s < p.stages.size(); ++s) {
-    const Stage& st = p.stages[s];
-    bool first = true;
-    for (const Run& r : runs_of(st)) {
-      std::printf("%-7s %-16s %-36s %8s\n", first ? S(static_cast<long long>(s)).c_str() : "",
-                  layers_text(r.first, r.last).c_str(), label(r.s).c_str(),
-                  first ? printf_str("%.1f", st.predicted.memory_gib).c_str() : "");
-      first = false;
-    }
-  }
-}
-
-// The side-by-side summary of the best plan and the uniform baseline.
-void print_comparison(const Plan& best, const Plan* uniform, const Estimate& eb, const Estimate* eu) {
-  auto row = [&](const char* name, const std::string& a, const std::string& b) {
-    char buf[256];
-    std::snprintf(buf, sizeof buf, "%-20s %-29s %s", name, a.c_str(), b.c_str());
-    std::string line = buf;
-    while (!line.empty() && line.back() == ' ') line.pop_back();
-    std::printf("%s\n", line.c_str());
-  };
-  row("", "best plan", uniform ? "uniform baseline" : "uniform baseline: none fits");
-  row("pipeline", pipeline_text(best.train), uniform ? pipeline_text(uniform->train) : "");
-  row("layers", best.uniform() ? label(*best.uniform_strategy()) : "per layer (below)",
-      uniform ? label(uniform->uniform_strategy().value_or(uniform->stages.front().layers.front())) : "");
-  row("embedding / LM head", label(best.embedding), uniform ? label(uniform->embedding) : "");
-  row("step time", seconds(eb.step_time.value()), eu ? seconds(eu->step_time.value()) : "");
-  row("tokens/s", grouped(eb.tokens_per_s), eu ? grouped(eu->tokens_per_s) : "");
-  row("model TFLOP/s / GPU", printf_str("%.1f", eb.model_tflops_per_gpu), eu ? printf_str("%.1f", eu->model_tflops_per_gpu) : "");
-  row("MFU", printf_str("%.1f %%", 100 * eb.mfu), eu ? printf_str("%.1f %%", 100 * eu->mfu) : "");
-  row("peak memory / GPU", printf_str("%.1f GiB", to_gib(eb.peak_memory)) + printf_str(" of %.1f", to_gib(eb.memory_budget)),
-      eu ? printf_str("%.1f GiB", to_gib(eu->peak_memory)) : "");
-  if (eu && eu->step_time.value() > 0)
-    row("speed-up", printf_str("%.3fx", eu->step_time.value() / eb.step_time.value()), "1.000x");
-}
-
 // Notes: what the output means for weft's runtime (docs/search.md, "weft's runtime"). In a table
-// they are lines of stdout, "note: " then the text wrapped at 80 columns; with --format json they
-// go to a "notes" array of the JSON (add_notes) and to stderr, so stdout stays one JSON document.
-void print_notes(const std::vector<std::string>& notes) {
-  for (const std::string& n : notes) {
-    std::string line = "note:";
-    size_t pos = 0;
-    while (pos < n.size()) {
-      size_t end = n.find(' ', pos);
-      if (end == std::string::npos) end = n.size();
-      const std::string word = n.substr(pos, end - pos);
-      if (line.size() + 1 + word.size() > 80 && line.size() > 5) {
-        std::printf("%s\n", line.c_str());
-        line = "     ";
-      }
-      line += " " + word;
-      pos = end + 1;
-    }
-    std::printf("%s\n", line.c_str());
-  }
-}
-
+// they are lines of stdout (notes_text); with --format json they go to a "notes" array of the JSON
+// (add_notes) and to stderr, so stdout stays one JSON document.
 void notes_to_stderr(const std::vector<std::string>& notes) {
   for (const std::string& n : notes) std::fprintf(stderr, "weft: note: %s\n", n.c_str());
 }
@@ -170,18 +78,11 @@ void run_plan(const PlanFlags& f) {
   opt.global_batch = f.global_batch;
   opt.top_k = f.top;
   opt.dtype = unwrap(dtype_from_string(f.dtype));
-  const int world = in.cluster.total_gpus();
-  for (int p : f.pp) {
-    if (p < 1 || world % p != 0)
-      fail(Error{ErrorKind::kBadInput, "--pp: " + S(p) + " does not divide the " + S(world) + " GPUs"});
-    if (p > in.model.num_layers())
-      fail(Error{ErrorKind::kBadInput, "--pp: " + S(p) + " stages for " + S(in.model.num_layers()) + " layers"});
-  }
   opt.pp_degrees = f.pp;
   for (const std::string& s : f.schedules) opt.schedules.push_back(unwrap(schedule_from_string(s)));
-  if (f.max_tp < 0) fail(Error{ErrorKind::kBadInput, "--max-tp: must be >= 1, got " + S(f.max_tp)});
   opt.max_tp = f.max_tp;
   opt.layerwise = !f.uniform;
+  check(validate(opt, in.model, in.cluster));
   if (f.galvatron_space) {
     check(galvatron::restrict_to_galvatron(opt));
   }
@@ -191,11 +92,11 @@ void run_plan(const PlanFlags& f) {
   // the whole space is searched and a note says why).
   std::vector<std::string> notes;
   bool runtime_only = false;
-  if (!f.in.framework.empty()) {
+  if (in.framework) {
     if (f.all_strategies)
-      fail(Error{ErrorKind::kBadInput, "--all-strategies: not used with --framework (the search keeps to what " +
-                                           f.in.framework + " runs)"});
-    check(restrict_to_framework(opt, f.in.framework));
+      fail(Error{ErrorKind::kBadInput, std::string("--all-strategies: not used with --framework (the search keeps to "
+                                                   "what ") + to_string(*in.framework) + " runs)"});
+    check(restrict_to_framework(opt, *in.framework));
   } else if (Status model_runs = runtime_runs_model(in.model); !model_runs.ok()) {
     notes.push_back("weft train cannot run " + in.model.name + " yet: " + model_runs.error().message +
                     "; searched every strategy the cost model knows (planning only)");
@@ -224,10 +125,7 @@ void run_plan(const PlanFlags& f) {
     };
   }
   // Galvatron's model in Galvatron's space: its task loop, each plan scored with its exact accounting.
-  const galvatron::GalvatronCostModel* gcm = galvatron::as_galvatron(*in.cost);
-  SearchResult r = gcm && f.galvatron_space
-                       ? galvatron::to_search_result(unwrap(galvatron::search_galvatron_space(in.model, in.cluster, *gcm, opt)))
-                       : unwrap(search(in.model, in.cluster, *in.cost, opt));
+  SearchResult r = unwrap(galvatron::search_with(in.setup, in.model, in.cluster, opt, f.galvatron_space));
   if (printed) std::fprintf(stderr, "\r%60s\r", "");
 
   if (r.top.empty()) {
@@ -247,19 +145,19 @@ void run_plan(const PlanFlags& f) {
   }
 
   const Plan& best = r.top.front();
-  if (f.in.framework.empty() && f.all_strategies) {
+  if (!in.framework && f.all_strategies) {
     const Status runs = runtime_supports(best);
     notes.push_back(runs.ok() ? "--all-strategies: searched everything the cost model knows; the best plan also "
                                 "runs on weft's runtime"
                               : "--all-strategies: searched everything the cost model knows; weft train cannot "
                                 "run the best plan yet (" + runs.error().message + ")");
   }
-  const Estimate eb = estimate(best, *in.cost);
+  const Estimate eb = estimate(best, in.cost());
   std::optional<Estimate> eu;
-  if (r.best_uniform) eu = estimate(*r.best_uniform, *in.cost);
+  if (r.best_uniform) eu = estimate(*r.best_uniform, in.cost());
   if (!f.out.empty()) check(write_plan_file(f.out, best));
   if (!f.report.empty()) {
-    check(write_html_report(f.report, unwrap(make_report_input(r.top, r.best_uniform, *in.cost))));
+    check(write_html_report(f.report, unwrap(make_report_input(r.top, r.best_uniform, in.cost()))));
   }
 
   if (!f.galvatron_out.empty()) {
@@ -273,7 +171,7 @@ void run_plan(const PlanFlags& f) {
   if (f.format == "json") {
     Json j = plan_entry(best, eb);
     Json top = Json::array();
-    for (const Plan& p : r.top) top.push_back(plan_entry(p, estimate(p, *in.cost)));
+    for (const Plan& p : r.top) top.push_back(plan_entry(p, estimate(p, in.cost())));
     j["top"] = std::move(top);
     j["uniform"] = r.best_uniform ? plan_entry(*r.best_uniform, *eu) : Json(nullptr);
     Json rules = Json::object();
@@ -290,23 +188,14 @@ void run_plan(const PlanFlags& f) {
 
   std::printf("weft plan: %s on %s\n", in.model.name.c_str(), cluster_text(in.cluster).c_str());
   std::printf("seq %d, global batch %d, %s; cost model %s (%s)\n", f.seq, f.global_batch,
-              to_string(best.train.dtype), in.cost->name().c_str(), in.cost->source().c_str());
-  std::printf("searched %lld configurations in %s\n", r.stats.configurations, seconds(r.stats.wall_s).c_str());
-  print_notes(notes);
+              to_string(best.train.dtype), in.cost().name().c_str(), in.cost().source().c_str());
+  std::printf("searched %lld configurations in %s\n", r.stats.configurations, duration_text(r.stats.wall_s).c_str());
+  std::fputs(notes_text(notes).c_str(), stdout);
   std::printf("\n");
-  print_comparison(best, r.best_uniform ? &*r.best_uniform : nullptr, eb, eu ? &*eu : nullptr);
+  std::fputs(plan_table(best, eb, r.best_uniform, eu).c_str(), stdout);
   std::printf("\n");
-  print_layers(best);
-  if (r.top.size() > 1) {
-    std::printf("\n%-4s %-26s %-22s %10s %8s\n", "rank", "pipeline", "layers", "step", "vs best");
-    for (size_t i = 0; i < r.top.size(); ++i) {
-      const Plan& p = r.top[i];
-      const std::string layers = p.uniform() ? label(*p.uniform_strategy()) : "per layer";
-      std::printf("%-4zu %-26s %-22s %10s %7.1f%%\n", i + 1, pipeline_text(p.train).c_str(), layers.c_str(),
-                  seconds(p.predicted.step_time_s).c_str(),
-                  100 * (p.predicted.step_time_s / best.predicted.step_time_s - 1));
-    }
-  }
+  std::fputs(layers_table(best).c_str(), stdout);
+  if (r.top.size() > 1) std::printf("\n%s", ranking_table(r.top).c_str());
   if (!f.out.empty()) std::printf("\nplan written to %s\n", f.out.c_str());
 }
 
@@ -410,90 +299,55 @@ Plan plan_from_flags(const EstimateFlags& f, const Inputs& in) {
   return unwrap(make_uniform_plan(in.model, in.cluster, t, s, embedding_for(s)));
 }
 
-void print_estimate_table(const Plan& p, const Estimate& e, const CostModel& cm) {
-  std::printf("weft estimate: %s on %s\n", p.model.name.c_str(), cluster_text(p.cluster).c_str());
-  std::printf("seq %d, global batch %d, %s, %s; cost model %s (%s)\n", p.train.seq, p.train.global_batch,
-              to_string(p.train.dtype), pipeline_text(p.train).c_str(), cm.name().c_str(), cm.source().c_str());
-  std::printf("layers %s, embedding %s\n\n", p.uniform() ? label(*p.uniform_strategy()).c_str() : "per layer",
-              label(p.embedding).c_str());
-  std::printf("%-22s %s\n", "step time", seconds(e.step_time.value()).c_str());
-  std::printf("%-22s %s\n", "tokens/s", grouped(e.tokens_per_s).c_str());
-  std::printf("%-22s %.1f\n", "model TFLOP/s / GPU", e.model_tflops_per_gpu);
-  std::printf("%-22s %.1f %%\n", "MFU", 100 * e.mfu);
-  std::printf("%-22s %.1f GiB of %.1f GiB%s\n", "peak memory / GPU", to_gib(e.peak_memory), to_gib(e.memory_budget),
-              e.fits ? "" : "  DOES NOT FIT");
-  std::printf("\n%-6s %7s %10s %9s %9s %9s %9s %9s\n", "stage", "layers", "busy", "mem GiB", "weights", "grads",
-              "optim", "activ");
-  for (size_t s = 0; s < e.stages.size(); ++s) {
-    const auto& st = e.stages[s];
-    const auto& m = st.memory;
-    std::printf("%-6zu %7d %10s %9.1f %9.2f %9.2f %9.2f %9.2f%s\n", s, p.stages[s].num_layers(),
-                seconds(st.time.value()).c_str(), p.stages[s].predicted.memory_gib, to_gib(m.weights),
-                to_gib(m.grads), to_gib(m.optimizer), to_gib(m.activations), st.fits ? "" : " !");
-  }
-  const TimeBreakdown& b = e.breakdown;
-  const std::pair<const char*, double> parts[] = {
-      {"compute", b.compute.value()},       {"recompute", b.recompute.value()},   {"tp comm", b.tp_comm.value()},
-      {"ulysses comm", b.ulysses_comm.value()}, {"cp comm", b.cp_comm.value()}, {"ep comm", b.ep_comm.value()},
-      {"dp exposed", b.dp_exposed.value()}, {"zero3 gather", b.zero3_gather.value()}, {"p2p", b.p2p.value()},
-      {"redistribution", b.redistribution.value()}, {"embedding", b.embedding.value()},
-      {"bubble", b.bubble.value()},          {"optimizer", b.optimizer.value()}};
-  std::printf("\nbreakdown per step (all stages):");
-  int col = 0;
-  for (const auto& [name, v] : parts) {
-    if (v <= 0) continue;
-    std::printf("%s%-15s %10s", col % 2 == 0 ? "\n  " : "   ", name, seconds(v).c_str());
-    ++col;
-  }
-  std::printf("\n");
-}
-
 void run_estimate(const EstimateFlags& f, const CLI::App& cmd) {
   Plan p;
-  std::unique_ptr<CostModel> cm;
+  Inputs in;
   if (!f.plan.empty()) {
     for (const char* flag : {"--seq", "--global-batch", "--micro-batch", "--tp", "--pp", "--dp", "--cp", "--ulysses",
                              "--ep", "--vp", "--zero", "--recompute", "--sequence-parallel", "--schedule", "--dtype"})
       if (cmd.count(flag) > 0)
         bad(std::string(flag) + ": not used with --plan (the plan file fixes the strategy; edit it instead)");
     p = unwrap(read_plan_file(f.plan));
-    Inputs in = unwrap(load_inputs(f.in, &p.model, &p.cluster));
+    in = unwrap(load_inputs(f.in, &p.model, &p.cluster));
     p.model = in.model;
     p.cluster = in.cluster;
     Status st = validate(p);
     if (!st.ok()) fail(st.error().with_context(f.plan));
-    cm = std::move(in.cost);
   } else {
     for (const char* flag : {"--seq", "--global-batch", "--micro-batch", "--tp", "--pp"})
       if (cmd.count(flag) == 0) bad(std::string(flag) + ": required (or give --plan FILE)");
-    Inputs in = unwrap(load_inputs(f.in));
+    in = unwrap(load_inputs(f.in));
     p = plan_from_flags(f, in);
-    cm = std::move(in.cost);
   }
   // A plan for a named framework must be one it can run (the rules of restrict_to_framework).
   // Without one it is meant for weft's runtime: what that cannot run is costed all the same, with
   // a note naming it.
   std::vector<std::string> notes;
-  if (!f.in.framework.empty()) {
-    check(framework_runs(p, f.in.framework));
+  if (in.framework) {
+    check(framework_runs(p, *in.framework));
   } else if (Status runs = runtime_supports(p); !runs.ok()) {
     notes.push_back("weft train cannot run this plan yet (" + runs.error().message +
                     "); the estimate is for planning only");
   }
   // Galvatron's model: its exact accounting (the plan's own task and buffer).
-  const galvatron::GalvatronCostModel* gcm = galvatron::as_galvatron(*cm);
-  const Estimate e = gcm ? unwrap(gcm->estimate(p)) : estimate(p, *cm);
-  annotate(p, e, *cm);
+  const Estimate e = unwrap(galvatron::estimate_with(in.setup, p));
+  annotate(p, e, in.cost());
   if (!f.out.empty()) check(write_plan_file(f.out, p));
   if (f.format == "json") {
-    Json j = gcm ? unwrap(galvatron::galvatron_estimate_json(*gcm, p)) : to_json(e);
+    Json j = unwrap(galvatron::estimate_json_with(in.setup, p, e));
     add_notes(j, notes);
     std::printf("%s\n", j.dump(2).c_str());
     notes_to_stderr(notes);
   } else {
-    print_estimate_table(p, e, *cm);
+    std::printf("weft estimate: %s on %s\n", p.model.name.c_str(), cluster_text(p.cluster).c_str());
+    std::printf("seq %d, global batch %d, %s, %s; cost model %s (%s)\n", p.train.seq, p.train.global_batch,
+                to_string(p.train.dtype), pipeline_text(p.train).c_str(), in.cost().name().c_str(),
+                in.cost().source().c_str());
+    std::printf("layers %s, embedding %s\n\n", p.uniform() ? label(*p.uniform_strategy()).c_str() : "per layer",
+                label(p.embedding).c_str());
+    std::fputs(estimate_table(p, e).c_str(), stdout);
     if (!notes.empty()) std::printf("\n");
-    print_notes(notes);
+    std::fputs(notes_text(notes).c_str(), stdout);
     if (!f.out.empty()) std::printf("\nplan written to %s\n", f.out.c_str());
   }
   if (!e.fits)

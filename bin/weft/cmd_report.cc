@@ -37,7 +37,7 @@ void add_format_flag(CLI::App* cmd, std::string& format) {
 }
 
 std::unique_ptr<CostModel> cost_for(const InputFlags& f, const Plan& p) {
-  return unwrap(make_cost_model(f, p.model, p.cluster));
+  return unwrap(load_cost_model(f, p.model, p.cluster));
 }
 
 void print_json(const Json& j) { std::printf("%s\n", j.dump(2).c_str()); }

@@ -1,10 +1,11 @@
 #include "inputs.h"
 
-#include "weft/calibration/calibrated.h"
+#include "weft/calibration/hardware_profile.h"
+#include "weft/calibration/model_profile.h"
 #include "weft/cost/analytic.h"
-#include "weft/spec/presets.h"
 #include "weft/galvatron/model_config.h"
 #include "weft/galvatron/setup.h"
+#include "weft/spec/presets.h"
 
 namespace weft::cli {
 
@@ -35,20 +36,26 @@ void add_input_flags(CLI::App* cmd, InputFlags& f) {
 
 namespace {
 
+struct AnalyticFlags {
+  AnalyticOptions options;
+  std::optional<Framework> framework;  // --framework, when given
+};
+
 // The analytic model's options from the framework flags; errors name the flag and the value.
-Result<AnalyticOptions> analytic_options(const InputFlags& f) {
-  AnalyticOptions o;
+Result<AnalyticFlags> analytic_flags(const InputFlags& f) {
+  AnalyticFlags out;
   const bool any = !f.framework.empty() || f.host_op_us >= 0 || f.host_function_us >= 0 || f.compute_time_scale >= 0;
-  if (!any) return o;
+  if (!any) return out;
   if (f.cost_model != "weft" || !f.galvatron_profiles.empty() || !f.hardware_profile.empty() ||
       !f.model_profile.empty())
     return Error{ErrorKind::kBadInput,
                  "--framework, --host-op-us, --host-function-us and --compute-time-scale set weft's analytic "
                  "model; they cannot be combined with measured or Galvatron profiles, which measure these costs"};
   if (!f.framework.empty()) {
-    auto fw = framework_options(f.framework, o);
+    auto fw = framework_from_string(f.framework);
     if (!fw.ok()) return fw.error();
-    o = *fw;
+    out.framework = *fw;
+    out.options = framework_options(*fw, out.options);
   }
   auto check = [](const char* name, double v, double lo, double hi) -> Status {
     if (v < 0) return Status{};
@@ -61,34 +68,64 @@ Result<AnalyticOptions> analytic_options(const InputFlags& f) {
                            check("--host-function-us", f.host_function_us, 0, 10000),
                            check("--compute-time-scale", f.compute_time_scale, 0.01, 100)})
     if (!st.ok()) return st.error();
-  if (f.host_op_us >= 0) o.host_op_us = f.host_op_us;
-  if (f.host_function_us >= 0) o.host_function_us = f.host_function_us;
-  if (f.compute_time_scale >= 0) o.compute_time_scale = f.compute_time_scale;
-  return o;
+  if (f.host_op_us >= 0) out.options.host_op_us = f.host_op_us;
+  if (f.host_function_us >= 0) out.options.host_function_us = f.host_function_us;
+  if (f.compute_time_scale >= 0) out.options.compute_time_scale = f.compute_time_scale;
+  return out;
+}
+
+// Reads the files the cost-model flags name, each once (`hw` and `yaml`: the hardware profile and
+// Galvatron's model YAML when the caller read them already), and builds the cost model for m on c.
+// With Galvatron's profiles the hardware and model profiles are not read.
+Result<galvatron::CostModelSetup> build_cost_model(const InputFlags& f, const AnalyticOptions& analytic,
+                                                   std::optional<HardwareProfile> hw,
+                                                   std::optional<galvatron::ModelConfig> yaml, const ModelSpec& m,
+                                                   const ClusterSpec& c) {
+  galvatron::CostModelInputs in;
+  auto kind = galvatron::cost_model_kind_from_string(f.cost_model);
+  if (!kind.ok()) return kind.error();
+  in.kind = *kind;
+  in.analytic = analytic;
+  if (!f.galvatron_profiles.empty()) {
+    if (!yaml && !f.galvatron_model.empty()) {
+      auto mc = galvatron::read_model_yaml(f.galvatron_model);
+      if (!mc.ok()) return mc.error();
+      yaml = std::move(mc).value();
+    }
+    auto prof = galvatron::load_profiles_for(f.galvatron_profiles, yaml ? yaml->model_size : m.name, c);
+    if (!prof.ok()) return prof.error();
+    in.galvatron = std::move(prof).value();
+    if (yaml) in.galvatron_hidden = yaml->hidden_size;
+  } else if (in.kind == galvatron::CostModelKind::kWeft) {
+    if (!hw && !f.hardware_profile.empty()) {
+      auto r = read_hardware_profile(f.hardware_profile);
+      if (!r.ok()) return r.error();
+      hw = std::move(r).value();
+    }
+    if (!f.model_profile.empty()) {
+      auto r = read_model_profile(f.model_profile);
+      if (!r.ok()) return r.error();
+      in.model_profile = std::move(r).value();
+    }
+    in.hardware = std::move(hw);
+  }
+  return galvatron::make_cost_model(in, m, c);
 }
 
 }  // namespace
 
-Result<std::unique_ptr<CostModel>> make_cost_model(const InputFlags& f, const ModelSpec& m, const ClusterSpec& c) {
-  auto opt = analytic_options(f);
-  if (!opt.ok()) return opt.error();
-  if (f.cost_model == "weft" && f.galvatron_profiles.empty()) {
-    // --- measured profiles (weft profile hardware / model): weft's model calibrated by them ---
-    if (!f.hardware_profile.empty() || !f.model_profile.empty())
-      return make_calibrated_cost_model(f.hardware_profile, f.model_profile, m, c);
-    return std::unique_ptr<CostModel>(std::make_unique<AnalyticCostModel>(*opt));
-  }
-  // --- Galvatron profiles (cost model "galvatron", or weft's model calibrated from them) ---
-  {
-    auto pc = galvatron::make_profile_cost_model(f.cost_model, f.galvatron_profiles, f.galvatron_model, m, c);
-    if (!pc.ok()) return pc.error();
-    return std::move(pc->cost);
-  }
-  return Error{ErrorKind::kBadInput, "--cost-model " + f.cost_model + " with --galvatron-profiles is not available in this build"};
+Result<std::unique_ptr<CostModel>> load_cost_model(const InputFlags& f, const ModelSpec& m, const ClusterSpec& c) {
+  auto analytic = analytic_flags(f);
+  if (!analytic.ok()) return analytic.error();
+  auto setup = build_cost_model(f, analytic->options, std::nullopt, std::nullopt, m, c);
+  if (!setup.ok()) return setup.error();
+  return std::move(setup->cost);
 }
 
 Result<Inputs> load_inputs(const InputFlags& f, const ModelSpec* fallback_model, const ClusterSpec* fallback_cluster) {
   Inputs in;
+  std::optional<galvatron::ModelConfig> yaml;  // Galvatron's model YAML, once read
+  std::optional<HardwareProfile> hw;           // the hardware profile, once read
   if (!f.model.empty()) {
     auto m = load_model(f.model);
     if (!m.ok()) return m.error();
@@ -98,7 +135,8 @@ Result<Inputs> load_inputs(const InputFlags& f, const ModelSpec* fallback_model,
   } else if (!f.galvatron_model.empty()) {  // Galvatron's model YAML
     auto mc = galvatron::read_model_yaml(f.galvatron_model);
     if (!mc.ok()) return mc.error();
-    auto m = galvatron::to_model_spec(*mc);
+    yaml = std::move(mc).value();
+    auto m = galvatron::to_model_spec(*yaml);
     if (!m.ok()) return m.error();
     in.model = std::move(m).value();
   } else {
@@ -111,8 +149,11 @@ Result<Inputs> load_inputs(const InputFlags& f, const ModelSpec* fallback_model,
   } else if (fallback_cluster) {
     in.cluster = *fallback_cluster;
   } else if (!f.hardware_profile.empty()) {  // the machine `weft profile hardware` measured
-    auto c = read_profile_cluster(f.hardware_profile);
-    if (!c.ok()) return c.error();
+    auto r = read_hardware_profile(f.hardware_profile);
+    if (!r.ok()) return r.error();
+    hw = std::move(r).value();
+    auto c = cluster_from_hardware_profile(*hw);
+    if (!c.ok()) return c.error().with_context(f.hardware_profile);
     in.cluster = std::move(c).value();
   } else if (!f.galvatron_profiles.empty()) {  // Galvatron's profiles were measured on A100s
     auto c = load_cluster("a100-80gb");
@@ -124,18 +165,13 @@ Result<Inputs> load_inputs(const InputFlags& f, const ModelSpec* fallback_model,
   auto c = apply_overrides(in.cluster, f.overrides);
   if (!c.ok()) return c.error();
   in.cluster = std::move(c).value();
-  if (!f.galvatron_profiles.empty() || f.cost_model == "galvatron") {
-    if (auto o = analytic_options(f); !o.ok()) return o.error();
-    auto pc = galvatron::make_profile_cost_model(f.cost_model, f.galvatron_profiles, f.galvatron_model, in.model,
-                                                 in.cluster);
-    if (!pc.ok()) return pc.error();
-    in.cluster = pc->cluster;  // weft's calibrated model: link figures from the measurements
-    in.cost = std::move(pc->cost);
-    return in;
-  }
-  auto cm = make_cost_model(f, in.model, in.cluster);
-  if (!cm.ok()) return cm.error();
-  in.cost = std::move(cm).value();
+  auto analytic = analytic_flags(f);
+  if (!analytic.ok()) return analytic.error();
+  in.framework = analytic->framework;
+  auto setup = build_cost_model(f, analytic->options, std::move(hw), std::move(yaml), in.model, in.cluster);
+  if (!setup.ok()) return setup.error();
+  in.setup = std::move(setup).value();
+  in.cluster = in.setup.cluster;  // weft's model from Galvatron's profiles: link figures from the measurements
   return in;
 }
 

@@ -3,11 +3,14 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 
 #include <CLI/CLI.hpp>
 
 #include "weft/cost/cost_model.h"
+#include "weft/cost/framework.h"
+#include "weft/galvatron/setup.h"
 #include "weft/spec/cluster.h"
 #include "weft/spec/model.h"
 
@@ -36,15 +39,18 @@ void add_input_flags(CLI::App* cmd, InputFlags& f);
 struct Inputs {
   ModelSpec model;
   ClusterSpec cluster;
-  std::unique_ptr<CostModel> cost;
+  galvatron::CostModelSetup setup;       // the cost model (galvatron::make_cost_model)
+  std::optional<Framework> framework;    // --framework, when given
+  const CostModel& cost() const { return *setup.cost; }
 };
 
-// Loads model and cluster (presets, files, Galvatron profiles) and builds the cost model.
-// `model_given` / `cluster_given` false means take them from `fallback` (a plan's own specs).
+// Loads model and cluster (presets, files, Galvatron profiles), reads every profile file once and
+// builds the cost model from what was read. A model or cluster left unset is taken from
+// `fallback_model` / `fallback_cluster` (a plan's own specs) when given.
 Result<Inputs> load_inputs(const InputFlags& f, const ModelSpec* fallback_model = nullptr,
                            const ClusterSpec* fallback_cluster = nullptr);
 
-// Builds only the cost model for an already loaded model and cluster.
-Result<std::unique_ptr<CostModel>> make_cost_model(const InputFlags& f, const ModelSpec& m, const ClusterSpec& c);
+// The cost model for an already loaded model and cluster (a plan's), from the cost-model flags.
+Result<std::unique_ptr<CostModel>> load_cost_model(const InputFlags& f, const ModelSpec& m, const ClusterSpec& c);
 
 }  // namespace weft::cli

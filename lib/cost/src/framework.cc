@@ -1,38 +1,66 @@
-// Training-framework presets of the analytic model (docs/cost-model.md §4.1).
+// The training frameworks (weft/cost/framework.h) and their presets of the analytic model
+// (docs/cost-model.md §4.1).
+#include "weft/cost/framework.h"
+
 #include <string>
 
-#include "weft/core/error.h"
+#include "weft/core/enum_names.h"
 #include "weft/cost/analytic.h"
 
 namespace weft {
 
-std::string framework_names() { return "megatron, megatron-deepspeed, torchtitan, torchtitan-compile"; }
+namespace {
 
-Result<AnalyticOptions> framework_options(const std::string& name, AnalyticOptions o) {
-  o.framework = name;
-  if (name == "megatron") {
-    o.flash_attention = true;
-    o.fused_elementwise = true;
-    o.overlap_grad_sync = true;
-    o.selective = SelectivePolicy::kAttentionCore;
-    o.vocab_parallel_loss = true;
-  } else if (name == "megatron-deepspeed") {
-    o.flash_attention = false;
-    o.fused_elementwise = true;
-    o.overlap_grad_sync = false;
-    o.selective = SelectivePolicy::kAttentionCore;
-    o.vocab_parallel_loss = true;
-  } else if (name == "torchtitan" || name == "torchtitan-compile") {
-    o.flash_attention = true;
-    o.fused_elementwise = name == "torchtitan-compile";
-    o.overlap_grad_sync = true;
-    o.selective = SelectivePolicy::kAlternateMatmuls;
-    o.vocab_parallel_loss = false;
-  } else {
-    return Error{ErrorKind::kBadInput,
-                 "--framework: unknown framework \"" + name + "\" (known: " + framework_names() + ")"};
+constexpr EnumName<Framework> kFrameworkNames[] = {{Framework::kMegatron, "megatron"},
+                                                   {Framework::kMegatronDeepSpeed, "megatron-deepspeed"},
+                                                   {Framework::kTorchtitan, "torchtitan"},
+                                                   {Framework::kTorchtitanCompile, "torchtitan-compile"}};
+
+}  // namespace
+
+const char* to_string(Framework f) { return enum_name(kFrameworkNames, f); }
+
+std::string framework_names() { return enum_names_joined(kFrameworkNames, ", "); }
+
+Result<Framework> framework_from_string(const std::string& name) {
+  if (const std::optional<Framework> f = enum_value(kFrameworkNames, name)) return *f;
+  return Error{ErrorKind::kBadInput,
+               "--framework: unknown framework \"" + name + "\" (known: " + framework_names() + ")"};
+}
+
+AnalyticOptions framework_options(Framework f, AnalyticOptions o) {
+  o.framework = to_string(f);
+  switch (f) {
+    case Framework::kMegatron:
+      o.flash_attention = true;
+      o.fused_elementwise = true;
+      o.overlap_grad_sync = true;
+      o.selective = SelectivePolicy::kAttentionCore;
+      o.vocab_parallel_loss = true;
+      break;
+    case Framework::kMegatronDeepSpeed:
+      o.flash_attention = false;
+      o.fused_elementwise = true;
+      o.overlap_grad_sync = false;
+      o.selective = SelectivePolicy::kAttentionCore;
+      o.vocab_parallel_loss = true;
+      break;
+    case Framework::kTorchtitan:
+    case Framework::kTorchtitanCompile:
+      o.flash_attention = true;
+      o.fused_elementwise = f == Framework::kTorchtitanCompile;
+      o.overlap_grad_sync = true;
+      o.selective = SelectivePolicy::kAlternateMatmuls;
+      o.vocab_parallel_loss = false;
+      break;
   }
   return o;
+}
+
+Result<AnalyticOptions> framework_options(const std::string& name, AnalyticOptions base) {
+  auto f = framework_from_string(name);
+  if (!f.ok()) return f.error();
+  return framework_options(*f, std::move(base));
 }
 
 }  // namespace weft

@@ -1,9 +1,19 @@
 #include "weft/galvatron/setup.h"
 
-#include "weft/galvatron/cost_model.h"
+#include "weft/calibration/calibrated.h"
+#include "weft/core/enum_names.h"
 #include "weft/galvatron/calibrate.h"
+#include "weft/galvatron/cost_model.h"
+#include "weft/galvatron/search.h"
 
 namespace weft::galvatron {
+
+namespace {
+
+constexpr EnumName<CostModelKind> kCostModelKindNames[] = {{CostModelKind::kWeft, "weft"},
+                                                           {CostModelKind::kGalvatron, "galvatron"}};
+
+}  // namespace
 
 Result<std::string> precision_name(DType d) {
   switch (d) {
@@ -29,36 +39,88 @@ Result<Profiles> load_profiles_for(const std::string& dir, const std::string& mo
   return load_profiles(dir, q);
 }
 
+const char* to_string(CostModelKind k) { return enum_name(kCostModelKindNames, k); }
+
+Result<CostModelKind> cost_model_kind_from_string(const std::string& s) {
+  if (const std::optional<CostModelKind> k = enum_value(kCostModelKindNames, s)) return *k;
+  return Error{ErrorKind::kBadInput, "--cost-model: expected weft or galvatron, got \"" + s + "\""};
+}
+
+Result<CostModelSetup> make_cost_model(const CostModelInputs& in, const ModelSpec& model, const ClusterSpec& cluster) {
+  CostModelSetup out;
+  out.cluster = cluster;
+  switch (in.kind) {
+    case CostModelKind::kGalvatron: {
+      if (!in.galvatron)
+        return Error{ErrorKind::kBadInput, "--galvatron-profiles: required with --cost-model galvatron"};
+      auto g = std::make_unique<GalvatronCostModel>(*in.galvatron,
+                                                    in.galvatron_hidden > 0 ? in.galvatron_hidden : model.hidden);
+      out.galvatron = g.get();
+      out.cost = std::move(g);
+      return out;
+    }
+    case CostModelKind::kWeft:
+      if (in.galvatron) {
+        auto cal = make_calibrated_model(*in.galvatron, model, cluster, in.analytic);
+        if (!cal.ok()) return cal.error();
+        out.cost = std::move(cal->model);
+        out.cluster = cal->cluster;
+      } else if (in.hardware || in.model_profile) {
+        out.cost = std::make_unique<CalibratedCostModel>(in.hardware, in.model_profile, model, cluster, in.analytic);
+      } else {
+        out.cost = std::make_unique<AnalyticCostModel>(in.analytic);
+      }
+      return out;
+  }
+  return Error{ErrorKind::kBadInput, "--cost-model: expected weft or galvatron"};
+}
+
+Result<SearchResult> search_with(const CostModelSetup& setup, const ModelSpec& model, const ClusterSpec& cluster,
+                                 const SearchOptions& opt, bool galvatron_space) {
+  if (setup.galvatron && galvatron_space) {
+    auto r = search_galvatron_space(model, cluster, *setup.galvatron, opt);
+    if (!r.ok()) return r.error();
+    return to_search_result(*r);
+  }
+  return search(model, cluster, *setup.cost, opt);
+}
+
+Result<Estimate> estimate_with(const CostModelSetup& setup, const Plan& p) {
+  if (setup.galvatron) return setup.galvatron->estimate(p);
+  return estimate(p, *setup.cost);
+}
+
+Result<Json> estimate_json_with(const CostModelSetup& setup, const Plan& p, const Estimate& e) {
+  if (setup.galvatron) return galvatron_estimate_json(*setup.galvatron, p);
+  return to_json(e);
+}
+
 Result<ProfileCostModel> make_profile_cost_model(const std::string& kind, const std::string& dir,
                                                  const std::string& model_yaml, const ModelSpec& model,
                                                  const ClusterSpec& cluster) {
   if (dir.empty())
     return Error{ErrorKind::kBadInput, "--galvatron-profiles: required with --cost-model " + kind};
+  CostModelInputs in;
   std::string name = model.name;
-  long long hidden = model.hidden;
   if (!model_yaml.empty()) {
     auto mc = read_model_yaml(model_yaml);
     if (!mc.ok()) return mc.error();
     name = mc->model_size;
-    hidden = mc->hidden_size;
+    in.galvatron_hidden = mc->hidden_size;
   }
   auto prof = load_profiles_for(dir, name, cluster);
   if (!prof.ok()) return prof.error();
+  auto k = cost_model_kind_from_string(kind);
+  if (!k.ok()) return k.error();
+  in.kind = *k;
   ProfileCostModel out;
   out.notes = prof->notes;
-  if (kind == "galvatron") {
-    out.cost = std::make_unique<GalvatronCostModel>(std::move(prof).value(), hidden);
-    out.cluster = cluster;
-    return out;
-  }
-  if (kind == "weft") {
-    auto cal = make_calibrated_model(*prof, model, cluster);
-    if (!cal.ok()) return cal.error();
-    out.cost = std::move(cal->model);
-    out.cluster = cal->cluster;
-    return out;
-  }
-  return Error{ErrorKind::kBadInput, "--cost-model: expected weft or galvatron, got \"" + kind + "\""};
+  in.galvatron = std::move(prof).value();
+  auto setup = make_cost_model(in, model, cluster);
+  if (!setup.ok()) return setup.error();
+  out.cost = std::move(setup->cost);
+  out.cluster = setup->cluster;
+  return out;
 }
 
 const GalvatronCostModel* as_galvatron(const CostModel& cm) {

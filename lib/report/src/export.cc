@@ -58,11 +58,14 @@ std::string join_counts(const std::vector<int>& c) {
   return out;
 }
 
+// A refusal, "<who>: <msg>": `who` is the framework (its name, weft/cost/framework.h) or the
+// export target.
 [[noreturn]] void refuse(const std::string& who, const std::string& msg) { throw InputError(who + ": " + msg); }
+[[noreturn]] void refuse(Framework who, const std::string& msg) { refuse(std::string(to_string(who)), msg); }
 
 // The embedding must share the layers' tensor-parallel degree and ZeRO stage (`tp_why`, `zero_why`
 // say why, for the framework `who`).
-void require_embedding_like_layers(const Plan& p, const LayerStrategy& s, const std::string& who,
+void require_embedding_like_layers(const Plan& p, const LayerStrategy& s, Framework who,
                                    const std::string& tp_why, const std::string& zero_why) {
   if (p.embedding.tp != s.tp)
     refuse(who, "embedding.tp=" + S(p.embedding.tp) + " but the layers use tp=" + S(s.tp) + "; " + tp_why);
@@ -77,7 +80,7 @@ void require_valid(const Plan& p) {
 
 // --- Megatron-LM ---------------------------------------------------------------------------------
 
-const char* kMeg = "megatron";
+constexpr Framework kMeg = Framework::kMegatron;
 
 // The recompute flags for the layers, or a refusal naming the layers that differ.
 std::vector<std::string> megatron_recompute(const Plan& p) {
@@ -372,7 +375,7 @@ DeepSpeedConfig deepspeed_or_throw(const Plan& p, DeepSpeedTarget target) {
 
 // --- torchtitan ----------------------------------------------------------------------------------
 
-const char* kTitan = "torchtitan";
+constexpr Framework kTitan = Framework::kTorchtitan;
 
 TorchtitanConfig torchtitan_or_throw(const Plan& p) {
   require_valid(p);
@@ -390,7 +393,7 @@ TorchtitanConfig torchtitan_or_throw(const Plan& p) {
                    "precision under tensor or pipeline parallelism");
   if (s.tp > 1 && !s.sp)
     refuse(kTitan, "tp=" + S(s.tp) + " without sequence parallelism: torchtitan's tensor parallelism always "
-                   "shards the norms over the sequence (plan with --framework torchtitan)");
+                   "shards the norms over the sequence (plan with --framework " + to_string(kTitan) + ")");
   require_embedding_like_layers(p, s, kTitan, "torchtitan shards the embedding and output over the same tensor-parallel mesh",
                                 "torchtitan applies one data-parallel mode to all parameters");
   const int B = p.train.global_batch, m = std::max(1, p.train.micro_batches), dp = std::max(1, s.dp);
@@ -472,6 +475,31 @@ Result<MegatronArgs> megatron_args(const Plan& p) {
 
 Result<DeepSpeedConfig> deepspeed_config(const Plan& p, DeepSpeedTarget target) {
   return catch_errors([&]() -> Result<DeepSpeedConfig> { return deepspeed_or_throw(p, target); });
+}
+
+Result<FrameworkExport> framework_export(const Plan& p, Framework f) {
+  switch (f) {
+    case Framework::kMegatron: {
+      auto a = megatron_args(p);
+      if (!a.ok()) return a.error();
+      return FrameworkExport{a->text(), a->notes};
+    }
+    case Framework::kMegatronDeepSpeed: {
+      auto c = deepspeed_config(p, DeepSpeedTarget::kMegatronDeepSpeed);
+      if (!c.ok()) return c.error();
+      return FrameworkExport{c->config.dump(2) + "\n", c->notes};
+    }
+    case Framework::kTorchtitan:
+    case Framework::kTorchtitanCompile: {
+      auto c = torchtitan_config(p);
+      if (!c.ok()) return c.error();
+      FrameworkExport out{c->toml, c->notes};
+      if (f == Framework::kTorchtitanCompile)
+        out.notes.push_back("torch.compile is not part of a plan: turn it on in the job config");
+      return out;
+    }
+  }
+  return Error{ErrorKind::kBadInput, "framework: no export for this framework"};
 }
 
 std::string describe_layer_runs(const Plan& p, int max_runs) {

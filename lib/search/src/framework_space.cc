@@ -10,27 +10,19 @@ namespace weft {
 
 namespace {
 
-enum class Fw { kMegatron, kMegatronDeepSpeed, kTorchtitan };
-
-Result<Fw> framework_of(const std::string& fw) {
-  if (fw == "megatron") return Fw::kMegatron;
-  if (fw == "megatron-deepspeed") return Fw::kMegatronDeepSpeed;
-  if (fw == "torchtitan" || fw == "torchtitan-compile") return Fw::kTorchtitan;
-  return Error{ErrorKind::kBadInput, "--framework: unknown framework \"" + fw + "\""};
-}
-
 // Why framework `f` cannot run strategy s (empty: it can).
-std::string refusal(Fw f, const LayerStrategy& s) {
+std::string refusal(Framework f, const LayerStrategy& s) {
   const auto S = [](int x) { return std::to_string(x); };
   switch (f) {
-    case Fw::kMegatron: return "";
-    case Fw::kMegatronDeepSpeed:
+    case Framework::kMegatron: return "";
+    case Framework::kMegatronDeepSpeed:
       if (s.cp > 1) return "cp=" + S(s.cp) + " (no ring context parallelism)";
       if (s.ep > 1) return "ep=" + S(s.ep) + " (DeepSpeed-MoE sets expert parallelism in the model code)";
       if (s.ulysses > 1 && s.sp) return "ulysses=" + S(s.ulysses) + " with sequence parallelism";
       if (s.zero > 1) return "zero=" + S(s.zero) + " (it offers ZeRO 0, 1)";
       return "";
-    case Fw::kTorchtitan:
+    case Framework::kTorchtitan:
+    case Framework::kTorchtitanCompile:
       if (s.ulysses > 1) return "ulysses=" + S(s.ulysses) + " (no Ulysses)";
       if (s.zero < 2 && s.shard_group() > 1) return "zero=" + S(s.zero) + " (it offers ZeRO 2, 3: FSDP2)";
       if (s.tp > 1 && !s.sp) return "tp=" + S(s.tp) + " without sequence parallelism (its TP always shards the sequence)";
@@ -41,33 +33,36 @@ std::string refusal(Fw f, const LayerStrategy& s) {
 
 }  // namespace
 
-Status restrict_to_framework(SearchOptions& opt, const std::string& fw) {
-  auto f = framework_of(fw);
-  if (!f.ok()) return f.error();
+Status restrict_to_framework(SearchOptions& opt, Framework f) {
+  const bool titan = f == Framework::kTorchtitan || f == Framework::kTorchtitanCompile;
   opt.layerwise = false;
   // Megatron splits the layers evenly over the stages (its exports allow no other split but a
   // different first or last stage); torchtitan takes any split points.
-  if (*f != Fw::kTorchtitan) opt.uneven_stages = false;
-  if (*f == Fw::kMegatronDeepSpeed) {
+  if (!titan) opt.uneven_stages = false;
+  if (f == Framework::kMegatronDeepSpeed) {
     for (Schedule s : opt.schedules)
       if (s != Schedule::k1F1B)
-        return Error{ErrorKind::kBadInput, "--schedule: framework " + fw + " has no " + to_string(s) + " schedule"};
+        return Error{ErrorKind::kBadInput,
+                     std::string("--schedule: framework ") + to_string(f) + " has no " + to_string(s) + " schedule"};
     opt.schedules = {Schedule::k1F1B};
     opt.allow_cp = false;
   }
-  if (*f == Fw::kTorchtitan) opt.allow_ulysses = false;
-  const Fw which = *f;
-  opt.accept = [which](const LayerStrategy& s, const LayerShape*) { return refusal(which, s).empty(); };
+  if (titan) opt.allow_ulysses = false;
+  opt.accept = [f](const LayerStrategy& s, const LayerShape*) { return refusal(f, s).empty(); };
   return Status{};
 }
 
-Status framework_runs(const Plan& p, const std::string& fw) {
-  auto f = framework_of(fw);
+Status restrict_to_framework(SearchOptions& opt, const std::string& name) {
+  auto f = framework_from_string(name);
   if (!f.ok()) return f.error();
+  return restrict_to_framework(opt, *f);
+}
+
+Status framework_runs(const Plan& p, Framework f) {
   auto fail = [&](const std::string& what) {
-    return Error{ErrorKind::kBadInput, what + ": framework " + fw + " cannot run it"};
+    return Error{ErrorKind::kBadInput, what + ": framework " + to_string(f) + " cannot run it"};
   };
-  if (*f == Fw::kMegatronDeepSpeed && p.train.pp > 1 && p.train.schedule != Schedule::k1F1B)
+  if (f == Framework::kMegatronDeepSpeed && p.train.pp > 1 && p.train.schedule != Schedule::k1F1B)
     return fail(std::string("schedule ") + to_string(p.train.schedule));
   const std::optional<LayerStrategy> one = p.uniform_strategy();
   if (!one) {
@@ -82,9 +77,15 @@ Status framework_runs(const Plan& p, const std::string& fw) {
     return fail("the MoE layers' expert degrees differ (one strategy for all layers)");
   }
   // One strategy for all layers: a refusal holds from the first layer on.
-  if (const std::string why = refusal(*f, *one); !why.empty()) return fail("layer 0: " + why);
-  if (const std::string why = refusal(*f, p.embedding); !why.empty()) return fail("embedding: " + why);
+  if (const std::string why = refusal(f, *one); !why.empty()) return fail("layer 0: " + why);
+  if (const std::string why = refusal(f, p.embedding); !why.empty()) return fail("embedding: " + why);
   return Status{};
+}
+
+Status framework_runs(const Plan& p, const std::string& name) {
+  auto f = framework_from_string(name);
+  if (!f.ok()) return f.error();
+  return framework_runs(p, *f);
 }
 
 Status restrict_to_runtime(SearchOptions& opt) {

@@ -65,24 +65,16 @@ namespace {
 
 Error bad(const std::string& s) { return Error{ErrorKind::kBadInput, s}; }
 
-// The checks of the inputs that need no configuration.
+// The checks of the inputs that need no configuration: the model, the cluster, and the options
+// (validate(SearchOptions), weft/search/search_options.h), the pipeline degrees in one message.
 Status check_inputs(const ModelSpec& model, const ClusterSpec& cluster, const SearchOptions& opt) {
   if (Status m = validate(model); !m.ok()) return m.error().with_context("model");
   if (Status c = validate(cluster); !c.ok()) return c.error().with_context("cluster");
-  if (opt.seq <= 0) return bad("seq: must be positive, got " + S(opt.seq));
-  if (opt.global_batch <= 0) return bad("global_batch: must be positive, got " + S(opt.global_batch));
-  if (opt.top_k < 1) return bad("top: must be >= 1, got " + S(opt.top_k));
-  if (!(opt.memory_step_mib > 0)) return bad("memory_step_mib: must be positive");
-  if (model.position == PositionKind::kLearned && model.max_seq > 0 && opt.seq > model.max_seq)
-    return bad("seq: " + S(opt.seq) + " exceeds the model's learned position table of " + S(model.max_seq));
   const int L = model.num_layers(), world = cluster.total_gpus();
   for (int pp : opt.pp_degrees)
     if (pp < 1 || world % pp != 0 || pp > L)
       return bad("pp: " + S(pp) + " must divide the " + S(world) + " GPUs and be at most the " + S(L) + " layers");
-  for (int m : opt.micro_batches)
-    if (m < 1 || opt.global_batch % m != 0)
-      return bad("micro_batches: " + S(m) + " does not divide global batch " + S(opt.global_batch));
-  return Status{};
+  return validate(opt, model, cluster);
 }
 
 // The layer groups' ranges, and the memory grid of the layer DP.

@@ -8,6 +8,7 @@
 #include "weft/core/error.h"
 #include "weft/cost/collectives.h"
 #include "weft/cost/cost_model.h"
+#include "weft/cost/framework.h"
 
 namespace weft {
 
@@ -54,7 +55,8 @@ struct AnalyticOptions {
   CollectiveOptions comm;           // collective call latency and link efficiencies
 };
 
-// The training frameworks weft knows, each a set of the options above (docs/cost-model.md §4.1):
+// The training frameworks weft knows (weft/cost/framework.h), each a set of the options above
+// (docs/cost-model.md §4.1):
 //   megatron            Megatron-LM / Megatron-Core: fused kernels, flash attention, gradient
 //                       reduction overlapped with backward, selective = attention core (default)
 //   megatron-deepspeed  Megatron-DeepSpeed as vTrain measured it: fused softmax attention without
@@ -62,10 +64,10 @@ struct AnalyticOptions {
 //   torchtitan          eager PyTorch with FSDP2: unfused norm, rotary and SwiGLU operators, SDPA
 //                       flash attention, selective = op-level (every other matmul kept)
 //   torchtitan-compile  torchtitan with torch.compile: the same with fused elementwise kernels
-// Their names, comma-separated ("megatron, megatron-deepspeed, ...").
-std::string framework_names();
-// `base` with the traits of framework `name` (its host and GPU constants are kept); an error naming
-// the known frameworks if `name` is not one.
+// `base` with the traits of framework `f` (its host and GPU constants are kept), `framework` set
+// to its name.
+AnalyticOptions framework_options(Framework f, AnalyticOptions base = {});
+// The same for the framework named `name`; the error of framework_from_string() if it names none.
 Result<AnalyticOptions> framework_options(const std::string& name, AnalyticOptions base = {});
 
 class AnalyticCostModel : public CostModel {

@@ -1,4 +1,5 @@
-// Exports of a plan to the frameworks people already run (docs/report.md, "Exports"):
+// Exports of a plan to the frameworks people already run (docs/report.md, "Exports"; by framework:
+// framework_export below):
 //  - Megatron-LM command-line flags, one per line;
 //  - a DeepSpeed config JSON, for plain DeepSpeed (data parallel + ZeRO) or for Megatron-DeepSpeed
 //    (which takes tp / pp / Ulysses from its own flags and ZeRO from this config);
@@ -13,6 +14,7 @@
 
 #include "weft/core/error.h"
 #include "weft/core/json.h"
+#include "weft/cost/framework.h"
 #include "weft/plan/plan.h"
 
 namespace weft {
@@ -61,6 +63,18 @@ struct TorchtitanConfig {
 // parallelism; no Ulysses; embedding on the layers' tp and ZeRO stage. Other plans are refused
 // naming what differs.
 Result<TorchtitanConfig> torchtitan_config(const Plan& p);
+
+// What to hand framework f (weft/cost/framework.h) to run plan p, e.g. a plan searched for it
+// (restrict_to_framework): megatron: the Megatron-LM flags (megatron_args, MegatronArgs::text);
+// megatron-deepspeed: the DeepSpeed config for Megatron-DeepSpeed (deepspeed_config with
+// kMegatronDeepSpeed, JSON); torchtitan and torchtitan-compile: the job-config tables
+// (torchtitan_config; for torchtitan-compile a note that torch.compile is switched on in the job
+// config). Errors: those functions' refusals.
+struct FrameworkExport {
+  std::string text;                 // the flags, config or tables, ending with '\n'
+  std::vector<std::string> notes;   // what they leave to the user
+};
+Result<FrameworkExport> framework_export(const Plan& p, Framework f);
 
 // "layers 0-11: tp4+sp dp2 z1; layers 12-23: tp2 dp4" (runs of equal strategies, at most
 // max_runs of them, then "... and N more runs"). Used in the refusals above.

@@ -20,6 +20,7 @@
 
 #include "weft/cost/cost_model.h"
 #include "weft/cost/estimate.h"
+#include "weft/cost/framework.h"
 #include "weft/plan/plan.h"
 #include "weft/search/search_options.h"
 
@@ -49,17 +50,21 @@ struct SearchResult {
   SearchStats stats;
 };
 
-// What a training framework can run (docs/search.md, "Frameworks"): every framework of
-// framework_options() applies one strategy to all layers (expert parallelism on the MoE layers), so
-// `opt` becomes uniform (with even stages, except for torchtitan). megatron runs everything else (Ulysses as all-to-all context parallelism,
-// ZeRO-2/3 as Megatron FSDP); megatron-deepspeed has no ring context parallelism and no expert
-// parallelism, no Ulysses together with Megatron-SP, ZeRO 0-1 (DeepSpeed's pipeline engine takes
-// no more) and DeepSpeed's 1F1B pipeline only; torchtitan (and torchtitan-compile) has no Ulysses,
-// shards data parallelism with FSDP2 (ZeRO 2 or 3) and always uses sequence parallelism with tensor
-// parallelism. Schedules the user chose that the framework lacks are an error naming them.
-Status restrict_to_framework(SearchOptions& opt, const std::string& framework);
+// What a training framework can run (docs/search.md, "Frameworks"): every framework
+// (weft/cost/framework.h) applies one strategy to all layers (expert parallelism on the MoE
+// layers), so `opt` becomes uniform (with even stages, except for torchtitan). megatron runs
+// everything else (Ulysses as all-to-all context parallelism, ZeRO-2/3 as Megatron FSDP);
+// megatron-deepspeed has no ring context parallelism and no expert parallelism, no Ulysses together
+// with Megatron-SP, ZeRO 0-1 (DeepSpeed's pipeline engine takes no more) and DeepSpeed's 1F1B
+// pipeline only; torchtitan (and torchtitan-compile) has no Ulysses, shards data parallelism with
+// FSDP2 (ZeRO 2 or 3) and always uses sequence parallelism with tensor parallelism. Schedules the
+// user chose that the framework lacks are an error naming them.
+Status restrict_to_framework(SearchOptions& opt, Framework framework);
 // Whether plan p uses only what `framework` runs (the same rules); the error names the layer, the
 // field and the framework.
+Status framework_runs(const Plan& p, Framework framework);
+// The two above for a framework given by name; the error of framework_from_string() if it names none.
+Status restrict_to_framework(SearchOptions& opt, const std::string& framework);
 Status framework_runs(const Plan& p, const std::string& framework);
 // What weft's own runtime (`weft train`) runs (docs/search.md, "weft's runtime";
 // weft/plan/runtime_support.h): no context parallelism, no expert parallelism (ep = 1 on every

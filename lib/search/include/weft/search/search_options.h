@@ -71,4 +71,17 @@ struct SearchOptions {
   std::function<void(long long, long long)> progress;
 };
 
+// Checks `opt` for a search of `model` on `cluster` before anything runs (validate_options.cc), in
+// this order; the first failure is a kBadInput error naming the field and the numbers:
+//   pp_degrees   each divides the GPUs ("--pp: 3 does not divide the 8 GPUs") and is at most the
+//                layers ("--pp: 64 stages for 32 layers");
+//   max_tp       >= 0, 0 meaning GPUs per node ("--max-tp: must be >= 1, got -2");
+//   seq, global_batch > 0; top_k >= 1 ("top: must be >= 1, got 0"); memory_step_mib > 0;
+//   seq          at most a learned position table ("seq: 4096 exceeds the model's learned
+//                position table of 2048");
+//   micro_batches each divides global_batch.
+// search() runs these checks too; a caller validates first to report them before any other work
+// (restricting the space, loading files).
+Status validate(const SearchOptions& opt, const ModelSpec& model, const ClusterSpec& cluster);
+
 }  // namespace weft
