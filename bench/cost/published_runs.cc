@@ -10,7 +10,7 @@
 #include <map>
 #include <string>
 
-#include "published_runs.h"
+#include "reference/published_runs.h"
 #include "weft/cost/estimate.h"
 
 int main(int argc, char** argv) {

@@ -4,32 +4,18 @@
 
 #include <gtest/gtest.h>
 
+#include "profile_fixtures.h"
+#include "tiny_specs.h"
 #include "weft/cost/estimate.h"
 
 namespace weft {
 namespace {
 
-// h 8, 2 heads of 4, ffn 32 (GELU), no biases: attention 4*8*8 = 256, ffn 2*8*32 = 512,
-// norms 2*8 = 16 -> 784 parameters per layer; fp32 gradients: 3136 bytes.
-ModelSpec tiny_model(int layers = 1) {
-  ModelSpec m;
-  m.name = "tiny";
-  m.vocab = 16;
-  m.hidden = 8;
-  m.norm = NormKind::kLayerNorm;
-  m.position = PositionKind::kLearned;
-  m.max_seq = 64;
-  LayerGroup g;
-  g.name = "decoder";
-  g.count = layers;
-  g.shape.hidden = 8;
-  g.shape.heads = 2;
-  g.shape.kv_heads = 2;
-  g.shape.head_dim = 4;
-  g.shape.ffn = 32;
-  m.groups.push_back(g);
-  return m;
-}
+using testing::phase_sample;
+using testing::two_point_table;
+
+// The tiny model (tiny_specs.h: 784 parameters per layer; fp32 gradients: 3136 bytes) up to seq 64.
+ModelSpec tiny_model(int layers = 1) { return testing::tiny_model(layers, 64); }
 
 ClusterSpec two_rank_node() {
   ClusterSpec c;
@@ -45,18 +31,6 @@ ClusterSpec two_rank_node() {
   return c;
 }
 
-PhaseSample at(int tp, Recompute rc, int mb, int seq, double f, double b, double act) {
-  PhaseSample s;
-  s.tp = tp;
-  s.recompute = rc;
-  s.micro_batch = mb;
-  s.seq = seq;
-  s.forward_s = f;
-  s.backward_s = b;
-  s.activation_bytes = act;
-  return s;
-}
-
 ModelProfile layers_profile() {
   ModelProfile p;
   p.model = tiny_model();
@@ -64,23 +38,12 @@ ModelProfile layers_profile() {
   LayerProfile l;
   l.group = "decoder";
   l.shape = p.model.groups[0].shape;
-  l.samples = {at(1, Recompute::kNone, 2, 64, 0.010, 0.020, 1e6), at(1, Recompute::kFull, 2, 64, 0.010, 0.031, 2e5)};
+  l.samples = {phase_sample(1, Recompute::kNone, 2, 64, 0.010, 0.020, 1e6),
+               phase_sample(1, Recompute::kFull, 2, 64, 0.010, 0.031, 2e5)};
   p.layers.push_back(l);
-  p.embedding = {at(1, Recompute::kNone, 2, 64, 0.001, 0.002, 1e4)};
-  p.head = {at(1, Recompute::kNone, 2, 64, 0.003, 0.004, 3e4)};
+  p.embedding = {phase_sample(1, Recompute::kNone, 2, 64, 0.001, 0.002, 1e4)};
+  p.head = {phase_sample(1, Recompute::kNone, 2, 64, 0.003, 0.004, 3e4)};
   return p;
-}
-
-CollectiveEntry table(Collective k) {
-  // 1000 B -> 200 us, 5000 B -> 600 us (line: 100 us + S * 1e-7 s/B).
-  CollectiveEntry e;
-  e.kind = k;
-  e.group_size = 2;
-  e.placement = Placement::kIntraNode;
-  e.ranks_per_node = 2;
-  e.samples = {{1000, 2e-4}, {5000, 6e-4}};
-  e.fit = fit_alpha_beta(k, 2, e.samples);
-  return e;
 }
 
 HardwareProfile hw_profile() {
@@ -88,7 +51,9 @@ HardwareProfile hw_profile() {
   h.machine.world_size = 2;
   h.machine.ranks_per_node = 2;
   h.machine.memory_per_rank_gib = 8;
-  h.collectives = {table(Collective::kAllReduce), table(Collective::kReduceScatter), table(Collective::kAllGather)};
+  // Each table: 1000 B -> 200 us, 5000 B -> 600 us (line: 100 us + S * 1e-7 s/B).
+  h.collectives = {two_point_table(Collective::kAllReduce), two_point_table(Collective::kReduceScatter),
+                   two_point_table(Collective::kAllGather)};
   return h;
 }
 
@@ -97,11 +62,7 @@ Plan dp_plan(int zero = 0, Recompute rc = Recompute::kNone) {
   Plan p;
   p.model = tiny_model();
   p.cluster = two_rank_node();
-  p.train.seq = 64;
-  p.train.global_batch = 4;
-  p.train.micro_batches = 1;
-  p.train.pp = 1;
-  p.train.dtype = DType::kFp32;
+  p.train = TrainSettings{.seq = 64, .global_batch = 4, .micro_batches = 1, .pp = 1, .dtype = DType::kFp32};
   p.embedding.dp = 2;
   p.embedding.zero = zero;
   LayerStrategy s;
@@ -214,11 +175,7 @@ TEST(Calibrated, OversubscribedPipelineConservesTheNodesWork) {
   Plan p;
   p.model = tiny_model(2);
   p.cluster = two_rank_node();
-  p.train.seq = 64;
-  p.train.global_batch = 8;
-  p.train.micro_batches = 4;
-  p.train.pp = 2;
-  p.train.dtype = DType::kFp32;
+  p.train = TrainSettings{.seq = 64, .global_batch = 8, .micro_batches = 4, .pp = 2, .dtype = DType::kFp32};
   for (int st = 0; st < 2; ++st) {
     Stage stage;
     stage.first_layer = st;

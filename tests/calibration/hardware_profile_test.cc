@@ -9,6 +9,8 @@
 #include <filesystem>
 #include <fstream>
 
+#include "profile_fixtures.h"
+
 namespace weft {
 namespace {
 
@@ -18,17 +20,7 @@ std::string temp_path(const std::string& name) {
 
 // All-reduce over 2 ranks inside a node measured at 1000 B -> 200 us and 5000 B -> 600 us: the line
 // through them is t = 100 us + S / (10^7 B/s) (bus factor 2(n-1)/n = 1 for n = 2).
-CollectiveEntry two_point_allreduce() {
-  CollectiveEntry e;
-  e.kind = Collective::kAllReduce;
-  e.group_size = 2;
-  e.placement = Placement::kIntraNode;
-  e.ranks_per_node = 2;
-  e.concurrent_groups = 1;
-  e.samples = {{1000, 2e-4}, {5000, 6e-4}};
-  e.fit = fit_alpha_beta(e.kind, e.group_size, e.samples);
-  return e;
-}
+CollectiveEntry two_point_allreduce() { return testing::two_point_table(Collective::kAllReduce); }
 
 HardwareProfile sample_profile() {
   HardwareProfile p;

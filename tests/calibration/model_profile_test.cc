@@ -7,45 +7,22 @@
 #include <filesystem>
 #include <fstream>
 
+#include "profile_fixtures.h"
+#include "tiny_specs.h"
+
 namespace weft {
 namespace {
 
-ModelSpec tiny_model() {
-  ModelSpec m;
-  m.name = "tiny";
-  m.vocab = 16;
-  m.hidden = 8;
-  m.norm = NormKind::kLayerNorm;
-  m.position = PositionKind::kLearned;
-  m.max_seq = 128;
-  LayerGroup g;
-  g.name = "decoder";
-  g.count = 2;
-  g.shape.hidden = 8;
-  g.shape.heads = 2;
-  g.shape.kv_heads = 2;
-  g.shape.head_dim = 4;
-  g.shape.ffn = 32;
-  m.groups.push_back(g);
-  return m;
-}
+using testing::phase_sample;
 
-PhaseSample at(int tp, Recompute rc, int mb, int seq, double f, double b, double act) {
-  PhaseSample s;
-  s.tp = tp;
-  s.recompute = rc;
-  s.micro_batch = mb;
-  s.seq = seq;
-  s.forward_s = f;
-  s.backward_s = b;
-  s.activation_bytes = act;
-  return s;
-}
+// The tiny model of tiny_specs.h: 2 layers, up to seq 128.
+ModelSpec tiny_model() { return testing::tiny_model(2, 128); }
 
 // forward: 1, 2 at seq 64 (mb 1, 2); 3, 5 at seq 128. backward twice forward; memory 1000x.
 std::vector<PhaseSample> grid() {
-  return {at(1, Recompute::kNone, 1, 64, 1, 2, 1000), at(1, Recompute::kNone, 2, 64, 2, 4, 2000),
-          at(1, Recompute::kNone, 1, 128, 3, 6, 3000), at(1, Recompute::kNone, 2, 128, 5, 10, 5000)};
+  return {phase_sample(1, Recompute::kNone, 1, 64, 1, 2, 1000), phase_sample(1, Recompute::kNone, 2, 64, 2, 4, 2000),
+          phase_sample(1, Recompute::kNone, 1, 128, 3, 6, 3000),
+          phase_sample(1, Recompute::kNone, 2, 128, 5, 10, 5000)};
 }
 
 ModelProfile sample_profile() {
@@ -62,10 +39,10 @@ ModelProfile sample_profile() {
   l.group = "decoder";
   l.shape = p.model.groups[0].shape;
   l.samples = grid();
-  l.samples.push_back(at(2, Recompute::kFull, 1, 64, 0.6, 1.9, 100));
+  l.samples.push_back(phase_sample(2, Recompute::kFull, 1, 64, 0.6, 1.9, 100));
   p.layers.push_back(l);
-  p.embedding = {at(1, Recompute::kNone, 1, 64, 0.1, 0.2, 10)};
-  p.head = {at(1, Recompute::kNone, 1, 64, 0.3, 0.4, 30)};
+  p.embedding = {phase_sample(1, Recompute::kNone, 1, 64, 0.1, 0.2, 10)};
+  p.head = {phase_sample(1, Recompute::kNone, 1, 64, 0.3, 0.4, 30)};
   p.skipped = {"tp 2, micro-batch 2, seq 128, recompute none: needs 3.1 GiB, 2.0 GiB free"};
   return p;
 }
@@ -120,8 +97,9 @@ TEST(ModelProfile, MissingDegreeOrRecomputeIsNotCovered) {
 
 TEST(ModelProfile, IrregularGridsStillInterpolate) {
   // seq 64 measured at mb 1 and 4, seq 128 only at mb 2 (the others did not fit).
-  std::vector<PhaseSample> g = {at(1, Recompute::kNone, 1, 64, 1, 1, 0), at(1, Recompute::kNone, 4, 64, 4, 4, 0),
-                                at(1, Recompute::kNone, 2, 128, 5, 5, 0)};
+  std::vector<PhaseSample> g = {phase_sample(1, Recompute::kNone, 1, 64, 1, 1, 0),
+                                phase_sample(1, Recompute::kNone, 4, 64, 4, 4, 0),
+                                phase_sample(1, Recompute::kNone, 2, 128, 5, 5, 0)};
   auto c = interpolate(g, 1, Recompute::kNone, 2, 96);
   ASSERT_TRUE(c);
   EXPECT_DOUBLE_EQ(c->forward_s, 3.5);  // 2 at seq 64, 5 at seq 128

@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include "contexts.h"
 #include "weft/cost/compute.h"
 #include "weft/cost/estimate.h"
 #include "weft/spec/counts.h"
@@ -12,50 +13,10 @@
 namespace weft {
 namespace {
 
-struct Bench {
-  ModelSpec model;
-  ClusterSpec cluster;
-  TrainSettings train;
-
-  Bench(const std::string& m, const std::string& c, int nodes = 1) {
-    auto mm = load_model(m);
-    auto cc = load_cluster(c);
-    EXPECT_TRUE(mm.ok()) << (mm.ok() ? "" : mm.error().message);
-    EXPECT_TRUE(cc.ok()) << (cc.ok() ? "" : cc.error().message);
-    model = *mm;
-    cluster = *cc;
-    cluster.nodes = nodes;
-    train.seq = 4096;
-    train.global_batch = 8;
-    train.micro_batches = 8;
-    train.pp = 1;
-    train.dtype = DType::kBf16;
-  }
-  LayerContext layer(int i, int stage = 0, int stages = 1) const {
-    LayerContext ctx;
-    ctx.model = &model;
-    ctx.cluster = &cluster;
-    ctx.train = train;
-    ctx.stage = stage;
-    ctx.num_stages = stages;
-    ctx.stage_size = cluster.total_gpus() / train.pp;
-    ctx.layer = i;
-    return ctx;
-  }
-  StageContext stage(int s, int stages) const {
-    StageContext ctx = layer(0, s, stages);
-    return ctx;
-  }
-};
+using Bench = testing::PresetSetup;
 
 LayerStrategy strat(int tp, int dp, int zero = 0, Recompute rc = Recompute::kNone, bool sp = false) {
-  LayerStrategy s;
-  s.tp = tp;
-  s.dp = dp;
-  s.zero = zero;
-  s.recompute = rc;
-  s.sp = sp;
-  return s;
+  return LayerStrategy{.tp = tp, .sp = sp, .dp = dp, .zero = zero, .recompute = rc};
 }
 
 double states(const MemoryBreakdown& m) { return (m.weights + m.grads + m.optimizer).value(); }

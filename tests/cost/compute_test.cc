@@ -3,21 +3,12 @@
 
 #include <gtest/gtest.h>
 
+#include "tiny_specs.h"
+
 namespace weft {
 namespace {
 
-GpuSpec a100() {
-  GpuSpec g;
-  g.name = "A100-SXM4-80GB";
-  g.tflops_fp32 = 19.5;
-  g.tflops_tf32 = 156;
-  g.tflops_bf16 = 312;
-  g.tflops_fp16 = 312;
-  g.tflops_fp8 = 0;
-  g.memory_gib = 80;
-  g.hbm_gbps = 2039;
-  return g;
-}
+GpuSpec a100() { return testing::a100_gpu("A100-SXM4-80GB"); }
 
 TEST(GpuTraits, KnownGpus) {
   EXPECT_EQ(gpu_traits(a100()).sms, 108);

@@ -3,22 +3,13 @@
 
 #include <gtest/gtest.h>
 
+#include "tiny_specs.h"
+
 namespace weft {
 namespace {
 
-// GPT-3 175B layer (Brown et al. 2020): h 12288, 96 heads, FFN 4h, biases and dropout.
-LayerShape gpt3_layer() {
-  LayerShape s;
-  s.kind = LayerKind::kDecoder;
-  s.hidden = 12288;
-  s.heads = 96;
-  s.kv_heads = 96;
-  s.head_dim = 128;
-  s.ffn = 4 * 12288;
-  s.ffn_kind = FfnKind::kGelu;
-  s.bias = true;
-  return s;
-}
+// GPT-3 175B layer (Brown et al. 2020): h 12288, 96 heads of 128, FFN 4h, biases and dropout.
+LayerShape gpt3_layer() { return testing::gpt_shape(12288, 96); }
 
 ActivationOptions megatron_2022(double samples, double seq) {
   ActivationOptions o;
@@ -73,13 +64,7 @@ TEST(Activations, FlashAttentionWithoutDropout) {
 
 TEST(Activations, GqaSwigluByTensor) {
   // Llama-3-70B layer: h 8192, 64 heads, 8 KV heads, SwiGLU FFN 28672, flash attention.
-  LayerShape l;
-  l.hidden = 8192;
-  l.heads = 64;
-  l.kv_heads = 8;
-  l.head_dim = 128;
-  l.ffn = 28672;
-  l.ffn_kind = FfnKind::kSwiglu;
+  const LayerShape l = testing::swiglu_shape(8192, 64, 8, 28672);
   ActivationOptions o;
   o.samples = 1;
   o.seq = 4096;

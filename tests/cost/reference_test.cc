@@ -8,13 +8,12 @@
 #include <string>
 #include <vector>
 
+#include "reference/published_runs.h"
 #include "weft/core/json.h"
 #include "weft/cost/analytic.h"
 #include "weft/cost/collectives.h"
 #include "weft/cost/estimate.h"
 #include "weft/spec/presets.h"
-
-#include "published_runs.h"
 
 namespace weft {
 namespace {

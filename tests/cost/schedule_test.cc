@@ -6,6 +6,7 @@
 #include <random>
 #include <tuple>
 
+#include "pipeline_forms.h"
 #include "weft/cost/analytic.h"
 #include "weft/cost/schedule.h"
 
@@ -13,24 +14,16 @@ namespace weft {
 namespace {
 
 StageTiming timing(double f, double b, double p2p = 0, double grad = 0, double opt = 0, double rc = 0) {
-  StageTiming t;
-  t.fwd = sec(f);
-  t.bwd = sec(b);
-  t.p2p = sec(p2p);
-  t.grad_sync = sec(grad);
-  t.optimizer = sec(opt);
-  t.recompute = sec(rc);
-  return t;
+  return StageTiming{.fwd = sec(f),
+                     .bwd = sec(b),
+                     .recompute = sec(rc),
+                     .p2p = sec(p2p),
+                     .grad_sync = sec(grad),
+                     .optimizer = sec(opt)};
 }
 
 ScheduleSpec spec(Schedule s, int pp, int m, int vp = 1, bool overlap = true) {
-  ScheduleSpec sp;
-  sp.schedule = s;
-  sp.pp = pp;
-  sp.vp = vp;
-  sp.micro_batches = m;
-  sp.overlap_grad_sync = overlap;
-  return sp;
+  return ScheduleSpec{.schedule = s, .pp = pp, .vp = vp, .micro_batches = m, .overlap_grad_sync = overlap};
 }
 
 Simulation sim_ok(const ScheduleSpec& sp, const std::vector<StageTiming>& st) {
@@ -276,24 +269,17 @@ TEST(Schedule, RandomStagesAgainstClosedForms) {
       std::swap(st[at([](const StageTiming& t) { return t.fwd.value(); })].fwd, st[pp - 1].fwd);
       std::swap(st[at([](const StageTiming& t) { return t.bwd.value(); })].bwd, st[pp - 1].bwd);
     }
-    double sum = 0, maxf = 0, maxb = 0, maxt = 0;
-    for (const auto& t : st) {
-      const double F = (t.fwd + t.p2p * 0.5).value(), B = (t.bwd + t.p2p * 0.5).value();
-      sum += F + B;
-      maxf = std::max(maxf, F);
-      maxb = std::max(maxb, B);
-      maxt = std::max(maxt, F + B);
-    }
+    const testing::StageTotals totals = testing::stage_totals(st);
     const Simulation g = sim_ok(spec(Schedule::kGpipe, pp, m), st);
     const Simulation f = sim_ok(spec(Schedule::k1F1B, pp, m), st);
-    EXPECT_NEAR(g.makespan_s, sum + (m - 1) * (maxf + maxb), 1e-9);
+    EXPECT_NEAR(g.makespan_s, totals.gpipe(m), 1e-9);
     EXPECT_LE(f.makespan_s, g.makespan_s + 1e-9);
-    EXPECT_GE(f.makespan_s + 1e-9, m * maxt);
+    EXPECT_GE(f.makespan_s + 1e-9, m * totals.max_stage);
     const StageTiming& l = st[pp - 1];
-    if ((l.fwd + l.p2p * 0.5).value() >= maxf && (l.bwd + l.p2p * 0.5).value() >= maxb) {
+    if ((l.fwd + l.p2p * 0.5).value() >= totals.max_fwd && (l.bwd + l.p2p * 0.5).value() >= totals.max_bwd) {
       ++last_max_cases;
-      EXPECT_NEAR(f.makespan_s, (m - 1) * maxt + sum, 1e-9) << "trial " << trial;
-      EXPECT_NEAR(g.makespan_s, (m - 1) * maxt + sum, 1e-9) << "trial " << trial;
+      EXPECT_NEAR(f.makespan_s, totals.bottleneck(m), 1e-9) << "trial " << trial;
+      EXPECT_NEAR(g.makespan_s, totals.bottleneck(m), 1e-9) << "trial " << trial;
     }
   }
   EXPECT_GT(last_max_cases, 300);

@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include "contexts.h"
 #include "weft/cost/analytic.h"
 #include "weft/cost/pricing.h"
 #include "weft/cost/schedule.h"
@@ -13,38 +14,11 @@
 namespace weft {
 namespace {
 
-struct Llama7b {
-  ModelSpec model;
-  ClusterSpec cluster;
-  TrainSettings train;
-  Llama7b() {
-    model = load_model("llama-2-7b").value();
-    cluster = load_cluster("a100-80gb").value();
-    cluster.nodes = 1;
-    train.seq = 4096;
-    train.global_batch = 8;
-    train.micro_batches = 4;
-    train.dtype = DType::kBf16;
-  }
-  LayerContext layer(int stage = 0, int stages = 1) const {
-    LayerContext ctx;
-    ctx.model = &model;
-    ctx.cluster = &cluster;
-    ctx.train = train;
-    ctx.stage = stage;
-    ctx.num_stages = stages;
-    ctx.stage_size = cluster.total_gpus() / std::max(1, train.pp);
-    return ctx;
-  }
-};
+// Llama-2-7B on one node of 8 A100-80GB, 4 micro-batches.
+testing::PresetSetup llama7b() { return testing::PresetSetup("llama-2-7b", "a100-80gb", 1, 4); }
 
 LayerStrategy strategy(int tp, int dp, int zero = 0, bool sp = false) {
-  LayerStrategy s;
-  s.tp = tp;
-  s.dp = dp;
-  s.zero = zero;
-  s.sp = sp;
-  return s;
+  return LayerStrategy{.tp = tp, .sp = sp, .dp = dp, .zero = zero};
 }
 
 // One second per call, whatever the call: sums count calls.
@@ -60,8 +34,8 @@ int count(const LayerTraffic& t, CommAxis axis, Phase phase) {
 }
 
 TEST(Traffic, TensorParallelIsAnAllReducePerBlockAndFfnEachWay) {
-  const Llama7b su;
-  const LayerTraffic t = layer_traffic(su.layer(), strategy(4, 2));
+  const auto su = llama7b();
+  const LayerTraffic t = layer_traffic(su.layer(0), strategy(4, 2));
   ASSERT_EQ(count(t, CommAxis::kTensor, Phase::kForward), 1);
   ASSERT_EQ(count(t, CommAxis::kTensor, Phase::kBackward), 1);
   const Transfer& fwd = t.transfers.front();
@@ -83,11 +57,11 @@ TEST(Traffic, TensorParallelIsAnAllReducePerBlockAndFfnEachWay) {
 // a ZeRO-3 layer's gathered weights after its forward and gathers them again for backward: once,
 // whether or not a full recompute re-runs the forward there.
 TEST(Traffic, RuntimeSumsReplicatedGradientsAndGathersZeroThreeAgainForBackward) {
-  const Llama7b su;
+  const auto su = llama7b();
   const LayerStrategy sp = strategy(4, 2, 3, true);
-  const PricedTraffic analytic = price_traffic(layer_traffic(su.layer(), sp), CountingPricer());
+  const PricedTraffic analytic = price_traffic(layer_traffic(su.layer(0), sp), CountingPricer());
   const PricedTraffic runtime =
-      price_traffic(layer_traffic(su.layer(), sp, runtime_traffic(DType::kFp32)), CountingPricer());
+      price_traffic(layer_traffic(su.layer(0), sp, runtime_traffic(DType::kFp32)), CountingPricer());
   EXPECT_EQ(analytic.fwd.tp, 4);  // (all-gather + reduce-scatter) x 2
   EXPECT_EQ(analytic.bwd.tp, 4);
   EXPECT_EQ(runtime.bwd.tp, 4 + 2);  // + the two RMSNorm weights' gradient all-reduces
@@ -98,33 +72,35 @@ TEST(Traffic, RuntimeSumsReplicatedGradientsAndGathersZeroThreeAgainForBackward)
   EXPECT_EQ(runtime.gather_b, 1);
   LayerStrategy full = sp;
   full.recompute = Recompute::kFull;
-  EXPECT_EQ(price_traffic(layer_traffic(su.layer(), full, runtime_traffic(DType::kFp32)), CountingPricer()).gather_b, 1);
+  EXPECT_EQ(price_traffic(layer_traffic(su.layer(0), full, runtime_traffic(DType::kFp32)), CountingPricer()).gather_b,
+            1);
 }
 
 TEST(Traffic, EdgeBucketsAndPipelineSends) {
-  Llama7b su;
+  auto su = llama7b();
   su.train.pp = 2;
   const LayerStrategy emb = strategy(2, 2, 2);
   // Analytic: one bucket per stage; the runtime: the embedding table, or the norm + untied head.
-  EXPECT_EQ(edge_param_buckets(su.layer(0, 2), emb).size(), 1);
-  EXPECT_EQ(edge_param_buckets(su.layer(1, 2), emb, runtime_traffic(DType::kBf16)).size(), 1);
-  EXPECT_TRUE(edge_traffic(su.layer(0, 3), emb).transfers.size() > 0);
-  LayerContext middle = su.layer(1, 3);
+  EXPECT_EQ(edge_param_buckets(su.layer(0, 0, 2), emb).size(), 1);
+  EXPECT_EQ(edge_param_buckets(su.layer(0, 1, 2), emb, runtime_traffic(DType::kBf16)).size(), 1);
+  EXPECT_TRUE(edge_traffic(su.layer(0, 0, 3), emb).transfers.size() > 0);
+  LayerContext middle = su.layer(0, 1, 3);
   EXPECT_TRUE(edge_traffic(middle, emb).transfers.empty());
   // ZeRO-2 runtime buckets reduce-scatter every micro-batch; the analytic bucket once per step.
-  EXPECT_EQ(price_traffic(edge_traffic(su.layer(0, 2), emb, runtime_traffic(DType::kBf16)), CountingPricer()).reduce_b, 1);
-  EXPECT_EQ(price_traffic(edge_traffic(su.layer(0, 2), emb), CountingPricer()).reduce_b, 0);
+  EXPECT_EQ(
+      price_traffic(edge_traffic(su.layer(0, 0, 2), emb, runtime_traffic(DType::kBf16)), CountingPricer()).reduce_b, 1);
+  EXPECT_EQ(price_traffic(edge_traffic(su.layer(0, 0, 2), emb), CountingPricer()).reduce_b, 0);
   // Megatron's scatter-gather without SP: send + all-gather, forward and backward.
-  EXPECT_EQ(price_traffic(p2p_traffic(su.layer(0, 2), emb), CountingPricer()).p2p, 4);
-  EXPECT_EQ(price_traffic(p2p_traffic(su.layer(0, 2), emb, runtime_traffic(DType::kBf16)), CountingPricer()).p2p, 2);
-  EXPECT_TRUE(p2p_traffic(su.layer(0, 1), emb).transfers.empty());
+  EXPECT_EQ(price_traffic(p2p_traffic(su.layer(0, 0, 2), emb), CountingPricer()).p2p, 4);
+  EXPECT_EQ(price_traffic(p2p_traffic(su.layer(0, 0, 2), emb, runtime_traffic(DType::kBf16)), CountingPricer()).p2p, 2);
+  EXPECT_TRUE(p2p_traffic(su.layer(0, 0, 1), emb).transfers.empty());
 }
 
 TEST(Traffic, AnalyticBreakdownIsItsTrafficPriced) {
-  const Llama7b su;
+  const auto su = llama7b();
   const AnalyticCostModel cm;
   for (const LayerStrategy& s : {strategy(4, 2), strategy(8, 1, 0, true), strategy(2, 4, 1)}) {
-    const LayerContext ctx = su.layer();
+    const LayerContext ctx = su.layer(0);
     const PricedTraffic p = price_traffic(layer_traffic(ctx, s), AnalyticPricer(su.cluster, cm.options().comm));
     const LayerCost lc = cm.layer(ctx, s);
     EXPECT_EQ(lc.time.tp_comm.value(), p.fwd.tp + p.bwd.tp) << label(s);

@@ -13,29 +13,8 @@ namespace {
 
 using testing::ok;
 
-struct Case {
-  const char* name;
-  int nodes;
-  double memory_gb;
-  const char* file;
-  double iteration_s;                  // Galvatron's prediction
-  std::vector<long long> stage_mb;     // "memory used" per stage as Galvatron prints it
-  TpSpMode mode;                       // the task its search chose (searched/README.md)
-};
-
-const std::vector<Case>& cases() {
-  static const std::vector<Case> c{
-      {"A36", 1, 36, "galvatron_config_llama2-7b_1nodes_8gpus_per_node_36GB_bf16.json", 3.871, {33837, 29645},
-       TpSpMode::kTpWithSp},
-      {"A80", 1, 80, "galvatron_config_llama2-7b_1nodes_8gpus_per_node_80GB_bf16.json", 3.527, {70639},
-       TpSpMode::kTpOnly},
-      {"B36", 2, 36, "galvatron_config_llama2-7b_2nodes_8gpus_per_node_36GB_bf16.json", 2.052, {36855, 35065},
-       TpSpMode::kSpOnly},
-      {"B80", 2, 80, "galvatron_config_llama2-7b_2nodes_8gpus_per_node_80GB_bf16.json", 1.809, {81800},
-       TpSpMode::kTpOnly},
-  };
-  return c;
-}
+using Case = testing::PublishedCase;
+using testing::published_cases;
 
 struct Loaded {
   ModelSpec model;
@@ -60,7 +39,7 @@ Loaded load(const Case& c, GalvatronOptions opt = {}) {
 }
 
 TEST(GalvatronReference, PredictsGalvatronsIterationTimeAndMemory) {
-  for (const Case& c : cases()) {
+  for (const Case& c : published_cases()) {
     SCOPED_TRACE(c.name);
     const Loaded l = load(c);
     const GalvatronEstimate e = ok(l.cm->estimate_plan(l.plan));
@@ -81,7 +60,7 @@ TEST(GalvatronReference, PredictsGalvatronsIterationTimeAndMemory) {
 TEST(GalvatronReference, HandCheckOfA36) {
   // SEARCH_AND_COST_MODEL.md §2: a layer of stage 0 holds 976.28 MB of states and 546.56 MB of
   // activations; t_sync 7.198 ms, t_nosync 7.037 ms; embedding 4.71 ms.
-  const Loaded l = load(cases()[0]);
+  const Loaded l = load(published_cases()[0]);
   const auto g = ok(to_gstrategy(l.plan.stages[0].layers[0], 2));
   const MemoryMb m = l.cm->layer_memory(g, 0, l.plan.train, 0);
   EXPECT_NEAR(m.states, 976.28, 0.01);
@@ -99,8 +78,8 @@ TEST(GalvatronReference, InterfaceEstimateMatchesTheExactAccounting) {
   // weft's generic estimate() over the CostModel interface, with the task fixed as Galvatron's
   // search found it, gives the same iteration time and the same per-stage memory.
   const std::vector<int> buffer_tp{2, 1, 0, 4};
-  for (size_t i = 0; i < cases().size(); ++i) {
-    const Case& c = cases()[i];
+  for (size_t i = 0; i < published_cases().size(); ++i) {
+    const Case& c = published_cases()[i];
     SCOPED_TRACE(c.name);
     GalvatronOptions opt;
     opt.mode = c.mode;
@@ -120,7 +99,7 @@ TEST(GalvatronReference, EstimateCostsPlansOutsideTheSearchedSettings) {
   // Galvatron's A36 strategy run without Megatron-SP (its --sequence_parallel off): the default
   // model searches with the switch on, but costs this plan all the same; without checkpointing the
   // switch changes neither time nor memory.
-  const Case& c = cases()[0];
+  const Case& c = published_cases()[0];
   const Loaded l = load(c);
   ImportOptions io;
   io.megatron_sp = false;
@@ -140,7 +119,7 @@ TEST(GalvatronReference, B36DoesNotFitWithAMegatronBuffer) {
   // why its search reports it from the sp_only task.
   GalvatronOptions opt;
   opt.mode = TpSpMode::kTpOnly;
-  const Loaded l = load(cases()[2], opt);
+  const Loaded l = load(published_cases()[2], opt);
   const GalvatronEstimate e = ok(l.cm->estimate_plan(l.plan));
   EXPECT_FALSE(e.fits);
   EXPECT_EQ(e.stages[0].buffer_mb, 16);

@@ -14,18 +14,10 @@ namespace {
 
 using testing::ok;
 
-struct Case {
-  const char* name;
-  int nodes;
-  double memory_gb;
-  double galvatron_iteration_s;  // SEARCH_AND_COST_MODEL.md §4
-};
-
 TEST(GalvatronSpaceSearch, NeverSlowerThanGalvatronsChoice) {
   const ModelConfig mc = ok(read_model_yaml(testing::reference_dir() + "/llama2-7b.yaml"));
   const ModelSpec model = ok(to_model_spec(mc));
-  for (const Case& c : {Case{"A36", 1, 36, 3.871}, Case{"A80", 1, 80, 3.527}, Case{"B36", 2, 36, 2.052},
-                        Case{"B80", 2, 80, 1.809}}) {
+  for (const testing::PublishedCase& c : testing::published_cases()) {
     SCOPED_TRACE(c.name);
     const ClusterSpec cluster = testing::cluster(c.nodes, c.memory_gb);
     const GalvatronCostModel cm(ok(load_profiles_for(testing::reference_dir(), mc.model_size, cluster)), mc.hidden_size);
@@ -34,7 +26,7 @@ TEST(GalvatronSpaceSearch, NeverSlowerThanGalvatronsChoice) {
     opt.global_batch = 64;
     const GalvatronSpaceResult r = ok(search_galvatron_space(model, cluster, cm, opt));
     // Galvatron prints 4 digits: its time is within 0.0005 s of the printed one.
-    EXPECT_LE(r.estimate.iteration_s, c.galvatron_iteration_s + 0.0005);
+    EXPECT_LE(r.estimate.iteration_s, c.iteration_s + 0.0005);
     EXPECT_TRUE(r.estimate.fits);
     EXPECT_EQ(r.tasks.size(), 9u);  // tp_only x {1,2,4,8}, sp_only, tp_with_sp x {1,2,4,8}
     // Galvatron's space: 1F1B, even stages, the global batch kept.

@@ -1,10 +1,12 @@
-// Shared helpers for the Galvatron tests: temporary files and the reference cases.
+// Shared helpers for the Galvatron tests: temporary files, the reference cluster and the published
+// cases.
 #pragma once
 
 #include <gtest/gtest.h>
 
 #include <filesystem>
 #include <string>
+#include <vector>
 
 #include "weft/core/json.h"
 #include "weft/galvatron/cost_model.h"
@@ -42,6 +44,32 @@ inline ClusterSpec cluster(int nodes, double memory_gb) {
   o.gpus_per_node = 8;
   o.memory_gb = memory_gb;
   return ok(apply_overrides(c, o));
+}
+
+// Galvatron's four published Llama-2-7B cases (SEARCH_AND_COST_MODEL.md §4, searched/README.md):
+// A on one node, B on two, each at 36 GB and 80 GB of memory, seq 2048, global batch 64.
+struct PublishedCase {
+  const char* name;
+  int nodes;
+  double memory_gb;
+  const char* file;                    // the strategy its search chose, under searched/
+  double iteration_s;                  // Galvatron's prediction
+  std::vector<long long> stage_mb;     // "memory used" per stage as Galvatron prints it
+  TpSpMode mode;                       // the task its search chose (searched/README.md)
+};
+
+inline const std::vector<PublishedCase>& published_cases() {
+  static const std::vector<PublishedCase> c{
+      {"A36", 1, 36, "galvatron_config_llama2-7b_1nodes_8gpus_per_node_36GB_bf16.json", 3.871, {33837, 29645},
+       TpSpMode::kTpWithSp},
+      {"A80", 1, 80, "galvatron_config_llama2-7b_1nodes_8gpus_per_node_80GB_bf16.json", 3.527, {70639},
+       TpSpMode::kTpOnly},
+      {"B36", 2, 36, "galvatron_config_llama2-7b_2nodes_8gpus_per_node_36GB_bf16.json", 2.052, {36855, 35065},
+       TpSpMode::kSpOnly},
+      {"B80", 2, 80, "galvatron_config_llama2-7b_2nodes_8gpus_per_node_80GB_bf16.json", 1.809, {81800},
+       TpSpMode::kTpOnly},
+  };
+  return c;
 }
 
 }  // namespace weft::galvatron::testing

@@ -5,12 +5,12 @@
 #include <gtest/gtest.h>
 
 #include <cstdio>
-#include <cstdlib>
 #include <regex>
 #include <set>
 #include <string>
 #include <vector>
 
+#include "golden_file.h"
 #include "weft/core/json.h"
 
 namespace weft {
@@ -48,23 +48,21 @@ std::vector<std::string> options_of(const std::string& help) {
 }
 
 TEST(GoldenCli, EveryCommandKeepsItsOptions) {
-  const std::string path = std::string(WEFT_GOLDEN_DIR) + "/cli_options.json";
-  const bool update = std::getenv("WEFT_UPDATE_GOLDEN") != nullptr;
   std::vector<std::string> cmds = kCommands;
   if (WEFT_WITH_TORCH_BUILD) cmds.insert(cmds.end(), kTorchCommands.begin(), kTorchCommands.end());
-  Json golden = update ? Json::object() : read_json_file(path);
-  if (update && !WEFT_WITH_TORCH_BUILD) GTEST_SKIP() << "regenerate from a build with libtorch (all commands)";
+  golden::GoldenFile file(std::string(WEFT_GOLDEN_DIR) + "/cli_options.json");
+  if (file.updating() && !WEFT_WITH_TORCH_BUILD) GTEST_SKIP() << "regenerate from a build with libtorch (all commands)";
   for (const std::string& cmd : cmds) {
     const std::vector<std::string> got = options_of(help_of(cmd));
     EXPECT_GT(got.size(), 0u) << "weft " << cmd << " --help lists no options";
-    if (update) {
-      golden[cmd] = got;
+    if (file.updating()) {
+      file.record(cmd, got);
       continue;
     }
-    ASSERT_TRUE(golden.contains(cmd)) << cmd << " is not in " << path;
-    EXPECT_EQ(got, golden[cmd].get<std::vector<std::string>>()) << "weft " << cmd << ": the option names changed";
+    ASSERT_TRUE(file.has(cmd)) << cmd << " is not in " << file.path();
+    EXPECT_EQ(got, file.entry(cmd).get<std::vector<std::string>>()) << "weft " << cmd << ": the option names changed";
   }
-  if (update) write_json_file(path, golden);
+  if (file.updating()) file.write();
 }
 
 }  // namespace

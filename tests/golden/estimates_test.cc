@@ -10,44 +10,22 @@
 // it checks the whole path from flags and files to the printed figures.
 #include <gtest/gtest.h>
 
-#include <cstdio>
-#include <cstdlib>
 #include <string>
 #include <vector>
 
+#include "golden_file.h"
 #include "run_weft.h"
 #include "weft/core/json.h"
 
 namespace weft {
 namespace {
 
-using golden::Output;
-using golden::run_weft;
+using namespace golden;
 
-const std::string kDir = WEFT_GOLDEN_DIR;
-const std::string kRef = std::string(WEFT_DATA_DIR) + "/reference/galvatron";
-
-struct Case {
-  std::string name;
-  std::vector<std::string> args;  // after `weft estimate`; --format json is added
-};
-
+// Each case's arguments follow `weft estimate`.
 std::vector<Case> cases() {
-  const std::vector<std::string> l7{"--model", "llama-2-7b", "--cluster", "a100-80gb", "--gpus", "8",
-                                    "--seq", "4096", "--global-batch", "512"};
-  const std::vector<std::string> l70{"--model", "llama-3-70b", "--cluster", "h100-80gb", "--gpus", "64",
-                                     "--seq", "8192", "--global-batch", "512"};
-  const std::vector<std::string> g175{"--model", "gpt3-175b", "--cluster", "a100-80gb", "--gpus", "1024",
-                                      "--seq", "2048", "--global-batch", "1536"};
-  const std::vector<std::string> mix{"--model", "mixtral-8x7b", "--cluster", "h100-80gb", "--gpus", "32",
-                                     "--seq", "4096", "--global-batch", "256"};
-  auto with = [](std::vector<std::string> a, const std::vector<std::string>& more) {
-    a.insert(a.end(), more.begin(), more.end());
-    return a;
-  };
-  const std::vector<std::string> gal{"--cost-model", "galvatron", "--galvatron-profiles", kRef, "--galvatron-model",
-                                     kRef + "/llama2-7b.yaml", "--cluster", "a100-80gb", "--gpus", "8",
-                                     "--seq", "2048", "--global-batch", "64"};
+  const std::vector<std::string> l7 = llama2_7b_a100x8(), l70 = llama3_70b_h100x64(), g175 = gpt3_175b_a100x1024(),
+                                 mix = mixtral_8x7b_h100x32(), gal = galvatron_llama2_7b();
   const std::vector<std::string> cal{"--hardware-profile", kDir + "/profiles/hw4.json", "--model-profile",
                                      kDir + "/profiles/layers.json", "--model", kDir + "/profiles/bench-gpt.json",
                                      "--cluster", kDir + "/profiles/cluster4.json", "--seq", "128",
@@ -142,10 +120,7 @@ Output estimate(const Case& c) {
 }
 
 TEST(GoldenEstimates, EveryFigureIsUnchanged) {
-  const std::string path = kDir + "/estimates.json";
-  const bool update = std::getenv("WEFT_UPDATE_GOLDEN") != nullptr;
-  Json golden = update ? Json::object() : read_json_file(path);
-  int compared = 0;
+  GoldenFile file(kDir + "/estimates.json");
   for (const Case& c : cases()) {
     const Output r = estimate(c);
     // 0, or 3 for a plan that does not fit (the estimate is printed all the same).
@@ -156,26 +131,15 @@ TEST(GoldenEstimates, EveryFigureIsUnchanged) {
     } catch (const std::exception& e) {
       FAIL() << c.name << ": not JSON: " << e.what() << "\n" << r.out;
     }
-    if (update) {
-      golden[c.name] = Json{{"args", c.args}, {"status", r.status}, {"estimate", got}};
+    if (file.updating()) {
+      file.record(c.name, Json{{"args", c.args}, {"status", r.status}, {"estimate", got}});
       continue;
     }
-    ASSERT_TRUE(golden.contains(c.name)) << c.name << " is not in " << path << " (WEFT_UPDATE_GOLDEN=1 adds it)";
-    EXPECT_EQ(r.status, golden[c.name]["status"].get<int>()) << c.name << ": exit status";
-    const Json& want = golden[c.name]["estimate"];
-    if (got != want) {
-      ADD_FAILURE() << c.name << ": the estimate changed (JSON patch from the golden figures to today's):\n"
-                    << nlohmann::json::diff(nlohmann::json(want), nlohmann::json(got)).dump(2);
-    }
-    ++compared;
+    ASSERT_TRUE(file.has(c.name)) << file.missing(c.name);
+    EXPECT_EQ(r.status, file.entry(c.name).at("status").get<int>()) << c.name << ": exit status";
+    file.compare(c.name, file.entry(c.name).at("estimate"), got, "the estimate", "figures");
   }
-  if (update) {
-    write_json_file(path, golden);
-    std::printf("wrote %zu golden estimates to %s\n", golden.size(), path.c_str());
-    return;
-  }
-  EXPECT_EQ(compared, static_cast<int>(golden.size())) << path << " holds cases this test no longer runs";
-  EXPECT_GE(compared, 30);
+  file.finish("estimates", 30);
 }
 
 }  // namespace

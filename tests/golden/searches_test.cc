@@ -13,51 +13,29 @@
 // and the diff of that file is reviewed with the change. The test runs the weft binary itself.
 #include <gtest/gtest.h>
 
-#include <cstdio>
-#include <cstdlib>
 #include <string>
 #include <vector>
 
-#include "weft/core/error.h"
+#include "golden_file.h"
 #include "run_weft.h"
+#include "weft/core/error.h"
 #include "weft/core/json.h"
 
 namespace weft {
 namespace {
 
-using golden::Output;
-using golden::run_weft;
+using namespace golden;
 
-const std::string kDir = WEFT_GOLDEN_DIR;
-const std::string kRef = std::string(WEFT_DATA_DIR) + "/reference/galvatron";
-
-struct Case {
-  std::string name;
-  std::vector<std::string> args;  // after `weft plan`; --format json is added
-};
-
-std::vector<std::string> with(std::vector<std::string> a, const std::vector<std::string>& more) {
-  a.insert(a.end(), more.begin(), more.end());
-  return a;
-}
-
+// Each case's arguments follow `weft plan`.
 std::vector<Case> cases() {
-  const std::vector<std::string> l7{"--model", "llama-2-7b", "--cluster", "a100-80gb", "--gpus", "8",
-                                    "--seq", "4096", "--global-batch", "512"};
-  const std::vector<std::string> l70{"--model", "llama-3-70b", "--cluster", "h100-80gb", "--gpus", "64",
-                                     "--seq", "8192", "--global-batch", "512"};
-  const std::vector<std::string> gal{"--cost-model", "galvatron", "--galvatron-profiles", kRef, "--galvatron-model",
-                                     kRef + "/llama2-7b.yaml", "--cluster", "a100-80gb", "--gpus", "8",
-                                     "--seq", "2048", "--global-batch", "64"};
+  const std::vector<std::string> l7 = llama2_7b_a100x8(), l70 = llama3_70b_h100x64(), gal = galvatron_llama2_7b();
   return {
       // weft's analytic model, kept to what weft's runtime runs (the default)
       {"l7-a100x8", l7},
       {"l70-h100x64", l70},
-      {"g175-a100x1024", {"--model", "gpt3-175b", "--cluster", "a100-80gb", "--gpus", "1024", "--seq", "2048",
-                          "--global-batch", "1536"}},
+      {"g175-a100x1024", gpt3_175b_a100x1024()},
       // a model the runtime cannot run: the whole space, with a note
-      {"mixtral-h100x32", {"--model", "mixtral-8x7b", "--cluster", "h100-80gb", "--gpus", "32", "--seq", "4096",
-                           "--global-batch", "256"}},
+      {"mixtral-h100x32", mixtral_8x7b_h100x32()},
       {"qwen2-h200x16-long", {"--model", "qwen2-7b", "--cluster", "h200", "--gpus", "16", "--seq", "32768",
                               "--global-batch", "64"}},
       // the whole space: context parallelism at a long sequence, interleaving
@@ -106,34 +84,20 @@ Result<Json> comparable(const Case& c, const Output& r) {
 }
 
 TEST(GoldenSearches, EveryPlanAndCountIsUnchanged) {
-  const std::string path = kDir + "/searches.json";
-  const bool update = std::getenv("WEFT_UPDATE_GOLDEN") != nullptr;
-  Json golden = update ? Json::object() : read_json_file(path);
-  int compared = 0;
+  GoldenFile file(kDir + "/searches.json");
   for (const Case& c : cases()) {
     const Output r = plan(c);
     ASSERT_TRUE(r.status == 0 || r.status == 3) << c.name << ": weft plan failed (" << r.status << ")\n" << r.err;
     auto got = comparable(c, r);
     ASSERT_TRUE(got.ok()) << got.error().message;
-    if (update) {
-      golden[c.name] = Json{{"args", c.args}, {"search", *got}};
+    if (file.updating()) {
+      file.record(c.name, Json{{"args", c.args}, {"search", *got}});
       continue;
     }
-    ASSERT_TRUE(golden.contains(c.name)) << c.name << " is not in " << path << " (WEFT_UPDATE_GOLDEN=1 adds it)";
-    const Json& want = golden[c.name]["search"];
-    if (*got != want) {
-      ADD_FAILURE() << c.name << ": the search's output changed (JSON patch from the golden output to today's):\n"
-                    << nlohmann::json::diff(nlohmann::json(want), nlohmann::json(*got)).dump(2);
-    }
-    ++compared;
+    ASSERT_TRUE(file.has(c.name)) << file.missing(c.name);
+    file.compare(c.name, file.entry(c.name).at("search"), *got, "the search's output", "output");
   }
-  if (update) {
-    write_json_file(path, golden);
-    std::printf("wrote %zu golden searches to %s\n", golden.size(), path.c_str());
-    return;
-  }
-  EXPECT_EQ(compared, static_cast<int>(golden.size())) << path << " holds cases this test no longer runs";
-  EXPECT_GE(compared, 15);
+  file.finish("searches", 15);
 }
 
 }  // namespace

@@ -10,10 +10,7 @@ namespace {
 
 using testing::uniform_plan;
 
-std::string refusal_of(const Plan& p) {
-  Status s = runtime_supports(p);
-  return s.ok() ? std::string("OK") : s.error().message;
-}
+std::string refusal_of(const Plan& p) { return testing::message_of(runtime_supports(p)); }
 
 TEST(RuntimeSupport, AcceptsWhatTheRuntimeRuns) {
   EXPECT_EQ(refusal_of(uniform_plan(LayerStrategy{.dp = 8}, 1)), "OK");

@@ -7,10 +7,7 @@ namespace {
 
 using testing::uniform_plan;
 
-std::string error_of(const Plan& p) {
-  Status s = validate(p);
-  return s.ok() ? std::string("OK") : s.error().message;
-}
+std::string error_of(const Plan& p) { return testing::message_of(validate(p)); }
 
 TEST(Validate, AcceptsGoodPlans) {
   EXPECT_EQ(error_of(uniform_plan(LayerStrategy{.dp = 8}, 1)), "OK");

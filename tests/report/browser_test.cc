@@ -19,10 +19,7 @@ namespace weft {
 namespace {
 
 namespace fs = std::filesystem;
-using report_test::cluster;
-using report_test::llama;
-using report_test::plan;
-using report_test::train;
+using namespace report_test;
 
 std::string find_chromium() {
   if (const char* env = std::getenv("WEFT_CHROMIUM"); env && *env) return env;

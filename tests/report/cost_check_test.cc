@@ -8,6 +8,7 @@
 #include <cmath>
 #include <map>
 
+#include "pipeline_forms.h"
 #include "report_test_util.h"
 #include "weft/cost/analytic.h"
 #include "weft/cost/estimate.h"
@@ -17,11 +18,7 @@
 namespace weft {
 namespace {
 
-using report_test::cluster;
-using report_test::gpt;
-using report_test::llama;
-using report_test::plan;
-using report_test::train;
+using namespace report_test;
 
 struct Case {
   const char* name;
@@ -87,24 +84,18 @@ TEST(CostCheck, HeavierFirstStagePredictedAsLaidOut) {
     ASSERT_TRUE(validate(g).ok()) << validate(g).error().message;
     const auto st = stage_timings(g, cm);
     const int m = g.train.micro_batches;
-    double sum = 0, maxf = 0, maxb = 0, maxt = 0, opt0 = st[0].optimizer.value();
-    for (const auto& t : st) {
-      const double F = (t.fwd + t.p2p * 0.5).value(), B = (t.bwd + t.p2p * 0.5).value();
-      sum += F + B;
-      maxf = std::max(maxf, F);
-      maxb = std::max(maxb, B);
-      maxt = std::max(maxt, F + B);
-      EXPECT_EQ(t.grad_sync.value(), 0.0);
-    }
+    const testing::StageTotals totals = testing::stage_totals(st);
+    const double opt0 = st[0].optimizer.value();
+    for (const auto& t : st) EXPECT_EQ(t.grad_sync.value(), 0.0);
     auto sg = simulate_plan(g, cm);
     ASSERT_TRUE(sg.ok());
-    const double flow = sum + (m - 1) * (maxf + maxb);
+    const double flow = totals.gpipe(m);
     EXPECT_NEAR(sg->compute_end_s[0], flow, 1e-12 * flow);
     EXPECT_NEAR(sg->makespan_s, flow + opt0, 1e-12 * flow);
     const double predicted_g = estimate(g, cm).step_time.value();
     EXPECT_NEAR(predicted_g, flow + opt0, 1e-12 * flow);
     // The stages are uneven enough for the old closed form to be off.
-    EXPECT_GT(maxf + maxb - maxt, 1e-3 * maxt);
+    EXPECT_GT(totals.max_fwd + totals.max_bwd - totals.max_stage, 1e-3 * totals.max_stage);
 
     Plan f = g;
     f.train.schedule = Schedule::k1F1B;
@@ -112,10 +103,10 @@ TEST(CostCheck, HeavierFirstStagePredictedAsLaidOut) {
     ASSERT_TRUE(sf.ok());
     const double predicted_f = estimate(f, cm).step_time.value();
     EXPECT_NEAR(predicted_f, sf->makespan_s, 1e-12 * predicted_f);
-    EXPECT_GE(predicted_f * (1 + 1e-12), m * maxt);
+    EXPECT_GE(predicted_f * (1 + 1e-12), m * totals.max_stage);
     EXPECT_LE(predicted_f, predicted_g * (1 + 1e-12));
     std::printf("stages %d/%d/%d/%d: GPipe %.6f s, 1F1B %.6f s; (m - 1) max T + sum T = %.6f s\n", counts[0],
-                counts[1], counts[2], counts[3], predicted_g, predicted_f, (m - 1) * maxt + sum + opt0);
+                counts[1], counts[2], counts[3], predicted_g, predicted_f, totals.bottleneck(m) + opt0);
   }
 }
 

@@ -11,11 +11,7 @@
 namespace weft {
 namespace {
 
-using report_test::cluster;
-using report_test::FakeCost;
-using report_test::gpt;
-using report_test::plan;
-using report_test::train;
+using namespace report_test;
 
 bool contains(const std::string& s, const std::string& x) { return s.find(x) != std::string::npos; }
 int count(const std::string& s, const std::string& x) {

@@ -4,59 +4,27 @@
 #include <numeric>
 #include <vector>
 
+#include "tiny_specs.h"
 #include "weft/cost/cost_model.h"
 #include "weft/plan/plan.h"
 
 namespace weft::report_test {
 
-// A GPT-style decoder: hidden 1024, 16 heads (MHA), FFN 4096, GELU, learned positions.
+// A GPT-style decoder: hidden 1024, 16 heads (MHA), FFN 4096, GELU, biases, learned positions up to
+// 2048.
 inline ModelSpec gpt(int layers = 8) {
-  ModelSpec m;
-  m.name = "test-gpt";
-  m.vocab = 32000;
-  m.hidden = 1024;
-  m.max_seq = 2048;
-  LayerShape s;
-  s.hidden = 1024;
-  s.heads = 16;
-  s.kv_heads = 16;
-  s.head_dim = 64;
-  s.ffn = 4096;
-  s.bias = true;
-  m.groups.push_back({"decoder", layers, s});
-  return m;
+  return testing::decoder_model("test-gpt", layers, testing::gpt_shape(1024, 16), 32000, 2048);
 }
 
 // A Llama-style decoder: GQA 32/8 heads, SwiGLU FFN 11008, RMSNorm, RoPE, untied, no biases.
 inline ModelSpec llama(int layers = 8) {
-  ModelSpec m;
-  m.name = "test-llama";
-  m.vocab = 32000;
-  m.hidden = 4096;
-  m.norm = NormKind::kRmsNorm;
-  m.position = PositionKind::kRope;
-  LayerShape s;
-  s.hidden = 4096;
-  s.heads = 32;
-  s.kv_heads = 8;
-  s.head_dim = 128;
-  s.ffn = 11008;
-  s.ffn_kind = FfnKind::kSwiglu;
-  m.groups.push_back({"decoder", layers, s});
-  return m;
+  return testing::llama_model("test-llama", layers, testing::swiglu_shape(4096, 32, 8, 11008), 32000);
 }
 
 // nodes x gpus A100-80GB-like GPUs (datasheet: 312 dense BF16 TFLOP/s, 2039 GB/s HBM), NVLink
-// 300 GB/s per direction, 25 GB/s InfiniBand per GPU.
+// 300 GB/s per direction (2 us a hop), 25 GB/s InfiniBand per GPU (5 us a hop).
 inline ClusterSpec cluster(int nodes = 1, int gpus = 8) {
-  ClusterSpec c;
-  c.name = "test-a100";
-  c.nodes = nodes;
-  c.gpus_per_node = gpus;
-  c.gpu = GpuSpec{"A100-80GB", 19.5, 156, 312, 312, 0, 80, 2039};
-  c.intra = LinkSpec{300, 2};
-  c.inter = LinkSpec{25, 5};
-  return c;
+  return testing::a100_cluster("test-a100", nodes, gpus, "A100-80GB", 2, 5);
 }
 
 // A plan with `layer` on every layer, stages of `counts` layers (even split when empty).
@@ -83,14 +51,7 @@ inline Plan plan(const ModelSpec& m, const ClusterSpec& c, TrainSettings t, cons
 }
 
 inline TrainSettings train(int pp, int m, int global_batch, Schedule s = Schedule::k1F1B, int vp = 1, int seq = 2048) {
-  TrainSettings t;
-  t.seq = seq;
-  t.global_batch = global_batch;
-  t.micro_batches = m;
-  t.pp = pp;
-  t.vp = vp;
-  t.schedule = s;
-  return t;
+  return TrainSettings{.seq = seq, .global_batch = global_batch, .micro_batches = m, .pp = pp, .vp = vp, .schedule = s};
 }
 
 // Fixed costs: a layer takes 1 ms forward and 2 ms backward (+1 ms recompute when full), syncs its

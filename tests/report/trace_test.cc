@@ -14,11 +14,7 @@
 namespace weft {
 namespace {
 
-using report_test::cluster;
-using report_test::FakeCost;
-using report_test::gpt;
-using report_test::plan;
-using report_test::train;
+using namespace report_test;
 
 // Checks the Chrome trace-event format (JSON object format): every event has ph/pid/tid/name;
 // complete events have numeric ts and non-negative dur; metadata names each track.

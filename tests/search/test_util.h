@@ -1,5 +1,5 @@
-// Helpers for the search tests: small models and clusters, deterministic random candidate subsets,
-// and brute-force optima written independently of the search's dynamic programs.
+// Helpers for the search tests: the small models and clusters of tiny_specs.h, deterministic random
+// candidate subsets, and brute-force optima written independently of the search's dynamic programs.
 #pragma once
 
 #include <cstdint>
@@ -8,60 +8,15 @@
 #include <random>
 #include <vector>
 
+#include "contexts.h"
 #include "fake_cost_model.h"
+#include "tiny_specs.h"
 #include "weft/cost/estimate.h"
 #include "weft/search/search.h"
 #include "weft/search/strategy_space.h"
 #include "weft/search/uniform.h"
 
 namespace weft::testing {
-
-inline LayerShape dense_shape(std::int64_t hidden, int heads, int kv_heads) {
-  LayerShape s;
-  s.kind = LayerKind::kDecoder;
-  s.hidden = hidden;
-  s.heads = heads;
-  s.kv_heads = kv_heads;
-  s.head_dim = static_cast<int>(hidden / heads);
-  s.ffn = 4 * hidden;
-  s.ffn_kind = FfnKind::kGelu;
-  return s;
-}
-
-inline ModelSpec small_model(std::vector<std::pair<int, LayerShape>> groups, std::int64_t vocab = 32000) {
-  ModelSpec m;
-  m.name = "small";
-  m.vocab = vocab;
-  m.hidden = groups.front().second.hidden;
-  m.norm = NormKind::kLayerNorm;
-  m.position = PositionKind::kRope;
-  int i = 0;
-  for (auto& [count, shape] : groups) {
-    LayerGroup g;
-    g.name = "g" + std::to_string(i++);
-    g.count = count;
-    g.shape = shape;
-    m.groups.push_back(g);
-  }
-  return m;
-}
-
-inline ClusterSpec small_cluster(int gpus, int gpus_per_node) {
-  ClusterSpec c;
-  c.name = "test";
-  c.gpus_per_node = std::min(gpus, gpus_per_node);
-  c.nodes = gpus / c.gpus_per_node;
-  c.gpu.name = "testgpu";
-  c.gpu.tflops_fp32 = 19.5;
-  c.gpu.tflops_tf32 = 156;
-  c.gpu.tflops_bf16 = 312;
-  c.gpu.tflops_fp16 = 312;
-  c.gpu.memory_gib = 80;
-  c.gpu.hbm_gbps = 2039;
-  c.intra = LinkSpec{300, 3};
-  c.inter = LinkSpec{25, 10};
-  return c;
-}
 
 // A deterministic subset of at most `k` items, chosen by `seed`.
 template <class T>
@@ -126,22 +81,8 @@ inline double brute_force_config(const ModelSpec& model, const ClusterSpec& clus
     if (cands[l].empty()) return inf;
   }
   const std::vector<LayerStrategy> embs = space.embedding(S, pmb);
-  auto sctx = [&](int s) {
-    StageContext c;
-    c.model = &model;
-    c.cluster = &cluster;
-    c.train = train;
-    c.stage = s;
-    c.num_stages = P;
-    c.stage_size = S;
-    return c;
-  };
-  auto lctx = [&](int s, int layer) {
-    LayerContext c;
-    static_cast<StageContext&>(c) = sctx(s);
-    c.layer = layer;
-    return c;
-  };
+  auto sctx = [&](int s) { return make_stage_context(model, cluster, train, s, P, S); };
+  auto lctx = [&](int s, int layer) { return make_layer_context(model, cluster, train, s, P, S, layer); };
   // Per stage s and range [a, a+n): for each assignment, (time, memory, last strategy).
   struct Assign {
     double t, mem;

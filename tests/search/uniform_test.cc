@@ -15,13 +15,7 @@ TEST(Uniform, EvenStageSizesPutTheRemainderLast) {
 }
 
 TEST(Uniform, EmbeddingFollowsTheLayer) {
-  LayerStrategy s;
-  s.tp = 4;
-  s.sp = true;
-  s.dp = 2;
-  s.zero = 2;
-  s.ep = 2;
-  s.recompute = Recompute::kFull;
+  const LayerStrategy s{.tp = 4, .sp = true, .dp = 2, .zero = 2, .recompute = Recompute::kFull, .ep = 2};
   const LayerStrategy e = embedding_for(s);
   EXPECT_EQ(e.tp, 4);
   EXPECT_TRUE(e.sp);

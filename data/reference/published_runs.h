@@ -1,9 +1,10 @@
-// Published training runs (data/reference/published_runs.json) as weft plans, shared by the
-// reference test (tests/cost/reference_test.cc) and the bench that prints them
-// (bench/cost/published_runs.cc): each row becomes the uniform plan it describes and the analytic
-// model's options for its framework.
+// A reader of the published training runs beside it (published_runs.json) as weft plans: each row
+// becomes the uniform plan it describes and the analytic model's options for its framework. Header
+// only, over the cost and search libraries; the reference test (tests/cost/reference_test.cc) and the
+// bench that prints the comparison (bench/cost/published_runs.cc) both read the file through it.
 #pragma once
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
