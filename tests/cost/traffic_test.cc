@@ -6,9 +6,11 @@
 #include <gtest/gtest.h>
 
 #include "contexts.h"
+#include "tiny_specs.h"
 #include "weft/cost/analytic.h"
 #include "weft/cost/pricing.h"
 #include "weft/cost/schedule.h"
+#include "weft/spec/counts.h"
 #include "weft/spec/presets.h"
 
 namespace weft {
@@ -74,6 +76,33 @@ TEST(Traffic, RuntimeSumsReplicatedGradientsAndGathersZeroThreeAgainForBackward)
   full.recompute = Recompute::kFull;
   EXPECT_EQ(price_traffic(layer_traffic(su.layer(0), full, runtime_traffic(DType::kFp32)), CountingPricer()).gather_b,
             1);
+}
+
+TEST(Traffic, UlyssesSendsWholeKvHeadsCopiedUpToTheDegree) {
+  LayerShape L = testing::swiglu_shape(8192, 64, 8, 28672);  // Llama-3-70B
+  EXPECT_EQ(kv_heads_held(L, LayerStrategy{.tp = 2}), 4);
+  EXPECT_EQ(ulysses_kv_heads(L, LayerStrategy{.tp = 2, .ulysses = 2}), 4);
+  EXPECT_EQ(ulysses_kv_heads(L, LayerStrategy{.tp = 2, .ulysses = 8}), 8) << "4 held, copied to lcm(4, 8)";
+  EXPECT_EQ(kv_heads_held(L, LayerStrategy{.tp = 16}), 1) << "tp > kv heads: one replicated head";
+  EXPECT_EQ(ulysses_kv_heads(L, LayerStrategy{.tp = 16, .ulysses = 4}), 4);
+  L.kv_heads = 6;
+  EXPECT_EQ(ulysses_kv_heads(L, LayerStrategy{.ulysses = 4}), 12) << "lcm(6, 4)";
+}
+
+TEST(Traffic, HeldParamsKeepReplicatedBiasesAndKvHeadsWhole) {
+  // A biased GELU decoder: the output projection's and the FFN's output biases are replicated over
+  // tp, the rest is split.
+  LayerShape g = testing::gpt_shape(1024, 16);
+  const LayerParams lp = layer_params(g);
+  const double split = lp.attention + lp.ffn - 2 * 1024;
+  EXPECT_DOUBLE_EQ(held_params(g, LayerStrategy{.tp = 4}).dense, split / 4 + lp.norms + 2 * 1024);
+  EXPECT_DOUBLE_EQ(held_params(g, LayerStrategy{}).dense, lp.total());
+  // 2 kv heads on tp 8: each rank holds one whole head (K and V, weights and biases), 4x its share.
+  g.kv_heads = 2;
+  const LayerParams gq = layer_params(g);
+  const double kv_full = 2.0 * 64 * (1024 + 1), kv_share = 2 * kv_full / 8;
+  EXPECT_DOUBLE_EQ(held_params(g, LayerStrategy{.tp = 8}).dense,
+                   (gq.attention + gq.ffn - 2 * 1024) / 8 + gq.norms + 2 * 1024 + kv_full - kv_share);
 }
 
 TEST(Traffic, EdgeBucketsAndPipelineSends) {

@@ -4,6 +4,7 @@
 #include "weft/cost/traffic.h"
 
 #include <algorithm>
+#include <numeric>
 
 #include "weft/cost/memory.h"
 #include "weft/spec/counts.h"
@@ -41,6 +42,16 @@ CommGroup pair_group(bool cross_nodes) {
 
 }  // namespace
 
+double kv_heads_held(const LayerShape& L, const LayerStrategy& s) {
+  const int tp = std::max(1, s.tp), kv = L.kv_heads > 0 ? L.kv_heads : std::max(1, L.heads);
+  return kv % tp == 0 ? kv / tp : 1;
+}
+
+double ulysses_kv_heads(const LayerShape& L, const LayerStrategy& s) {
+  const long long held = static_cast<long long>(kv_heads_held(L, s)), u = std::max(1, s.ulysses);
+  return static_cast<double>(held % u == 0 ? held : std::lcm(held, u));
+}
+
 const char* to_string(CommAxis a) {
   switch (a) {
     case CommAxis::kTensor: return "tensor";
@@ -66,8 +77,16 @@ HeldParams held_params(const LayerShape& L, const LayerStrategy& s) {
   const double t = safe(s.tp), ep = safe(s.ep);
   const LayerParams lp = layer_params(L);
   const double expert_total = L.moe.enabled() ? L.moe.experts * expert_params(L) : 0.0;
+  const double hidden = static_cast<double>(L.hidden);
+  // Replicated over tp, not split: the biases added after a row-parallel GEMM (the attention output
+  // projection's, and the dense FFN's output bias), and with more tp ranks than kv heads the K/V
+  // projections of the one kv head each rank holds beyond its 1/tp share.
+  const double blocks = L.kind == LayerKind::kCrossDecoder ? 2 : 1;
+  const double row_biases = L.bias ? hidden * (blocks + (L.moe.enabled() ? 0 : 1)) : 0.0;
+  const double kv_extra = blocks * 2.0 * L.head_dim * (hidden + (L.bias ? 1 : 0)) *
+                          (kv_heads_held(L, s) - (L.kv_heads > 0 ? L.kv_heads : L.heads) / t);
   HeldParams h;
-  h.dense = (lp.attention + lp.ffn - expert_total) / t + lp.norms;
+  h.dense = (lp.attention + lp.ffn - expert_total - row_biases) / t + lp.norms + row_biases + kv_extra;
   h.expert = expert_total / (t * ep);
   h.shard = s.shard_group();
   h.expert_shard = std::max(1, static_cast<int>(h.shard / ep));
@@ -117,12 +136,15 @@ LayerTraffic layer_traffic(const LayerContext& ctx, const LayerStrategy& s, cons
       }
     }
   }
-  // §3.2 Ulysses: all-to-all of Q, K, V in and of the context out, per attention block.
+  // §3.2 Ulysses: all-to-all of Q, K, V in and of the context out, per attention block. K and V
+  // move as whole heads: a rank holding fewer kv heads than the Ulysses degree sends copies
+  // (lcm(kv heads held, ulysses) heads).
   if (s.ulysses > 1) {
     const CommGroup g = place_group(c, s.ulysses, s.tp);
+    const double kv_sent = ulysses_kv_heads(L, s) * L.head_dim;
     b.both(CommAxis::kUlysses, blocks,
            {call(Collective::kAllToAll, Bytes(e * tokens * q / t), g, 2),
-            call(Collective::kAllToAll, Bytes(e * tokens * kv / t), g, 2)});
+            call(Collective::kAllToAll, Bytes(e * tokens * kv_sent), g, 2)});
   }
   // §3.3 Context parallel: cp - 1 ring steps pass the K,V block on, each behind the attention of
   // the block in hand; backward passes K,V and their gradients.

@@ -121,6 +121,14 @@ struct TrafficOptions {
 // The schedule of weft's runtime, messages in `wire`.
 TrafficOptions runtime_traffic(DType wire);
 
+// Key/value heads one tensor-parallel rank holds: kv_heads / tp, or one (replicated) when tp does
+// not divide them (tp > kv heads).
+double kv_heads_held(const LayerShape& L, const LayerStrategy& s);
+// Key/value heads one rank sends in a Ulysses all-to-all: those it holds, copied up to
+// lcm(held, ulysses) when the Ulysses degree does not divide them (weft's runtime, as
+// DeepSpeed-Ulysses does for GQA).
+double ulysses_kv_heads(const LayerShape& L, const LayerStrategy& s);
+
 // Parameters one device holds of a layer under s (§5.1) and the ranks sharing each part.
 struct HeldParams {
   double dense = 0;       // attention, dense FFN, norms: split by tp
