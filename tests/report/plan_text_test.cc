@@ -11,13 +11,7 @@ namespace weft {
 namespace {
 
 LayerStrategy strategy(int tp, bool sp, int dp, int zero = 0, Recompute rc = Recompute::kNone) {
-  LayerStrategy s;
-  s.tp = tp;
-  s.sp = sp;
-  s.dp = dp;
-  s.zero = zero;
-  s.recompute = rc;
-  return s;
+  return LayerStrategy{.tp = tp, .sp = sp, .dp = dp, .zero = zero, .recompute = rc};
 }
 
 // Six layers on two stages: layers 0-1 tp2+sp dp4 and layer 2 with full recompute on stage 0,

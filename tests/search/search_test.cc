@@ -310,7 +310,7 @@ TEST(Search, BadInputNamesTheFieldAndNumbers) {
   expect_error(o, "global_batch: must be positive, got -4");
   o = s.opt;
   o.pp_degrees = {3};
-  expect_error(o, "pp: 3 must divide the 8 GPUs");
+  expect_error(o, "--pp: 3 does not divide the 8 GPUs");
   o = s.opt;
   o.micro_batches = {5};
   expect_error(o, "micro_batches: 5 does not divide global batch 32");

@@ -262,7 +262,7 @@ Json to_json(const HardwareProfile& p) {
 }
 
 Result<HardwareProfile> hardware_profile_from_json(const Json& j, const std::string& path) {
-  auto r = catch_errors([&]() -> Result<HardwareProfile> {
+  return parse_profile<HardwareProfile>(path, [&]() -> Result<HardwareProfile> {
     JsonObj o(j, "");
     o.reject_unknown({"format", "format_version", "machine", "collectives", "overlap", "compute_sharing", "skipped",
                       "cluster"});
@@ -337,12 +337,8 @@ Result<HardwareProfile> hardware_profile_from_json(const Json& j, const std::str
       }
     }
     if (o.has("skipped")) p.skipped = o.array_of_str("skipped");
-    Status st = validate(p);
-    if (!st.ok()) return st.error();
     return p;
   });
-  if (!r.ok()) return r.error().with_context(path);
-  return r;
 }
 
 Result<HardwareProfile> read_hardware_profile(const std::string& path) {

@@ -192,7 +192,7 @@ Json to_json(const ModelProfile& p) {
 }
 
 Result<ModelProfile> model_profile_from_json(const Json& j, const std::string& path) {
-  auto r = catch_errors([&]() -> Result<ModelProfile> {
+  return parse_profile<ModelProfile>(path, [&]() -> Result<ModelProfile> {
     JsonObj o(j, "");
     o.reject_unknown({"format", "format_version", "device", "device_name", "hostname", "threads", "created", "model",
                       "runtime", "layers", "embedding", "head", "skipped"});
@@ -239,12 +239,8 @@ Result<ModelProfile> model_profile_from_json(const Json& j, const std::string& p
     for (const JsonObj& so : o.array_of_obj("embedding")) p.embedding.push_back(sample_from(so, false));
     for (const JsonObj& so : o.array_of_obj("head")) p.head.push_back(sample_from(so, false));
     if (o.has("skipped")) p.skipped = o.array_of_str("skipped");
-    Status st = validate(p);
-    if (!st.ok()) return st.error();
     return p;
   });
-  if (!r.ok()) return r.error().with_context(path);
-  return r;
 }
 
 Result<ModelProfile> read_model_profile(const std::string& path) {

@@ -17,6 +17,22 @@ Result<Profile> read_profile_file(const std::string& path, FromJson from_json) {
   return from_json(j.value(), path);
 }
 
+// The frame of a profile reader: runs `parse` (returning the profile or an Error; JsonObj
+// accessors throw a JsonError naming the field), validate()s the profile, and names `path` in any
+// error.
+template <class Profile, class Parse>
+Result<Profile> parse_profile(const std::string& path, Parse parse) {
+  auto r = catch_errors([&]() -> Result<Profile> {
+    Result<Profile> p = parse();
+    if (!p.ok()) return p.error();
+    Status st = validate(p.value());
+    if (!st.ok()) return st.error();
+    return p;
+  });
+  if (!r.ok()) return r.error().with_context(path);
+  return r;
+}
+
 template <class Profile>
 Status write_validated_profile(const std::string& path, const Profile& p) {
   Status st = validate(p);

@@ -78,7 +78,7 @@ LayerCost assemble(const LayerStrategy& s, const AnalyticOptions& opt, int micro
 AnalyticCostModel::AnalyticCostModel(AnalyticOptions opt) : opt_(opt) {}
 AnalyticCostModel::~AnalyticCostModel() = default;
 
-std::string AnalyticCostModel::source() const { return "analytic, " + opt_.framework; }
+std::string AnalyticCostModel::source() const { return std::string("analytic, ") + to_string(opt_.framework); }
 
 Bytes AnalyticCostModel::memory_budget(const ClusterSpec& c) const {
   return GiB(c.gpu.memory_gib) * (1.0 - kAllocatorReserve);

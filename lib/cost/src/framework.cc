@@ -29,7 +29,7 @@ Result<Framework> framework_from_string(const std::string& name) {
 }
 
 AnalyticOptions framework_options(Framework f, AnalyticOptions o) {
-  o.framework = to_string(f);
+  o.framework = f;
   switch (f) {
     case Framework::kMegatron:
       o.flash_attention = true;

@@ -123,10 +123,6 @@ Result<ProfileCostModel> make_profile_cost_model(const std::string& kind, const 
   return out;
 }
 
-const GalvatronCostModel* as_galvatron(const CostModel& cm) {
-  return dynamic_cast<const GalvatronCostModel*>(&cm);
-}
-
 Result<Json> galvatron_estimate_json(const GalvatronCostModel& cm, const Plan& p) {
   auto g = cm.estimate_plan(p);
   if (!g.ok()) return g.error();

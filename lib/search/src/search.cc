@@ -66,14 +66,10 @@ namespace {
 Error bad(const std::string& s) { return Error{ErrorKind::kBadInput, s}; }
 
 // The checks of the inputs that need no configuration: the model, the cluster, and the options
-// (validate(SearchOptions), weft/search/search_options.h), the pipeline degrees in one message.
+// (validate(SearchOptions), weft/search/search_options.h).
 Status check_inputs(const ModelSpec& model, const ClusterSpec& cluster, const SearchOptions& opt) {
   if (Status m = validate(model); !m.ok()) return m.error().with_context("model");
   if (Status c = validate(cluster); !c.ok()) return c.error().with_context("cluster");
-  const int L = model.num_layers(), world = cluster.total_gpus();
-  for (int pp : opt.pp_degrees)
-    if (pp < 1 || world % pp != 0 || pp > L)
-      return bad("pp: " + S(pp) + " must divide the " + S(world) + " GPUs and be at most the " + S(L) + " layers");
   return validate(opt, model, cluster);
 }
 

@@ -51,7 +51,7 @@ struct AnalyticOptions {
   // logit at its peak (docs/cost-model.md §5.3).
   bool vocab_parallel_loss = true;
   SelectivePolicy selective = SelectivePolicy::kAttentionCore;
-  std::string framework = "megatron";  // the preset these options came from (framework_options)
+  Framework framework = Framework::kMegatron;  // the preset these options came from (framework_options)
   CollectiveOptions comm;           // collective call latency and link efficiencies
 };
 

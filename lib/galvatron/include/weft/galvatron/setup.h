@@ -97,9 +97,6 @@ Result<ProfileCostModel> make_profile_cost_model(const std::string& kind, const 
                                                  const std::string& model_yaml, const ModelSpec& model,
                                                  const ClusterSpec& cluster);
 
-// The Galvatron-compatible model behind `cm`, or nullptr.
-const GalvatronCostModel* as_galvatron(const CostModel& cm);
-
 // `weft estimate --format json` under the Galvatron-compatible model: the usual keys of
 // to_json(Estimate) (step_time_s = Galvatron's iteration time; stage memory without the reserve),
 // each stages[i] with "memory_mb" as Galvatron counts it (with the reserve) and "used_mb", and
