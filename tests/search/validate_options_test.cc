@@ -45,6 +45,18 @@ TEST(ValidateSearchOptions, PipelineDegreesDivideTheGpusAndFitTheLayers) {
   EXPECT_EQ(error_of(o, s.model, s.cluster), "--pp: 64 stages for 32 layers");
 }
 
+TEST(ValidateSearchOptions, TheGpuRunsTheDtype) {
+  Specs s;
+  SearchOptions o;
+  o.dtype = DType::kFp8;
+  EXPECT_EQ(error_of(o, s.model, s.cluster), "--dtype: " + s.cluster.gpu.name + " has no fp8 (it runs fp32, tf32, bf16, fp16)");
+  s.cluster = *load_cluster("v100-32gb");
+  o.dtype = DType::kBf16;
+  EXPECT_EQ(error_of(o, s.model, s.cluster), "--dtype: " + s.cluster.gpu.name + " has no bf16 (it runs fp32, fp16)");
+  o.dtype = DType::kFp16;
+  EXPECT_EQ(error_of(o, s.model, s.cluster), "");
+}
+
 TEST(ValidateSearchOptions, EachFieldNamesItsValue) {
   const Specs s;
   auto with = [](auto set) {

@@ -116,5 +116,20 @@ TEST(Presets, ClusterFiguresFollowDatasheets) {
   EXPECT_EQ(load_cluster("h100-80gb")->gpu.tflops_bf16, load_cluster("h100-80gb")->gpu.tflops_fp16);
 }
 
+TEST(Presets, EachGpuRunsTheDtypesItsDatasheetGives) {
+  const GpuSpec v100 = load_cluster("v100-32gb")->gpu, a100 = load_cluster("a100-80gb")->gpu;
+  const GpuSpec h100 = load_cluster("h100-80gb")->gpu;
+  EXPECT_EQ(v100.dtypes(), "fp32, fp16");
+  EXPECT_EQ(a100.dtypes(), "fp32, tf32, bf16, fp16");
+  EXPECT_TRUE(h100.runs(DType::kFp8));
+  EXPECT_TRUE(check_dtype(v100, DType::kFp16, "--dtype").ok());
+  const Status bf16 = check_dtype(v100, DType::kBf16, "--dtype");
+  ASSERT_FALSE(bf16.ok());
+  EXPECT_EQ(bf16.error().kind, ErrorKind::kBadInput);
+  EXPECT_EQ(bf16.error().message, "--dtype: " + v100.name + " has no bf16 (it runs fp32, fp16)");
+  EXPECT_EQ(check_dtype(a100, DType::kFp8, "train.dtype").error().message,
+            "train.dtype: " + a100.name + " has no fp8 (it runs fp32, tf32, bf16, fp16)");
+}
+
 }  // namespace
 }  // namespace weft

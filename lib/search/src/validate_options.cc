@@ -16,6 +16,7 @@ Status validate(const SearchOptions& opt, const ModelSpec& model, const ClusterS
     if (p < 1 || world % p != 0) return bad("--pp: " + S(p) + " does not divide the " + S(world) + " GPUs");
     if (p > L) return bad("--pp: " + S(p) + " stages for " + S(L) + " layers");
   }
+  if (Status d = check_dtype(cluster.gpu, opt.dtype, "--dtype"); !d.ok()) return d;
   if (opt.max_tp < 0) return bad("--max-tp: must be >= 1, got " + S(opt.max_tp));
   if (opt.seq <= 0) return bad("seq: must be positive, got " + S(opt.seq));
   if (opt.global_batch <= 0) return bad("global_batch: must be positive, got " + S(opt.global_batch));

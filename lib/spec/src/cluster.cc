@@ -45,8 +45,19 @@ FlopsPerSecond GpuSpec::peak(DType d) const {
   return TFLOPs(tflops_bf16);
 }
 
-namespace {
-}  // namespace
+bool GpuSpec::runs(DType d) const { return peak(d).value() > 0; }
+
+std::string GpuSpec::dtypes() const {
+  std::string out;
+  for (DType d : {DType::kFp32, DType::kTf32, DType::kBf16, DType::kFp16, DType::kFp8})
+    if (runs(d)) out += (out.empty() ? "" : ", ") + std::string(to_string(d));
+  return out.empty() ? "none" : out;
+}
+
+Status check_dtype(const GpuSpec& gpu, DType d, const std::string& field) {
+  if (gpu.runs(d)) return {};
+  return Error{ErrorKind::kBadInput, field + ": " + gpu.name + " has no " + to_string(d) + " (it runs " + gpu.dtypes() + ")"};
+}
 
 Status validate(const ClusterSpec& c) {
   auto fail = [](const std::string& msg) { return Status(Error{ErrorKind::kBadInput, msg}); };

@@ -24,6 +24,11 @@ struct GpuSpec {
   double memory_gib = 0;   // HBM capacity as the driver reports it, GiB
   double hbm_gbps = 0;     // HBM bandwidth, GB/s
   FlopsPerSecond peak(DType d) const;
+  // Whether the GPU computes in d: its datasheet gives a positive peak (a V100 has no bf16, an
+  // A100 no fp8).
+  bool runs(DType d) const;
+  // The dtypes it runs, e.g. "fp32, fp16".
+  std::string dtypes() const;
   bool operator==(const GpuSpec&) const = default;
 };
 
@@ -47,6 +52,9 @@ struct ClusterSpec {
 };
 
 Status validate(const ClusterSpec& c);
+// kBadInput unless gpu runs d: "<field>: <gpu> has no bf16 (it runs fp32, fp16)". Weft does not cost
+// a dtype on a GPU that cannot run it (its peak would be zero).
+Status check_dtype(const GpuSpec& gpu, DType d, const std::string& field);
 Json to_json(const ClusterSpec& c);
 Result<ClusterSpec> cluster_from_json(const Json& j, const std::string& path = "cluster");
 
