@@ -1,11 +1,13 @@
-// Megatron-LM and DeepSpeed exports: the expected flags for uniform plans (written out here from
-// Megatron-LM's argument names, not from the exporter's output) and refusals that name what differs.
+// Megatron-LM, DeepSpeed and torchtitan exports: the expected flags for uniform plans (written out
+// here from the frameworks' argument names, not from the exporter's output) and refusals that name
+// what differs. export_reference_test.cc checks every export against the releases' own lists.
 #include <gtest/gtest.h>
 
 #include "report_test_util.h"
 #include "weft/cost/analytic.h"
 #include "weft/report/export.h"
 #include "weft/search/search.h"
+#include "weft/spec/hf_config.h"
 #include "weft/spec/presets.h"
 
 namespace weft {
@@ -68,6 +70,7 @@ TEST(Megatron, LlamaWithUlyssesRingAndFullRecompute) {
       "--seq-length 4096",
       "--max-position-embeddings 4096",
       "--position-embedding-type rope",
+      "--rotary-base 10000",  // the model's rope_theta (the default)
       "--normalization RMSNorm",
       "--swiglu",
       "--disable-bias-linear",
@@ -86,6 +89,17 @@ TEST(Megatron, LlamaWithUlyssesRingAndFullRecompute) {
       "--bf16",
   };
   EXPECT_EQ(a->lines, expected);
+  // Tensor and context parallelism without FSDP: Megatron-LM asserts CUDA_DEVICE_MAX_CONNECTIONS=1.
+  EXPECT_TRUE(std::any_of(a->notes.begin(), a->notes.end(), [](const std::string& n) {
+    return contains(n, "set CUDA_DEVICE_MAX_CONNECTIONS=1");
+  }));
+}
+
+TEST(Megatron, NamesTheReleaseItIsWrittenFor) {
+  auto a = megatron_args(interleaved_tp_plan());
+  ASSERT_TRUE(a.ok()) << a.error().message;
+  ASSERT_FALSE(a->notes.empty());
+  EXPECT_TRUE(contains(a->notes.front(), "Megatron-LM core_v0.19.0")) << a->notes.front();
 }
 
 TEST(Megatron, FullRecomputeOfFirstLayersPerStageIsBlockMethod) {
@@ -115,26 +129,124 @@ TEST(Megatron, LayerwisePlanIsRefusedNamingTheLayers) {
   EXPECT_TRUE(contains(m, "layer-wise")) << m;
   EXPECT_TRUE(contains(m, "layers 0-3: tp4+sp z1")) << m;
   EXPECT_TRUE(contains(m, "layers 4-7: tp2 dp2 z1")) << m;
+  EXPECT_TRUE(contains(m, "`weft plan --framework megatron`")) << m;
+  // A model Megatron-LM's flags cannot describe is not a matter of the plan: no such hint.
+  Plan t5 = plan(gpt(8), cluster(1, 8), train(1, 4, 16), LayerStrategy{.dp = 8});
+  t5.model.groups.front().shape.kind = LayerKind::kCrossDecoder;
+  auto e = megatron_args(t5);
+  ASSERT_FALSE(e.ok());
+  EXPECT_FALSE(contains(e.error().message, "weft plan")) << e.error().message;
 }
 
-// ZeRO-2/3 are Megatron FSDP (Megatron-Core's --use-megatron-fsdp with
-// --data-parallel-sharding-strategy optim_grads / optim_grads_params); selective recompute mixed per
-// layer is refused.
+// MoE layers with the token dispatcher and expert GEMMs the cost model prices (all-to-all
+// dispatch, one grouped GEMM); grouped GEMM needs compute capability 8.0, which GPUs without bf16
+// predate.
+TEST(Megatron, MoeUsesAllToAllDispatchAndGroupedGemm) {
+  auto m = load_model("mixtral-8x7b");
+  ASSERT_TRUE(m.ok());
+  Plan p = plan(*m, cluster(4, 8), train(4, 16, 256, Schedule::k1F1B, 1, 4096),
+                LayerStrategy{.tp = 2, .sp = true, .dp = 4, .zero = 1, .ep = 4});
+  ASSERT_TRUE(validate(p).ok()) << validate(p).error().message;
+  auto a = megatron_args(p);
+  ASSERT_TRUE(a.ok()) << a.error().message;
+  const auto& l = a->lines;
+  for (const char* flag : {"--num-experts 8", "--moe-router-topk 2", "--expert-model-parallel-size 4",
+                           "--moe-token-dispatcher-type alltoall", "--moe-grouped-gemm", "--rotary-base 1000000"})
+    EXPECT_NE(std::find(l.begin(), l.end(), flag), l.end()) << flag << "\n" << a->text();
+  // Dense layers before the MoE ones keep ep = 1 beside them: still one strategy for Megatron-LM.
+  ModelSpec mixed = *m;
+  LayerGroup dense = mixed.groups.front();
+  dense.name = "dense";
+  dense.count = 2;
+  dense.shape.moe = MoeSpec{};
+  dense.shape.ffn = 14336;
+  mixed.groups.front().count = 30;
+  mixed.groups.insert(mixed.groups.begin(), dense);
+  Plan q = plan(mixed, cluster(4, 8), train(4, 16, 256, Schedule::k1F1B, 1, 4096),
+                LayerStrategy{.tp = 2, .sp = true, .dp = 4, .zero = 1, .ep = 4});
+  q.stages[0].layers[0].ep = q.stages[0].layers[1].ep = 1;
+  ASSERT_TRUE(validate(q).ok()) << validate(q).error().message;
+  auto d = megatron_args(q);
+  ASSERT_TRUE(d.ok()) << d.error().message;
+  for (const char* flag : {"--moe-layer-freq '[0]*2+[1]*30'", "--expert-model-parallel-size 4"})
+    EXPECT_NE(std::find(d->lines.begin(), d->lines.end(), flag), d->lines.end()) << flag << "\n" << d->text();
+
+  p.cluster.gpu.tflops_bf16 = 0;  // a V100-like GPU
+  p.cluster.gpu.name = "V100-SXM2-32GB";
+  p.train.dtype = DType::kFp16;
+  auto v = megatron_args(p);
+  ASSERT_TRUE(v.ok()) << v.error().message;
+  EXPECT_EQ(std::find(v->lines.begin(), v->lines.end(), "--moe-grouped-gemm"), v->lines.end());
+  EXPECT_TRUE(std::any_of(v->notes.begin(), v->notes.end(), [](const std::string& n) {
+    return contains(n, "V100-SXM2-32GB has no bf16") && contains(n, "--moe-grouped-gemm");
+  }));
+}
+
+// --rotary-base is the model's rope_theta: Llama 3's 500000 from the preset and from its
+// Hugging Face config (rope_theta, or rope_parameters.rope_theta as newer configs write it).
+TEST(Megatron, RotaryBaseFromTheModel) {
+  auto rotary = [](const ModelSpec& m) {
+    Plan p = plan(m, cluster(1, 8), train(1, 8, 64, Schedule::k1F1B, 1, 8192),
+                  LayerStrategy{.tp = 8, .sp = true, .dp = 1, .recompute = Recompute::kFull});
+    auto a = megatron_args(p);
+    EXPECT_TRUE(a.ok()) << a.error().message;
+    for (const auto& l : a->lines)
+      if (l.rfind("--rotary-base ", 0) == 0) return l;
+    return std::string("none");
+  };
+  EXPECT_EQ(rotary(load_model("llama-3-8b").value()), "--rotary-base 500000");
+  EXPECT_EQ(rotary(load_model("llama-3-70b").value()), "--rotary-base 500000");
+  EXPECT_EQ(rotary(load_model("llama-2-7b").value()), "--rotary-base 10000");
+  auto hf = load_model(std::string(WEFT_DATA_DIR) + "/../tests/spec/data/llama-3-70b.config.json");
+  ASSERT_TRUE(hf.ok()) << hf.error().message;
+  EXPECT_EQ(rotary(*hf), "--rotary-base 500000");
+  Json cfg = Json::parse(R"({"model_type": "llama", "vocab_size": 128256, "hidden_size": 4096,
+      "num_hidden_layers": 8, "num_attention_heads": 32, "num_key_value_heads": 8, "intermediate_size": 14336,
+      "max_position_embeddings": 8192, "rope_parameters": {"rope_type": "default", "rope_theta": 500000.0}})");
+  auto nested = model_from_hf_config(cfg, "config.json");
+  ASSERT_TRUE(nested.ok()) << nested.error().message;
+  EXPECT_EQ(nested->rope_theta, 500000.0);
+  EXPECT_EQ(rotary(*nested), "--rotary-base 500000");
+  ModelSpec odd = *nested;
+  odd.rope_theta = 10000.5;
+  Plan p = plan(odd, cluster(1, 8), train(1, 8, 64), LayerStrategy{.tp = 8, .sp = true, .dp = 1});
+  auto e = megatron_args(p);
+  ASSERT_FALSE(e.ok());
+  EXPECT_TRUE(contains(e.error().message, "model.rope_theta=10000.5")) << e.error().message;
+}
+
+// ZeRO-2/3 are Megatron-FSDP (--use-megatron-fsdp with --data-parallel-sharding-strategy
+// optim_grads / optim_grads_params), which validate_args only starts with --ckpt-format
+// fsdp_dtensor and without CUDA_DEVICE_MAX_CONNECTIONS=1; gradient-accumulation fusion is off.
+// Selective recompute mixed per layer is refused.
 TEST(Megatron, FsdpForZero23AndRefusesMixedSelectiveRecompute) {
   for (int zero : {2, 3}) {
-    Plan z = plan(gpt(8), cluster(1, 8), train(1, 4, 32), LayerStrategy{.dp = 8, .zero = zero});
-    auto r = megatron_args(z);
-    ASSERT_TRUE(r.ok()) << r.error().message;
-    const std::string t = r->text();
-    EXPECT_TRUE(contains(t, "--use-distributed-optimizer\n--use-megatron-fsdp\n--data-parallel-sharding-strategy " +
-                                std::string(zero == 3 ? "optim_grads_params" : "optim_grads") + "\n"))
-        << t;
+    for (int tp : {1, 2}) {
+      Plan z = plan(gpt(8), cluster(1, 8), train(1, 4, 32),
+                    LayerStrategy{.tp = tp, .sp = tp > 1, .dp = 8 / tp, .zero = zero});
+      auto r = megatron_args(z);
+      ASSERT_TRUE(r.ok()) << r.error().message;
+      const std::string t = r->text();
+      EXPECT_TRUE(contains(t, "--use-distributed-optimizer\n--use-megatron-fsdp\n--data-parallel-sharding-strategy " +
+                                  std::string(zero == 3 ? "optim_grads_params" : "optim_grads") +
+                                  "\n--ckpt-format fsdp_dtensor\n--no-gradient-accumulation-fusion\n"))
+          << t;
+      for (const auto& n : r->notes) EXPECT_FALSE(contains(n, "CUDA_DEVICE_MAX_CONNECTIONS=1 in")) << n;
+      EXPECT_TRUE(std::any_of(r->notes.begin(), r->notes.end(), [](const std::string& n) {
+        return contains(n, "leave CUDA_DEVICE_MAX_CONNECTIONS unset");
+      }));
+    }
   }
+  Plan z1 = plan(gpt(8), cluster(1, 8), train(1, 4, 32), LayerStrategy{.dp = 8, .zero = 1});
+  EXPECT_FALSE(contains(megatron_args(z1)->text(), "--ckpt-format"));
   Plan mixed = plan(gpt(8), cluster(1, 8), train(1, 4, 32), LayerStrategy{.dp = 8, .zero = 3});
   mixed.embedding.zero = 1;
   auto r = megatron_args(mixed);
   ASSERT_FALSE(r.ok());
   EXPECT_TRUE(contains(r.error().message, "embedding.zero=1 but the layers use zero=3")) << r.error().message;
+  // A plan searched for Megatron-LM is one it takes: the refusal says so.
+  EXPECT_TRUE(contains(r.error().message, "`weft plan --framework megatron` gives a plan this export takes"))
+      << r.error().message;
 
   Plan sel = plan(gpt(8), cluster(1, 8), train(1, 4, 32), LayerStrategy{.dp = 8});
   sel.stages[0].layers[3].recompute = Recompute::kSelective;
@@ -202,6 +314,13 @@ TEST(DeepSpeed, TensorAndPipelineNeedMegatronDeepSpeed) {
   auto r2 = deepspeed_config(z2, DeepSpeedTarget::kMegatronDeepSpeed);
   ASSERT_FALSE(r2.ok());
   EXPECT_TRUE(contains(r2.error().message, "zero=2 with pp=2")) << r2.error().message;
+  EXPECT_TRUE(contains(r2.error().message, "`weft plan --framework megatron-deepspeed`")) << r2.error().message;
+  // The note names the releases and the flags that hand Megatron-DeepSpeed the config.
+  EXPECT_TRUE(contains(m->notes.front(), "DeepSpeed v0.19.5 and Megatron-DeepSpeed")) << m->notes.front();
+  EXPECT_TRUE(std::any_of(m->notes.begin(), m->notes.end(), [](const std::string& n) {
+    return contains(n, "--deepspeed --deepspeed_config <this file> --tensor-model-parallel-size 4 "
+                       "--pipeline-model-parallel-size 2");
+  }));
 }
 
 TEST(DeepSpeed, LayerwisePlanIsRefused) {
@@ -232,6 +351,7 @@ TEST(Torchtitan, FsdpPipelinePlanGivesExactTables) {
   auto c = torchtitan_config(p);
   ASSERT_TRUE(c.ok()) << c.error().message;
   EXPECT_EQ(c->toml,
+            "# torchtitan v0.2.2 job config (TOML); torchtitan's main branch no longer reads TOML job files\n"
             "[training]\n"
             "local_batch_size = 16\n"
             "global_batch_size = 64\n"
@@ -286,6 +406,27 @@ TEST(Torchtitan, RefusesWhatItCannotRun) {
   auto c = torchtitan_config(mixed);
   ASSERT_FALSE(c.ok());
   EXPECT_TRUE(contains(c.error().message, "this plan is layer-wise: layers 0-4: dp8 z3; layer 5:")) << c.error().message;
+  EXPECT_TRUE(contains(c.error().message, "`weft plan --framework torchtitan` gives a plan this export takes"))
+      << c.error().message;
+  // torchtitan v0.2.2's mixed_precision_param is bfloat16 or float32.
+  Plan fp16 = plan(llama(8), cluster(1, 8), train(1, 4, 64), LayerStrategy{.dp = 8, .zero = 3});
+  fp16.train.dtype = DType::kFp16;
+  auto h = torchtitan_config(fp16);
+  ASSERT_FALSE(h.ok());
+  EXPECT_TRUE(contains(h.error().message, "train.dtype=fp16")) << h.error().message;
+}
+
+TEST(Torchtitan, NamesTheTomlReleaseAndNotesFp8) {
+  Plan p = plan(llama(8), cluster(1, 8), train(1, 4, 64), LayerStrategy{.dp = 8, .zero = 3});
+  p.train.dtype = DType::kFp8;
+  p.cluster.gpu.tflops_fp8 = 989;  // an H100-like GPU, which has fp8
+  auto c = torchtitan_config(p);
+  ASSERT_TRUE(c.ok()) << c.error().message;
+  EXPECT_TRUE(contains(c->notes.front(), "torchtitan v0.2.2, the last release that reads TOML")) << c->notes.front();
+  EXPECT_TRUE(contains(c->toml, "mixed_precision_param = \"bfloat16\"\n"));
+  EXPECT_TRUE(std::any_of(c->notes.begin(), c->notes.end(), [](const std::string& n) {
+    return contains(n, "\"quantize.linear.float8\"");
+  }));
 }
 
 // A plan searched for a framework exports to it (docs/search.md, "Frameworks"): Llama-2-7B on 16

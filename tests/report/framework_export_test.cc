@@ -41,12 +41,11 @@ TEST(FrameworkExport, EachFrameworkGetsItsOwnExport) {
   ASSERT_TRUE(titan.ok()) << titan.error().message;
   EXPECT_EQ(titan->text, torchtitan_config(z3)->toml);
   EXPECT_EQ(titan->notes, torchtitan_config(z3)->notes);
-  // torchtitan-compile: the same tables, and a note that torch.compile is the job config's.
+  // torchtitan-compile: the same tables and a [compile] table that switches torch.compile on.
   auto compiled = framework_export(z3, Framework::kTorchtitanCompile);
   ASSERT_TRUE(compiled.ok()) << compiled.error().message;
-  EXPECT_EQ(compiled->text, titan->text);
-  ASSERT_EQ(compiled->notes.size(), titan->notes.size() + 1);
-  EXPECT_NE(compiled->notes.back().find("torch.compile"), std::string::npos);
+  EXPECT_EQ(compiled->text, titan->text + "\n[compile]\nenable = true\n");
+  EXPECT_EQ(compiled->notes, titan->notes);
 }
 
 TEST(FrameworkExport, RefusalsNameTheFramework) {
@@ -59,7 +58,12 @@ TEST(FrameworkExport, RefusalsNameTheFramework) {
   EXPECT_EQ(titan.error().message.rfind("torchtitan: zero=1: ", 0), 0u) << titan.error().message;
   auto sp = framework_export(llama_plan(LayerStrategy{.tp = 2, .dp = 4, .zero = 3}), Framework::kTorchtitan);
   ASSERT_FALSE(sp.ok());
-  EXPECT_NE(sp.error().message.find("(plan with --framework torchtitan)"), std::string::npos) << sp.error().message;
+  EXPECT_NE(sp.error().message.find("; `weft plan --framework torchtitan` gives a plan this export takes"),
+            std::string::npos)
+      << sp.error().message;
+  // For torchtitan-compile the hint names the framework the plan would be searched for.
+  EXPECT_NE(titan.error().message.find("`weft plan --framework torchtitan-compile`"), std::string::npos)
+      << titan.error().message;
   auto ds = framework_export(llama_plan(LayerStrategy{.tp = 2, .sp = true, .dp = 2, .zero = 3}, 2),
                              Framework::kMegatronDeepSpeed);
   ASSERT_FALSE(ds.ok());

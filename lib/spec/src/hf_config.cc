@@ -116,6 +116,20 @@ int head_dim_of(const JsonObj& o, std::int64_t hidden, int heads, std::string_vi
   return static_cast<int>(hidden / heads);
 }
 
+// The RoPE base: `rope_theta`, or the `rope_theta` of a `rope_parameters` object (where newer
+// transformers releases write it), else the default.
+double rope_theta(const JsonObj& o) {
+  double theta = kDefaultRopeTheta;
+  if (present(o, "rope_theta")) {
+    theta = o.number("rope_theta");
+  } else if (present(o, "rope_parameters") && o.json().at("rope_parameters").is_object()) {
+    const JsonObj rp = o.obj("rope_parameters");
+    if (present(rp, "rope_theta")) theta = rp.number("rope_theta");
+  }
+  if (!(theta > 0)) o.fail("rope_theta", "must be positive, got " + std::to_string(theta));
+  return theta;
+}
+
 // Splits `layers` into groups of consecutive dense / MoE layers.
 void add_layer_runs(ModelSpec& m, int layers, const LayerShape& dense, const LayerShape& moe,
                     const std::vector<bool>& is_moe) {
@@ -168,6 +182,7 @@ ModelSpec llama_like(const JsonObj& o, Family fam, const std::string& type) {
     m.norm = NormKind::kLayerNorm;
   m.position = PositionKind::kRope;
   m.max_seq = static_cast<int>(opt_int(o, "max_position_embeddings").value_or(0));
+  m.rope_theta = rope_theta(o);
   const bool dflt_tied = fam == Family::kGeneric;  // transformers' PretrainedConfig default
   m.tied_embeddings = bool_or(o, "tie_word_embeddings", dflt_tied);
 

@@ -95,6 +95,7 @@ Status validate(const ModelSpec& m) {
                   std::to_string(m.hidden) + " (all groups share the residual width)");
   }
   if (m.max_seq < 0) return fail("max_seq: must be >= 0, got " + std::to_string(m.max_seq));
+  if (!(m.rope_theta > 0)) return fail("rope_theta: must be positive, got " + std::to_string(m.rope_theta));
   return {};
 }
 
@@ -107,6 +108,8 @@ Json to_json(const ModelSpec& m) {
   j["norm"] = to_string(m.norm);
   j["position"] = to_string(m.position);
   j["max_seq"] = m.max_seq;
+  // Written when it is not the default, so that files of models without it stay as they were.
+  if (m.rope_theta != kDefaultRopeTheta) j["rope_theta"] = m.rope_theta;
   Json groups = Json::array();
   for (const auto& g : m.groups) {
     Json o;
@@ -135,7 +138,8 @@ Json to_json(const ModelSpec& m) {
 Result<ModelSpec> model_from_json(const Json& j, const std::string& path) {
   return catch_errors([&]() -> Result<ModelSpec> {
     JsonObj o(j, path);
-    o.reject_unknown({"name", "vocab", "hidden", "tied_embeddings", "norm", "position", "max_seq", "groups"});
+    o.reject_unknown(
+        {"name", "vocab", "hidden", "tied_embeddings", "norm", "position", "max_seq", "rope_theta", "groups"});
     ModelSpec m;
     m.name = o.str_or("name", "custom");
     m.vocab = o.integer("vocab");
@@ -148,6 +152,7 @@ Result<ModelSpec> model_from_json(const Json& j, const std::string& path) {
         {{"learned", PositionKind::kLearned}, {"rope", PositionKind::kRope}, {"relative", PositionKind::kRelative}},
         PositionKind::kLearned, false);
     m.max_seq = static_cast<int>(o.integer_or("max_seq", 0));
+    m.rope_theta = o.number_or("rope_theta", kDefaultRopeTheta);
     for (const auto& g : o.array_of_obj("groups")) {
       g.reject_unknown({"name", "count", "kind", "hidden", "heads", "kv_heads", "head_dim", "ffn", "ffn_kind", "bias",
                         "moe"});

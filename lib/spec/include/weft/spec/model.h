@@ -49,6 +49,10 @@ struct LayerGroup {
   bool operator==(const LayerGroup&) const = default;
 };
 
+// The RoPE base (theta) when a model or config names none: the value of the RoPE paper, of
+// Hugging Face's Llama-family configs and of Megatron-LM's --rotary-base.
+inline constexpr double kDefaultRopeTheta = 10000;
+
 struct ModelSpec {
   std::string name;
   std::int64_t vocab = 0;
@@ -58,6 +62,7 @@ struct ModelSpec {
   PositionKind position = PositionKind::kLearned;
   int max_seq = 0;             // trained context length (the learned position table size for learned
                                // positions, where it bounds seq); 0 = unknown
+  double rope_theta = kDefaultRopeTheta;  // RoPE base (Hugging Face rope_theta); read with rope positions
   std::vector<LayerGroup> groups;
 
   int num_layers() const;
