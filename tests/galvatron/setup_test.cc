@@ -49,6 +49,18 @@ TEST(CostModelFactory, WeftsAnalyticModelWithoutProfiles) {
   EXPECT_EQ(setup->cluster, s.cluster);
 }
 
+TEST(CostModelFactory, NoEstimateInADtypeTheGpuDoesNotRun) {
+  const Specs s;
+  auto setup = make_cost_model(CostModelInputs{}, s.model, s.cluster);
+  ASSERT_TRUE(setup.ok()) << setup.error().message;
+  Plan p = plan_for(s);
+  ASSERT_TRUE(estimate_with(*setup, p).ok());
+  p.train.dtype = DType::kFp8;  // an A100 has no fp8 tensor cores
+  auto e = estimate_with(*setup, p);
+  ASSERT_FALSE(e.ok());
+  EXPECT_EQ(e.error().message, "train.dtype: " + s.cluster.gpu.name + " has no fp8 (it runs fp32, tf32, bf16, fp16)");
+}
+
 TEST(CostModelFactory, MeasuredProfilesCalibrateWeftsModel) {
   const Specs s;
   CostModelInputs in;

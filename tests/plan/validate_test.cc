@@ -16,14 +16,6 @@ TEST(Validate, AcceptsGoodPlans) {
   EXPECT_EQ(error_of(uniform_plan(LayerStrategy{.tp = 8}, 1)), "OK");  // tp 8 > 4 kv heads: replicated
 }
 
-TEST(Validate, TheGpuRunsTheDtype) {
-  Plan p = uniform_plan(LayerStrategy{.dp = 8}, 1);
-  p.train.dtype = DType::kFp8;  // the test GPU's datasheet has no fp8 figure
-  EXPECT_EQ(error_of(p), "train.dtype: G has no fp8 (it runs fp32, tf32, bf16, fp16)");
-  p.cluster.gpu.tflops_fp8 = 624;
-  EXPECT_EQ(error_of(p), "OK");
-}
-
 TEST(Validate, DegreesMustFillTheStage) {
   EXPECT_EQ(error_of(uniform_plan(LayerStrategy{.tp = 2, .dp = 2}, 1)),
             "stages[0].layers[0]: tp*ulysses*cp*dp = 2*1*1*2 = 4 but each pipeline stage has 8 devices (8 GPUs / "

@@ -86,6 +86,7 @@ Result<SearchResult> search_with(const CostModelSetup& setup, const ModelSpec& m
 }
 
 Result<Estimate> estimate_with(const CostModelSetup& setup, const Plan& p) {
+  if (Status d = check_dtype(p.cluster.gpu, p.train.dtype, "train.dtype"); !d.ok()) return d.error();
   if (setup.galvatron) return setup.galvatron->estimate(p);
   return estimate(p, *setup.cost);
 }

@@ -63,7 +63,6 @@ void validate_or_throw(const Plan& p) {
     if (!c.ok()) throw InputError("cluster." + c.error().message);
   }
   const auto& t = p.train;
-  if (Status d = check_dtype(p.cluster.gpu, t.dtype, "train.dtype"); !d.ok()) throw InputError(d.error().message);
   require(t.seq > 0, "train.seq: must be positive, got " + S(t.seq));
   require(p.model.position != PositionKind::kLearned || p.model.max_seq == 0 || t.seq <= p.model.max_seq,
           "train.seq: " + S(t.seq) + " exceeds the model's learned position table of " + S(p.model.max_seq));

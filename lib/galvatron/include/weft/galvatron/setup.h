@@ -76,7 +76,8 @@ Result<SearchResult> search_with(const CostModelSetup& setup, const ModelSpec& m
 
 // `weft estimate`'s estimate of plan p: under Galvatron's model its exact accounting
 // (GalvatronCostModel::estimate; an error for plans outside its cost model), otherwise
-// weft::estimate.
+// weft::estimate. A plan in a dtype its GPU does not run is an error (check_dtype, field
+// train.dtype); the runtime, which trains any plan's dtype on the CPU in fp32, does not ask this.
 Result<Estimate> estimate_with(const CostModelSetup& setup, const Plan& p);
 // The JSON of `weft estimate --format json` for plan p and its estimate e (estimate_with):
 // galvatron_estimate_json under Galvatron's model, to_json(e) otherwise.
