@@ -86,16 +86,21 @@ void run_plan(const PlanFlags& f) {
   if (f.galvatron_space) {
     check(galvatron::restrict_to_galvatron(opt));
   }
-  // A named framework: only plans it can run (uniform, its ZeRO stages and schedules). Without
-  // one the plan is meant for weft's runtime, and the search keeps to what `weft train` runs
-  // unless --all-strategies lifts that, or the model cannot run there whatever the strategy (then
-  // the whole space is searched and a note says why).
+  // A named framework: only plans it can run (uniform, its ZeRO stages and schedules; for weft,
+  // what `weft train` runs, and a model it cannot run is an error). Without one the plan is meant
+  // for weft's runtime, and the search keeps to what `weft train` runs unless --all-strategies
+  // lifts that, or the model cannot run there whatever the strategy (then the whole space is
+  // searched and a note says why).
   std::vector<std::string> notes;
   bool runtime_only = false;
   if (in.framework) {
     if (f.all_strategies)
       fail(Error{ErrorKind::kBadInput, std::string("--all-strategies: not used with --framework (the search keeps to "
                                                    "what ") + to_string(*in.framework) + " runs)"});
+    if (*in.framework == Framework::kWeft)
+      if (Status model_runs = runtime_runs_model(in.model); !model_runs.ok())
+        fail(Error{ErrorKind::kBadInput, "--framework weft: weft train cannot run " + in.model.name + " yet: " +
+                                             model_runs.error().message});
     check(restrict_to_framework(opt, *in.framework));
   } else if (Status model_runs = runtime_runs_model(in.model); !model_runs.ok()) {
     notes.push_back("weft train cannot run " + in.model.name + " yet: " + model_runs.error().message +
@@ -363,13 +368,15 @@ void register_plan_commands(CLI::App& app) {
     auto fl = std::make_shared<PlanFlags>();
     auto* cmd = app.add_subcommand("plan", "Search the fastest hybrid-parallel plan that fits");
     add_input_flags(cmd, fl->in);
-    cmd->add_option("--seq", fl->seq, "Sequence length (tokens per sample)")->required();
-    cmd->add_option("--global-batch", fl->global_batch, "Samples per optimizer step")->required();
+    cmd->add_option("--seq,--seq-length", fl->seq, "Sequence length (tokens per sample)")->required();
+    cmd->add_option("--global-batch,--global-batch-size", fl->global_batch, "Samples per optimizer step")
+        ->required();
     cmd->add_option("--top", fl->top, "How many plans to list")->capture_default_str();
     cmd->add_option("--dtype", fl->dtype, "Compute dtype (fp32 master weights and Adam states either way)")
         ->check(CLI::IsMember({"fp32", "bf16", "fp16", "fp8"}))
         ->capture_default_str();
-    cmd->add_option("--pp", fl->pp, "Pipeline degrees to consider, e.g. 1,2,4 (default: all that divide)")
+    cmd->add_option("--pp,--pipeline-model-parallel-size", fl->pp,
+                    "Pipeline degrees to consider, e.g. 1,2,4 (default: all that divide)")
         ->delimiter(',');
     cmd->add_option("--schedule", fl->schedules, "Pipeline schedules to consider: gpipe,1f1b,interleaved (default: all)")
         ->delimiter(',')
@@ -394,16 +401,21 @@ void register_plan_commands(CLI::App& app) {
     auto* cmd = app.add_subcommand("estimate", "Cost one uniform strategy, or a plan file");
     add_input_flags(cmd, fl->in);
     cmd->add_option("--plan", fl->plan, "Cost this plan file instead of a strategy given by flags");
-    cmd->add_option("--seq", fl->seq, "Sequence length");
-    cmd->add_option("--global-batch", fl->global_batch, "Samples per optimizer step");
-    cmd->add_option("--micro-batch", fl->micro_batch, "Samples per data-parallel replica per micro-batch");
-    cmd->add_option("--tp", fl->tp, "Tensor-parallel degree");
-    cmd->add_option("--pp", fl->pp, "Pipeline degree");
+    cmd->add_option("--seq,--seq-length", fl->seq, "Sequence length");
+    cmd->add_option("--global-batch,--global-batch-size", fl->global_batch, "Samples per optimizer step");
+    cmd->add_option("--micro-batch,--micro-batch-size", fl->micro_batch,
+                    "Samples per data-parallel replica per micro-batch");
+    cmd->add_option("--tp,--tensor-model-parallel-size", fl->tp, "Tensor-parallel degree");
+    cmd->add_option("--pp,--pipeline-model-parallel-size", fl->pp, "Pipeline degree");
     cmd->add_option("--dp", fl->dp, "Data-parallel degree (default: GPUs / (tp*pp*cp*ulysses))");
-    cmd->add_option("--cp", fl->cp, "Context-parallel degree")->capture_default_str();
+    cmd->add_option("--cp,--context-parallel-size", fl->cp, "Context-parallel (ring attention) degree")
+        ->capture_default_str();
     cmd->add_option("--ulysses", fl->ulysses, "Ulysses sequence-parallel degree")->capture_default_str();
-    cmd->add_option("--ep", fl->ep, "Expert-parallel degree (MoE layers)")->capture_default_str();
-    cmd->add_option("--vp", fl->vp, "Virtual stages per device group (interleaved)")->capture_default_str();
+    cmd->add_option("--ep,--expert-model-parallel-size", fl->ep, "Expert-parallel degree (MoE layers)")
+        ->capture_default_str();
+    cmd->add_option("--vp,--num-virtual-stages-per-pipeline-rank", fl->vp,
+                    "Virtual stages per device group (interleaved)")
+        ->capture_default_str();
     cmd->add_option("--zero", fl->zero, "ZeRO stage 0-3")->capture_default_str();
     cmd->add_option("--recompute", fl->recompute, "Activation recompute")
         ->check(CLI::IsMember({"none", "selective", "full"}))

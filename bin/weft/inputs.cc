@@ -24,8 +24,9 @@ void add_input_flags(CLI::App* cmd, InputFlags& f) {
   cmd->add_option("--hardware-profile", f.hardware_profile, "Measured hardware profile (weft profile hardware)");
   cmd->add_option("--model-profile", f.model_profile, "Measured per-layer profile (weft profile model)");
   cmd->add_option("--framework", f.framework,
-                  "Training framework the plan runs on, for weft's analytic model: " + framework_names() +
-                      " (default megatron)");
+                  "Training framework the plan runs on: " + framework_names() +
+                      ". Sets weft's analytic model's traits and keeps plans to what the framework runs (weft: "
+                      "weft train, costed as megatron; without --framework: the same, with a note)");
   cmd->add_option("--host-op-us", f.host_op_us,
                   "Host (CPU) time per eager operator in us, for weft's analytic model (default 7)");
   cmd->add_option("--host-function-us", f.host_function_us,

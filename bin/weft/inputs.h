@@ -25,7 +25,8 @@ struct InputFlags {
   std::string galvatron_model;      // --galvatron-model YAML (also supplies the model)
   std::string hardware_profile;     // --hardware-profile hw.json
   std::string model_profile;        // --model-profile layers.json
-  // Framework of weft's analytic model (docs/cost-model.md §4.1); empty = megatron.
+  // Framework the plan runs on (weft/cost/framework.h; docs/cost-model.md §4.1 for its traits);
+  // empty = weft's runtime, costed with megatron's traits.
   std::string framework;            // --framework
   // Framework figures of weft's analytic model (docs/cost-model.md §4); < 0 = the default.
   double host_op_us = -1;           // --host-op-us

@@ -31,17 +31,25 @@ std::string help_of(const std::string& cmd) {
   return out;
 }
 
-// The long option names (--name) that start an option line of the help text.
+// The long option names (--name) that start an option line of the help text, every name of an
+// option with several ("--tp,--tensor-model-parallel-size").
 std::vector<std::string> options_of(const std::string& help) {
   std::set<std::string> names;
-  const std::regex line(R"re(^\s+(?:-[A-Za-z],)?(--[a-z0-9][a-z0-9-]*))re");
+  const std::regex line(R"re(^\s+(?:-[A-Za-z],)?(--[a-z0-9][a-z0-9-]*(?:,--[a-z0-9][a-z0-9-]*)*))re");
   std::smatch m;
   size_t pos = 0;
   while (pos < help.size()) {
     size_t nl = help.find('\n', pos);
     if (nl == std::string::npos) nl = help.size();
     const std::string l = help.substr(pos, nl - pos);
-    if (std::regex_search(l, m, line)) names.insert(m[1].str());
+    if (std::regex_search(l, m, line)) {
+      const std::string all = m[1].str();
+      for (size_t start = 0, end; start < all.size(); start = end + 1) {
+        end = all.find(',', start);
+        if (end == std::string::npos) end = all.size();
+        names.insert(all.substr(start, end - start));
+      }
+    }
     pos = nl + 1;
   }
   return {names.begin(), names.end()};

@@ -410,5 +410,99 @@ TEST(CliEstimate, NotesWhatTheRuntimeCannotRun) {
   EXPECT_EQ(meg.out.find("note:"), std::string::npos) << meg.out;
 }
 
+// Megatron-LM's flag names (megatron/training/arguments.py) are the same options as weft's: the
+// same estimate, the same search, and a flag given under both names is refused.
+TEST(CliEstimate, MegatronFlagNamesAreAliases) {
+  const std::vector<std::string> model{"estimate", "--model", "llama-2-7b", "--cluster", "a100-80gb", "--gpus", "8",
+                                       "--format", "json"};
+  CliRun weft = run(with(model, {"--seq", "4096", "--global-batch", "16", "--micro-batch", "1", "--tp", "2", "--pp",
+                                 "2", "--vp", "2", "--cp", "2"}));
+  CliRun meg = run(with(model, {"--seq-length", "4096", "--global-batch-size", "16", "--micro-batch-size", "1",
+                                "--tensor-model-parallel-size", "2", "--pipeline-model-parallel-size", "2",
+                                "--num-virtual-stages-per-pipeline-rank", "2", "--context-parallel-size", "2"}));
+  ASSERT_EQ(weft.code, 0) << weft.err;
+  ASSERT_EQ(meg.code, 0) << meg.err;
+  EXPECT_EQ(meg.out, weft.out);
+  EXPECT_EQ(Json::parse(meg.out).at("stages").size(), 4u);  // pp 2 x vp 2
+
+  const std::vector<std::string> moe{"estimate", "--model", "mixtral-8x7b", "--cluster", "h100-80gb", "--gpus", "32",
+                                     "--seq", "4096", "--global-batch", "64", "--micro-batch", "1", "--tp", "2",
+                                     "--pp", "4", "--format", "json"};
+  CliRun ep = run(with(moe, {"--ep", "4"})), ep_meg = run(with(moe, {"--expert-model-parallel-size", "4"}));
+  ASSERT_EQ(ep.code, 0) << ep.err;
+  EXPECT_EQ(ep_meg.out, ep.out);
+
+  // One option under two names: given twice; with --plan: refused by weft's name.
+  CliRun twice = run(with(model, {"--seq", "4096", "--global-batch", "16", "--micro-batch", "1", "--tp", "2",
+                                  "--tensor-model-parallel-size", "4", "--pp", "1"}));
+  EXPECT_EQ(twice.code, 2);  // CLI11: "--tp: At Most 1 required but received 2"
+  CliRun with_plan = run({"estimate", "--plan", "plan.json", "--tensor-model-parallel-size", "2"});
+  EXPECT_EQ(with_plan.code, 2);
+  EXPECT_NE(with_plan.err.find("--tp: not used with --plan"), std::string::npos) << with_plan.err;
+}
+
+TEST(CliPlan, MegatronFlagNamesAreAliases) {
+  const std::vector<std::string> model{"plan", "--model", "llama-2-7b", "--cluster", "a100-80gb", "--gpus", "8",
+                                       "--format", "json"};
+  CliRun weft = run(with(model, {"--seq", "4096", "--global-batch", "64", "--pp", "2"}));
+  CliRun meg = run(with(model, {"--seq-length", "4096", "--global-batch-size", "64",
+                                "--pipeline-model-parallel-size", "2"}));
+  ASSERT_EQ(weft.code, 0) << weft.err;
+  ASSERT_EQ(meg.code, 0) << meg.err;
+  Json a = Json::parse(weft.out), b = Json::parse(meg.out);
+  a["search"].erase("wall_s");
+  b["search"].erase("wall_s");
+  EXPECT_EQ(a, b);
+  EXPECT_EQ(b.at("plan").at("train").at("pp").get<int>(), 2);
+}
+
+// `--framework weft` is weft's runtime by name: the plans of no --framework (the same search and
+// figures; the cost model's source says weft), without the note; a model the runtime cannot run,
+// --all-strategies and a strategy it cannot run are errors.
+TEST(CliPlan, FrameworkWeftPlansAsTheDefault) {
+  const std::vector<std::string> longseq{"plan", "--model", "llama-2-7b", "--cluster", "a100-80gb", "--gpus", "16",
+                                         "--seq", "131072", "--global-batch", "16", "--format", "json"};
+  CliRun dflt = run(longseq), weft = run(with(longseq, {"--framework", "weft"}));
+  ASSERT_EQ(dflt.code, 0) << dflt.err;
+  ASSERT_EQ(weft.code, 0) << weft.err;
+  Json a = Json::parse(dflt.out), b = Json::parse(weft.out);
+  EXPECT_TRUE(a.contains("notes"));
+  EXPECT_FALSE(b.contains("notes"));
+  EXPECT_EQ(weft.err.find("note:"), std::string::npos) << weft.err;
+  EXPECT_EQ(b.at("plan").at("predicted").at("source").get<std::string>(), "analytic, weft");
+  EXPECT_EQ(a.at("plan").at("predicted").at("source").get<std::string>(), "analytic, megatron");
+  // Everything else is the same: names the cost model reports aside.
+  std::string sa = a.dump(), sb = b.dump();
+  for (std::string* s : {&sa, &sb}) {
+    for (size_t at; (at = s->find("\"analytic, weft\"")) != std::string::npos;) s->replace(at, 16, "\"analytic\"");
+    for (size_t at; (at = s->find("\"analytic, megatron\"")) != std::string::npos;) s->replace(at, 20, "\"analytic\"");
+  }
+  a = Json::parse(sa);
+  b = Json::parse(sb);
+  for (Json* j : {&a, &b}) {
+    (*j)["search"].erase("wall_s");
+    j->erase("notes");
+  }
+  EXPECT_EQ(a, b);
+  auto best = plan_from_json(b.at("plan"));
+  ASSERT_TRUE(best.ok()) << best.error().message;
+  EXPECT_TRUE(runtime_supports(*best).ok());
+
+  CliRun moe = run({"plan", "--model", "mixtral-8x7b", "--cluster", "h100-80gb", "--gpus", "32", "--seq", "4096",
+                    "--global-batch", "64", "--framework", "weft"});
+  EXPECT_EQ(moe.code, 2);
+  EXPECT_NE(moe.err.find("--framework weft: weft train cannot run mixtral-8x7b yet: model layer 0: MoE layers"),
+            std::string::npos)
+      << moe.err;
+  CliRun all = run(with(longseq, {"--framework", "weft", "--all-strategies"}));
+  EXPECT_EQ(all.code, 2);
+  EXPECT_NE(all.err.find("--all-strategies: not used with --framework"), std::string::npos) << all.err;
+  CliRun cp = run(with(with({"estimate"}, k7b), {"--micro-batch", "1", "--tp", "1", "--pp", "1", "--cp", "2",
+                                                 "--framework", "weft"}));
+  EXPECT_EQ(cp.code, 2);
+  EXPECT_NE(cp.err.find("context parallelism (cp=2) is not supported by the weft runtime"), std::string::npos)
+      << cp.err;
+}
+
 }  // namespace
 }  // namespace weft::cli

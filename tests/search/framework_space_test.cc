@@ -1,9 +1,11 @@
 // restrict_to_framework and framework_runs by Framework (weft/search/search.h): the enum and its
-// name give the same restriction, and messages name the framework as the command line spells it.
+// name give the same restriction, messages name the framework as the command line spells it, and
+// weft (its own runtime) is the runtime's restriction and check.
 #include <gtest/gtest.h>
 
 #include <string>
 
+#include "weft/plan/runtime_support.h"
 #include "weft/search/search.h"
 #include "weft/search/uniform.h"
 #include "weft/spec/presets.h"
@@ -62,6 +64,63 @@ TEST(FrameworkSpace, MessagesNameTheFramework) {
   ASSERT_FALSE(unknown.ok());
   EXPECT_EQ(unknown.error().message.rfind("--framework: unknown framework \"jax\" (known: megatron", 0), 0u);
   EXPECT_FALSE(framework_runs(z1, "jax").ok());
+}
+
+// `--framework weft` restricts as no --framework does: restrict_to_runtime(), per-layer plans and
+// uneven stages kept, and the same strategies accepted.
+TEST(FrameworkSpace, WeftIsTheRuntimesRestriction) {
+  SearchOptions runtime, weft, by_name;
+  ASSERT_TRUE(restrict_to_runtime(runtime).ok());
+  ASSERT_TRUE(restrict_to_framework(weft, Framework::kWeft).ok());
+  ASSERT_TRUE(restrict_to_framework(by_name, "weft").ok());
+  for (const SearchOptions* o : {&weft, &by_name}) {
+    EXPECT_TRUE(o->layerwise);
+    EXPECT_TRUE(o->uneven_stages);
+    EXPECT_EQ(o->schedules, runtime.schedules);
+    EXPECT_EQ(o->allow_cp, runtime.allow_cp);
+    EXPECT_EQ(o->allow_ulysses, runtime.allow_ulysses);
+  }
+  EXPECT_EQ(weft.schedules, (std::vector<Schedule>{Schedule::kGpipe, Schedule::k1F1B}));
+  EXPECT_FALSE(weft.allow_cp);
+  int accepted = 0, refused = 0;
+  for (int tp : {1, 2})
+    for (int u : {1, 2})
+      for (int cp : {1, 2})
+        for (int ep : {1, 2})
+          for (int zero = 0; zero <= 3; ++zero) {
+            const LayerStrategy s{.tp = tp, .sp = tp > 1, .ulysses = u, .cp = cp, .dp = 2, .zero = zero, .ep = ep};
+            const bool a = weft.accept(s, nullptr);
+            EXPECT_EQ(a, runtime.accept(s, nullptr)) << label(s);
+            EXPECT_EQ(a, cp == 1 && ep == 1) << label(s);
+            (a ? accepted : refused)++;
+          }
+  EXPECT_GT(accepted, 0);
+  EXPECT_GT(refused, 0);
+
+  SearchOptions interleaved;
+  interleaved.schedules = {Schedule::kInterleaved};
+  const Status st = restrict_to_framework(interleaved, Framework::kWeft);
+  ASSERT_FALSE(st.ok());
+  EXPECT_EQ(st.error().message, "--schedule: weft's runtime has no interleaved schedule yet");
+}
+
+// framework_runs(p, weft) is runtime_supports(p): a per-layer plan the runtime runs is accepted
+// (Megatron refuses it), context parallelism is refused naming the layer and the degree.
+TEST(FrameworkSpace, WeftRunsWhatTheRuntimeRuns) {
+  Plan mixed = llama_plan(LayerStrategy{.tp = 2, .sp = true, .dp = 4, .zero = 1});
+  mixed.stages[0].layers[1] = LayerStrategy{.dp = 8, .zero = 3};
+  EXPECT_TRUE(framework_runs(mixed, Framework::kWeft).ok());
+  EXPECT_TRUE(framework_runs(mixed, "weft").ok());
+  EXPECT_FALSE(framework_runs(mixed, Framework::kMegatron).ok());
+
+  const Plan cp = llama_plan(LayerStrategy{.tp = 2, .cp = 2, .dp = 2});
+  const Status st = framework_runs(cp, Framework::kWeft);
+  ASSERT_FALSE(st.ok());
+  const Status rt = runtime_supports(cp);
+  ASSERT_FALSE(rt.ok());
+  EXPECT_EQ(st.error().message, rt.error().message);
+  EXPECT_NE(st.error().message.find("cp=2"), std::string::npos) << st.error().message;
+  EXPECT_TRUE(framework_runs(cp, Framework::kMegatron).ok());
 }
 
 }  // namespace

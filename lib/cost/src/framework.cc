@@ -14,7 +14,8 @@ namespace {
 constexpr EnumName<Framework> kFrameworkNames[] = {{Framework::kMegatron, "megatron"},
                                                    {Framework::kMegatronDeepSpeed, "megatron-deepspeed"},
                                                    {Framework::kTorchtitan, "torchtitan"},
-                                                   {Framework::kTorchtitanCompile, "torchtitan-compile"}};
+                                                   {Framework::kTorchtitanCompile, "torchtitan-compile"},
+                                                   {Framework::kWeft, "weft"}};
 
 }  // namespace
 
@@ -31,7 +32,10 @@ Result<Framework> framework_from_string(const std::string& name) {
 AnalyticOptions framework_options(Framework f, AnalyticOptions o) {
   o.framework = f;
   switch (f) {
+    // weft's runtime has no traits of its own yet: it is costed as Megatron-LM is (the analytic
+    // model's defaults), so `--framework weft` prices exactly what no --framework does.
     case Framework::kMegatron:
+    case Framework::kWeft:
       o.flash_attention = true;
       o.fused_elementwise = true;
       o.overlap_grad_sync = true;

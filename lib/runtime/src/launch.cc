@@ -9,6 +9,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <climits>
@@ -63,6 +64,13 @@ void write_all(int fd, const std::string& s) {
   }
 }
 
+using Clock = std::chrono::steady_clock;
+
+// The line that starts an error a weft command prints before it exits (bin/weft/cli_main.cc).
+constexpr char kErrorStart[] = "weft: error: ";
+// How long a rank's error is held back waiting for the rank to exit (then printed anyway).
+constexpr double kErrorHoldS = 2.0;
+
 struct Stream {
   int fd = -1;       // read end of the pipe, -1 when closed
   int out = 1;       // where lines go: 1 stdout, 2 stderr
@@ -75,24 +83,118 @@ struct Child {
   bool running = false;
   int status = 0;
   Stream streams[2];
+  std::string error;       // a held error: its "weft: error: " line and the stderr lines after it
+  Clock::time_point error_at;
 };
 
-void flush_lines(Stream& s, const std::string& prefix, bool final) {
-  size_t start = 0;
-  for (;;) {
-    const size_t nl = s.pending.find('\n', start);
-    if (nl == std::string::npos) break;
-    write_all(s.out, prefix + s.pending.substr(start, nl - start + 1));
-    start = nl + 1;
-  }
-  s.pending.erase(0, start);
-  if (final && !s.pending.empty()) {
-    write_all(s.out, prefix + s.pending + "\n");
-    s.pending.clear();
-  }
+void message(const std::string& m) { write_all(2, "weft launch: " + m + "\n"); }
+
+// "rank 2" or "ranks 0, 2", in rank order.
+std::string rank_list(std::vector<int> ranks) {
+  std::sort(ranks.begin(), ranks.end());
+  std::string out = ranks.size() == 1 ? "rank " : "ranks ";
+  for (size_t i = 0; i < ranks.size(); ++i) out += (i ? ", " : "") + std::to_string(ranks[i]);
+  return out;
 }
 
-void message(const std::string& m) { write_all(2, "weft launch: " + m + "\n"); }
+// Where the ranks' lines go. Every line gets the "[rank] " prefix (unless --no-prefix), except:
+// a stdout line that starts with '{' is passed through as it is, so that JSON lines stay JSON
+// lines; and an error (a stderr line starting "weft: error: ", with the stderr lines after it) is
+// held until its rank exits (at most kErrorHoldS), then printed once: the same error from another
+// rank is not repeated, and the end of the job names the ranks that reported it too.
+class Output {
+ public:
+  explicit Output(bool prefix) : prefix_(prefix) {}
+
+  // Writes (or holds) the complete lines of s; with `final`, also what is left after the last
+  // newline, as a line.
+  void flush(Child& c, Stream& s, bool final) {
+    size_t start = 0;
+    for (;;) {
+      const size_t nl = s.pending.find('\n', start);
+      if (nl == std::string::npos) break;
+      line(c, s.out, s.pending.substr(start, nl - start + 1));
+      start = nl + 1;
+    }
+    s.pending.erase(0, start);
+    if (final && !s.pending.empty()) {
+      line(c, s.out, s.pending + "\n");
+      s.pending.clear();
+    }
+  }
+
+  // Prints c's held error, or notes that it repeats one already printed.
+  void release(Child& c) {
+    if (c.error.empty()) return;
+    for (Printed& p : printed_)
+      if (p.text == c.error) {
+        p.also.push_back(c.rank);
+        c.error.clear();
+        return;
+      }
+    write_all(2, prefix_of(c) + c.error);
+    printed_.push_back({c.error, c.rank, {}});
+    c.error.clear();
+  }
+
+  // Releases every error held longer than kErrorHoldS.
+  void release_old(std::vector<Child>& kids, Clock::time_point now) {
+    for (Child& c : kids)
+      if (!c.error.empty() && now - c.error_at > std::chrono::duration<double>(kErrorHoldS)) release(c);
+  }
+
+  // "rank 0 reported the same error as rank 1", once per error that others repeated.
+  void name_repeats() const {
+    for (const Printed& p : printed_)
+      if (!p.also.empty()) message(rank_list(p.also) + " reported the same error as rank " + std::to_string(p.rank));
+  }
+
+ private:
+  struct Printed {
+    std::string text;
+    int rank = 0;
+    std::vector<int> also;  // ranks whose error was the same text
+  };
+
+  std::string prefix_of(const Child& c) const { return prefix_ ? "[" + std::to_string(c.rank) + "] " : ""; }
+
+  void line(Child& c, int out, const std::string& l) {
+    if (out == 2 && (!c.error.empty() || l.rfind(kErrorStart, 0) == 0)) {
+      if (c.error.empty()) c.error_at = Clock::now();
+      c.error += l;
+      return;
+    }
+    write_all(out, (out == 1 && l[0] == '{' ? "" : prefix_of(c)) + l);
+  }
+
+  bool prefix_;
+  std::vector<Printed> printed_;
+};
+
+// Reads what stream s holds now without waiting (the pipe's read end is non-blocking); closes it
+// at end of file. Returns false once nothing more is there.
+bool read_some(Child& c, Stream& s, Output& out) {
+  char buf[65536];
+  const ssize_t got = read(s.fd, buf, sizeof buf);
+  if (got > 0) {
+    s.pending.append(buf, static_cast<size_t>(got));
+    out.flush(c, s, false);
+    return true;
+  }
+  if (got < 0 && errno == EINTR) return true;
+  if (got < 0 && errno == EAGAIN) return false;  // nothing more for now
+  out.flush(c, s, true);                          // end of file (or a read error)
+  close(s.fd);
+  s.fd = -1;
+  return false;
+}
+
+// Everything an exited rank wrote before it exited (its pipes hold it all).
+void drain(Child& c, Output& out) {
+  for (Stream& s : c.streams)
+    while (s.fd >= 0 && read_some(c, s, out)) {
+    }
+}
 
 std::string describe_status(int status) {
   if (WIFEXITED(status)) return "exited with code " + std::to_string(WEXITSTATUS(status));
@@ -167,6 +269,8 @@ int launch(const LaunchOptions& o) {
     }
     close(pout[1]);
     close(perr[1]);
+    fcntl(pout[0], F_SETFL, fcntl(pout[0], F_GETFL) | O_NONBLOCK);
+    fcntl(perr[0], F_SETFL, fcntl(perr[0], F_GETFL) | O_NONBLOCK);
     Child& c = kids[r];
     c.rank = r;
     c.pid = pid;
@@ -175,11 +279,12 @@ int launch(const LaunchOptions& o) {
     c.streams[1] = {perr[0], 2, {}};
   }
 
+  Output out(o.prefix);
   int running = o.nprocs;
   int first_failed = -1;
   int exit_code = 0;
   bool term_sent = false, kill_sent = false;
-  auto term_time = std::chrono::steady_clock::now();
+  auto term_time = Clock::now();
   auto stop_all = [&](int sig) {
     for (auto& c : kids)
       if (c.running) {
@@ -209,18 +314,7 @@ int launch(const LaunchOptions& o) {
         for (size_t i = 0; i < fds.size(); ++i) {
           if (!(fds[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
           Child& c = kids[who[i].first];
-          Stream& s = c.streams[who[i].second];
-          char buf[65536];
-          const ssize_t got = read(s.fd, buf, sizeof buf);
-          const std::string prefix = o.prefix ? "[" + std::to_string(c.rank) + "] " : "";
-          if (got > 0) {
-            s.pending.append(buf, static_cast<size_t>(got));
-            flush_lines(s, prefix, false);
-          } else if (got == 0 || (errno != EINTR && errno != EAGAIN)) {
-            flush_lines(s, prefix, true);
-            close(s.fd);
-            s.fd = -1;
-          }
+          read_some(c, c.streams[who[i].second], out);
         }
       }
     } else {
@@ -231,7 +325,7 @@ int launch(const LaunchOptions& o) {
       message(std::string("received ") + strsignal(g_forward_signal) + "; stopping all ranks");
       stop_all(SIGTERM);
       term_sent = true;
-      term_time = std::chrono::steady_clock::now();
+      term_time = Clock::now();
       if (exit_code == 0) exit_code = 128 + g_forward_signal;
     }
 
@@ -243,6 +337,10 @@ int launch(const LaunchOptions& o) {
       c.running = false;
       c.status = st;
       --running;
+      // Its error first (the first rank to fail prints it; the others' copies are not repeated),
+      // then what the launcher does about it.
+      drain(c, out);
+      out.release(c);
       const bool ok = WIFEXITED(st) && WEXITSTATUS(st) == 0;
       if (!ok && first_failed < 0 && !term_sent) {
         first_failed = c.rank;
@@ -251,11 +349,12 @@ int launch(const LaunchOptions& o) {
                 (running > 0 ? "; stopping the other " + std::to_string(running) + " rank(s)" : ""));
         stop_all(SIGTERM);
         term_sent = true;
-        term_time = std::chrono::steady_clock::now();
+        term_time = Clock::now();
       }
     }
+    out.release_old(kids, Clock::now());
     if (term_sent && !kill_sent && running > 0 &&
-        std::chrono::steady_clock::now() - term_time > std::chrono::duration<double>(o.grace_s)) {
+        Clock::now() - term_time > std::chrono::duration<double>(o.grace_s)) {
       char b[96];
       std::snprintf(b, sizeof b, "ranks still running %g s after SIGTERM; sending SIGKILL", o.grace_s);
       message(b);
@@ -263,6 +362,8 @@ int launch(const LaunchOptions& o) {
       kill_sent = true;
     }
   }
+  for (Child& c : kids) out.release(c);  // what a rank's children wrote after it exited
+  out.name_repeats();
   sigaction(SIGINT, &old_int, nullptr);
   sigaction(SIGTERM, &old_term, nullptr);
   return exit_code;

@@ -1,5 +1,6 @@
 // What each training framework can run, as search restrictions and as a plan check
-// (docs/search.md, "Frameworks"), and what weft's own runtime runs ("weft's runtime").
+// (docs/search.md, "Frameworks"), and what weft's own runtime runs ("weft's runtime"; the
+// framework named weft).
 #include <string>
 #include <utility>
 
@@ -27,6 +28,8 @@ std::string refusal(Framework f, const LayerStrategy& s) {
       if (s.zero < 2 && s.shard_group() > 1) return "zero=" + S(s.zero) + " (it offers ZeRO 2, 3: FSDP2)";
       if (s.tp > 1 && !s.sp) return "tp=" + S(s.tp) + " without sequence parallelism (its TP always shards the sequence)";
       return "";
+    // Not reached: restrict_to_framework and framework_runs hand weft to the runtime's own rules.
+    case Framework::kWeft: return runtime_strategy_refusal(s);
   }
   return "";
 }
@@ -34,6 +37,7 @@ std::string refusal(Framework f, const LayerStrategy& s) {
 }  // namespace
 
 Status restrict_to_framework(SearchOptions& opt, Framework f) {
+  if (f == Framework::kWeft) return restrict_to_runtime(opt);
   const bool titan = f == Framework::kTorchtitan || f == Framework::kTorchtitanCompile;
   opt.layerwise = false;
   // Megatron splits the layers evenly over the stages (its exports allow no other split but a
@@ -59,6 +63,7 @@ Status restrict_to_framework(SearchOptions& opt, const std::string& name) {
 }
 
 Status framework_runs(const Plan& p, Framework f) {
+  if (f == Framework::kWeft) return runtime_supports(p);
   auto fail = [&](const std::string& what) {
     return Error{ErrorKind::kBadInput, what + ": framework " + to_string(f) + " cannot run it"};
   };

@@ -50,7 +50,7 @@ struct SearchResult {
   SearchStats stats;
 };
 
-// What a training framework can run (docs/search.md, "Frameworks"): every framework
+// What a training framework can run (docs/search.md, "Frameworks"): every framework but weft
 // (weft/cost/framework.h) applies one strategy to all layers (expert parallelism on the MoE
 // layers), so `opt` becomes uniform (with even stages, except for torchtitan). megatron runs
 // everything else (Ulysses as all-to-all context parallelism, ZeRO-2/3 as Megatron FSDP);
@@ -58,16 +58,17 @@ struct SearchResult {
 // with Megatron-SP, ZeRO 0-1 (DeepSpeed's pipeline engine takes no more) and DeepSpeed's 1F1B
 // pipeline only; torchtitan (and torchtitan-compile) has no Ulysses, shards data parallelism with
 // FSDP2 (ZeRO 2 or 3) and always uses sequence parallelism with tensor parallelism. Schedules the
-// user chose that the framework lacks are an error naming them.
+// user chose that the framework lacks are an error naming them. weft (its own runtime) is
+// restrict_to_runtime() below: per-layer plans and uneven stages stay.
 Status restrict_to_framework(SearchOptions& opt, Framework framework);
 // Whether plan p uses only what `framework` runs (the same rules); the error names the layer, the
-// field and the framework.
+// field and the framework. For weft it is runtime_supports(p) (weft/plan/runtime_support.h).
 Status framework_runs(const Plan& p, Framework framework);
 // The two above for a framework given by name; the error of framework_from_string() if it names none.
 Status restrict_to_framework(SearchOptions& opt, const std::string& framework);
 Status framework_runs(const Plan& p, const std::string& framework);
-// What weft's own runtime (`weft train`) runs (docs/search.md, "weft's runtime";
-// weft/plan/runtime_support.h): no context parallelism, no expert parallelism (ep = 1 on every
+// What weft's own runtime (`weft train`, the framework named weft) runs (docs/search.md, "weft's
+// runtime"; weft/plan/runtime_support.h): no context parallelism, no expert parallelism (ep = 1 on every
 // layer), gpipe and 1f1b only (no interleaving). Per-layer plans, uneven stages, Ulysses,
 // Megatron-SP, ZeRO 0-3 and recompute all stay. A schedule the user chose that the runtime lacks is
 // an error naming it. Only the space is restricted: whether the runtime can run the model at all
