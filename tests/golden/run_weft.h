@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <string>
@@ -32,7 +33,8 @@ inline std::string read_all(FILE* f) {
 
 // Each argument is passed as one word (shell-quoted).
 inline Output run_weft(const std::vector<std::string>& args) {
-  const std::string err_path = testing::TempDir() + "weft_golden.err";
+  // One file per test process: the golden tests run side by side under ctest -j.
+  const std::string err_path = testing::TempDir() + "weft_golden_" + std::to_string(getpid()) + ".err";
   std::string cmd = std::string(WEFT_BINARY_DIR) + "/bin/weft";
   for (const auto& a : args) cmd += " " + quote(a);
   cmd += " 2>" + quote(err_path);
@@ -46,6 +48,7 @@ inline Output run_weft(const std::vector<std::string>& args) {
     r.err = read_all(e);
     std::fclose(e);
   }
+  std::remove(err_path.c_str());
   return r;
 }
 
