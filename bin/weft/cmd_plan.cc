@@ -63,7 +63,7 @@ struct PlanFlags {
   std::string format = "table";
   std::string report;         // --report FILE: the HTML report of the result
   std::string galvatron_out;  // --galvatron-out FILE: the best plan as a Galvatron strategy
-  std::string dtype = "bf16";         // --dtype
+  std::string dtype;                 // --dtype; empty: default_dtype(gpu)
   std::vector<int> pp;                // --pp 1,2,4: pipeline degrees to consider (default all)
   std::vector<std::string> schedules; // --schedule gpipe,1f1b,interleaved (default all)
   int max_tp = 0;                     // --max-tp (default: GPUs per node)
@@ -71,13 +71,20 @@ struct PlanFlags {
   bool all_strategies = false;        // --all-strategies: not only what weft's runtime runs
 };
 
+// --dtype as given, else bf16 where the GPU runs it and fp16 where it does not (a V100), as
+// Megatron users choose --bf16 or --fp16 by GPU.
+DType dtype_or_default(const std::string& flag, const GpuSpec& gpu) {
+  if (!flag.empty()) return unwrap(dtype_from_string(flag));
+  return gpu.runs(DType::kBf16) ? DType::kBf16 : DType::kFp16;
+}
+
 void run_plan(const PlanFlags& f) {
   Inputs in = unwrap(load_inputs(f.in));
   SearchOptions opt;
   opt.seq = f.seq;
   opt.global_batch = f.global_batch;
   opt.top_k = f.top;
-  opt.dtype = unwrap(dtype_from_string(f.dtype));
+  opt.dtype = dtype_or_default(f.dtype, in.cluster.gpu);
   opt.pp_degrees = f.pp;
   for (const std::string& s : f.schedules) opt.schedules.push_back(unwrap(schedule_from_string(s)));
   opt.max_tp = f.max_tp;
@@ -214,7 +221,7 @@ struct EstimateFlags {
   std::string recompute = "none";
   bool sequence_parallel = false;
   std::string schedule;
-  std::string dtype = "bf16";
+  std::string dtype;  // empty: default_dtype(gpu)
   std::string format = "table";
   std::string out;
 };
@@ -291,7 +298,7 @@ Plan plan_from_flags(const EstimateFlags& f, const Inputs& in) {
   t.vp = f.vp;
   if (f.schedule.empty()) t.schedule = f.vp > 1 ? Schedule::kInterleaved : Schedule::k1F1B;
   else t.schedule = unwrap(schedule_from_string(f.schedule));
-  t.dtype = unwrap(dtype_from_string(f.dtype));
+  t.dtype = dtype_or_default(f.dtype, in.cluster.gpu);
   LayerStrategy s;
   s.tp = f.tp;
   s.sp = f.sequence_parallel;
@@ -372,9 +379,10 @@ void register_plan_commands(CLI::App& app) {
     cmd->add_option("--global-batch,--global-batch-size", fl->global_batch, "Samples per optimizer step")
         ->required();
     cmd->add_option("--top", fl->top, "How many plans to list")->capture_default_str();
-    cmd->add_option("--dtype", fl->dtype, "Compute dtype (fp32 master weights and Adam states either way)")
-        ->check(CLI::IsMember({"fp32", "bf16", "fp16", "fp8"}))
-        ->capture_default_str();
+    cmd->add_option("--dtype", fl->dtype,
+                    "Compute dtype (default bf16, fp16 on a GPU without bf16; fp32 master weights and Adam states "
+                    "either way)")
+        ->check(CLI::IsMember({"fp32", "bf16", "fp16", "fp8"}));
     cmd->add_option("--pp,--pipeline-model-parallel-size", fl->pp,
                     "Pipeline degrees to consider, e.g. 1,2,4 (default: all that divide)")
         ->delimiter(',');
@@ -423,9 +431,8 @@ void register_plan_commands(CLI::App& app) {
     cmd->add_flag("--sequence-parallel", fl->sequence_parallel, "Megatron sequence parallelism on the tp group");
     cmd->add_option("--schedule", fl->schedule, "gpipe, 1f1b or interleaved (default: 1f1b, interleaved if vp > 1)")
         ->check(CLI::IsMember({"gpipe", "1f1b", "interleaved"}));
-    cmd->add_option("--dtype", fl->dtype, "Compute dtype")
-        ->check(CLI::IsMember({"fp32", "bf16", "fp16", "fp8"}))
-        ->capture_default_str();
+    cmd->add_option("--dtype", fl->dtype, "Compute dtype (default bf16, fp16 on a GPU without bf16)")
+        ->check(CLI::IsMember({"fp32", "bf16", "fp16", "fp8"}));
     cmd->add_option("--format", fl->format, "Output on stdout: table or json")
         ->check(CLI::IsMember({"table", "json"}))
         ->capture_default_str();

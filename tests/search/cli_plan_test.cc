@@ -48,6 +48,22 @@ TEST(CliPlan, TableFitsIn80Columns) {
   }
 }
 
+TEST(CliPlan, DtypeDefaultsToWhatTheGpuRuns) {
+  const std::vector<std::string> v100{"--model", "llama-2-7b", "--cluster", "v100-32gb", "--gpus", "32", "--seq",
+                                      "2048", "--global-batch", "128", "--format", "json"};
+  CliRun r = run(with({"plan"}, v100));
+  ASSERT_EQ(r.code, 0) << r.err;
+  const Json j = Json::parse(r.out);
+  EXPECT_EQ(j["plan"]["train"]["dtype"], "fp16") << "a V100 has no bf16";
+  EXPECT_LT(j["model_tflops_per_gpu"].get<double>(), 125.0) << "the V100's fp16 peak";
+  CliRun bf16 = run(with(with({"plan"}, v100), {"--dtype", "bf16"}));
+  EXPECT_EQ(bf16.code, 2);
+  EXPECT_NE(bf16.err.find("--dtype: V100-SXM2-32GB has no bf16 (it runs fp32, fp16)"), std::string::npos) << bf16.err;
+  CliRun a100 = run(with({"plan"}, with(k7b, {"--format", "json"})));
+  ASSERT_EQ(a100.code, 0) << a100.err;
+  EXPECT_EQ(Json::parse(a100.out)["plan"]["train"]["dtype"], "bf16");
+}
+
 TEST(CliPlan, JsonAndPlanFileRoundTripThroughEstimate) {
   const std::string out = tmp("cli_plan_test_plan.json");
   CliRun r = run(with(with({"plan"}, k7b), {"--format", "json", "--top", "2", "--out", out}));
