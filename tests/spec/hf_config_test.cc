@@ -194,5 +194,40 @@ TEST(HfConfig, UnknownTypeWithStandardKeysIsADecoderWithWarning) {
   EXPECT_DOUBLE_EQ(total_params(m), 1100048384.0);
 }
 
+// An unknown model_type whose config speaks of experts in keys weft does not read (OLMoE's
+// num_experts, Qwen-MoE's spelling) is refused, naming the keys, instead of read as a dense model.
+TEST(HfConfig, UnknownTypeWithUnreadMoeKeysIsRefused) {
+  Json j = read_json_file(kData + "/unknown-decoder.config.json");
+  EXPECT_TRUE(model_from_hf_config(j).ok());  // dense: read, with the warning
+  j["num_experts"] = 64;
+  j["num_experts_per_tok"] = 8;
+  j["router_aux_loss_coef"] = 0.01;
+  testing::internal::CaptureStderr();
+  const Result<ModelSpec> r = model_from_hf_config(j, "olmoe.json");
+  testing::internal::GetCapturedStderr();
+  ASSERT_FALSE(r.ok());
+  const std::string msg = r.error().message;
+  EXPECT_NE(msg.find("num_experts, num_experts_per_tok, router_aux_loss_coef"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("example_lm"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("num_local_experts"), std::string::npos) << msg;  // says what weft does read
+}
+
+// With Mixtral's keys the experts are read; a routing key weft does not model is named in a warning.
+TEST(HfConfig, UnknownTypeWithMixtralKeysNamesTheKeysItIgnores) {
+  Json j = read_json_file(kData + "/unknown-decoder.config.json");
+  j["num_local_experts"] = 8;
+  j["num_experts_per_tok"] = 2;
+  j["router_jitter_noise"] = 0.1;
+  testing::internal::CaptureStderr();
+  const Result<ModelSpec> r = model_from_hf_config(j, "custom-moe.json");
+  const std::string err = testing::internal::GetCapturedStderr();
+  ASSERT_TRUE(r.ok()) << r.error().message;
+  EXPECT_EQ(r->groups[0].shape.moe.experts, 8);
+  EXPECT_EQ(r->groups[0].shape.moe.top_k, 2);
+  EXPECT_NE(err.find("not read"), std::string::npos) << err;
+  EXPECT_NE(err.find("router_jitter_noise"), std::string::npos) << err;
+  EXPECT_EQ(err.find("num_local_experts,"), std::string::npos) << err;  // read keys are not listed
+}
+
 }  // namespace
 }  // namespace weft

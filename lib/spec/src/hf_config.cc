@@ -4,6 +4,7 @@
 #include "weft/spec/hf_config.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cstdio>
 #include <optional>
 #include <string>
@@ -331,6 +332,54 @@ ModelSpec t5(const JsonObj& o) {
   return m;
 }
 
+// Keys of a Mixture-of-Experts config that weft reads from an unknown model_type: Mixtral's
+// (num_local_experts) and DeepSeek's (n_routed_experts) spellings.
+constexpr std::string_view kReadMoeKeys[] = {"num_local_experts", "num_experts_per_tok", "n_routed_experts",
+                                             "moe_intermediate_size", "n_shared_experts", "first_k_dense_replace",
+                                             "moe_layer_freq"};
+
+// The keys of config j that speak of experts or routing (names with "expert", "moe" or "router").
+std::vector<std::string> moe_keys(const Json& j) {
+  std::vector<std::string> out;
+  for (const auto& [key, value] : j.items()) {
+    std::string k = key;
+    for (char& c : k) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    if (k.find("expert") != std::string::npos || k.find("moe") != std::string::npos ||
+        k.find("router") != std::string::npos)
+      out.push_back(key);
+  }
+  return out;
+}
+
+std::string joined(const std::vector<std::string>& v) {
+  std::string out;
+  for (const auto& s : v) out += (out.empty() ? "" : ", ") + s;
+  return out;
+}
+
+// An unknown model_type read as a Llama-style decoder must not silently drop its experts: with
+// MoE keys weft does not read and no expert layer read, refuse naming the keys; with expert layers
+// read, warn naming the keys left out.
+void check_unknown_moe_keys(const JsonObj& o, const ModelSpec& m, const std::string& type) {
+  std::vector<std::string> ignored;
+  for (const auto& k : moe_keys(o.json())) {
+    bool read = false;
+    for (auto r : kReadMoeKeys) read = read || k == r;
+    if (!read) ignored.push_back(k);
+  }
+  bool has_moe = false;
+  for (const auto& g : m.groups) has_moe = has_moe || g.shape.moe.enabled();
+  if (!has_moe && !moe_keys(o.json()).empty())
+    o.fail(moe_keys(o.json()).front(),
+           "model_type \"" + type + "\" is not one weft knows and its config has Mixture-of-Experts keys (" +
+               joined(moe_keys(o.json())) +
+               ") that a Llama-style reading would drop; weft reads experts from model_type mixtral, qwen2_moe, "
+               "deepseek_v2 or deepseek_v3, or from an unknown type with Mixtral's num_local_experts or "
+               "DeepSeek's n_routed_experts keys (or write a weft model JSON)");
+  if (has_moe && !ignored.empty())
+    warn("model_type \"" + type + "\": Mixture-of-Experts keys not read (costed without them): " + joined(ignored));
+}
+
 // The keys an unknown model_type must carry to be read as a Llama-style decoder.
 constexpr std::string_view kStandardKeys[] = {"hidden_size", "num_hidden_layers", "num_attention_heads",
                                               "intermediate_size", "vocab_size"};
@@ -369,6 +418,7 @@ Result<ModelSpec> model_from_hf_config(const Json& j, const std::string& path) {
       case Family::kT5: m = t5(o); break;
       default: m = llama_like(o, *fam, type); break;
     }
+    if (*fam == Family::kGeneric) check_unknown_moe_keys(o, m, type);
     m.name = model_name(o, path, type);
     Status st = validate(m);
     if (!st.ok()) return st.error().with_context(path);
