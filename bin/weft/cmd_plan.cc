@@ -204,7 +204,7 @@ void run_plan(const PlanFlags& f) {
   std::printf("searched %lld configurations in %s\n", r.stats.configurations, duration_text(r.stats.wall_s).c_str());
   std::fputs(notes_text(notes).c_str(), stdout);
   std::printf("\n");
-  std::fputs(plan_table(best, eb, r.best_uniform, eu).c_str(), stdout);
+  std::fputs(plan_table(best, eb, r.best_uniform, eu, in.margin).c_str(), stdout);
   std::printf("\n");
   std::fputs(layers_table(best).c_str(), stdout);
   if (r.top.size() > 1) std::printf("\n%s", ranking_table(r.top).c_str());
@@ -357,7 +357,7 @@ void run_estimate(const EstimateFlags& f, const CLI::App& cmd) {
                 in.cost().source().c_str());
     std::printf("layers %s, embedding %s\n\n", p.uniform() ? label(*p.uniform_strategy()).c_str() : "per layer",
                 label(p.embedding).c_str());
-    std::fputs(estimate_table(p, e).c_str(), stdout);
+    std::fputs(estimate_table(p, e, in.margin).c_str(), stdout);
     if (!notes.empty()) std::printf("\n");
     std::fputs(notes_text(notes).c_str(), stdout);
     if (!f.out.empty()) std::printf("\nplan written to %s\n", f.out.c_str());
@@ -365,7 +365,10 @@ void run_estimate(const EstimateFlags& f, const CLI::App& cmd) {
   if (!e.fits)
     fail(Error{ErrorKind::kNoFit, "the plan needs " + printf_str("%.1f", to_gib(e.peak_memory)) +
                                       " GiB per GPU but the cost model allows " + printf_str("%.1f", to_gib(e.memory_budget)) +
-                                      " GiB of the " + printf_str("%.1f", p.cluster.gpu.memory_gib) + " GiB device"});
+                                      " GiB of the " + printf_str("%.1f", p.cluster.gpu.memory_gib) + " GiB device" +
+                                      (in.margin ? " (its reserves and a margin of " + to_string(*in.margin) +
+                                                       "; --memory-margin sets the margin)"
+                                                 : "")});
 }
 
 }  // namespace

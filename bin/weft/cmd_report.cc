@@ -11,6 +11,7 @@
 #include "weft/plan/plan.h"
 #include "weft/report/export.h"
 #include "weft/report/html.h"
+#include "weft/report/plan_text.h"
 #include "weft/cost/schedule.h"
 #include "weft/report/summary.h"
 #include "weft/report/trace.h"
@@ -109,8 +110,8 @@ void run_report(const ReportFlags& fl) {
     return;
   }
   std::printf("Wrote %s\n", fl.out.c_str());
-  std::printf("  step %.4f s (simulated %.4f s), %.0f tokens/s, MFU %.1f%%\n", e.step_time.value(), sim.makespan_s,
-              e.tokens_per_s, 100.0 * e.mfu);
+  std::printf("  step %.4f s (simulated %.4f s), %.0f tokens/s, MFU %s\n", e.step_time.value(), sim.makespan_s,
+              e.tokens_per_s, utilisation_text(e).c_str());
   std::printf("  peak memory %.2f GiB of a %.2f GiB budget%s\n", to_gib(e.peak_memory), to_gib(e.memory_budget),
               e.fits ? "" : "  (DOES NOT FIT)");
   std::printf("  pictures: pipeline timeline, memory per stage, per-layer strategy map,\n"

@@ -2,7 +2,9 @@
 
 #include "weft/calibration/hardware_profile.h"
 #include "weft/calibration/model_profile.h"
+#include "weft/core/format.h"
 #include "weft/cost/analytic.h"
+#include "weft/cost/memory.h"
 #include "weft/galvatron/model_config.h"
 #include "weft/galvatron/setup.h"
 #include "weft/spec/presets.h"
@@ -33,6 +35,10 @@ void add_input_flags(CLI::App* cmd, InputFlags& f) {
                   "Host time per Python autograd Function in us, for weft's analytic model (default 20)");
   cmd->add_option("--compute-time-scale", f.compute_time_scale,
                   "In-training / best-case GPU kernel time, for weft's analytic model (default 1.154)");
+  cmd->add_option("--memory-margin", f.memory_margin,
+                  "Memory per GPU kept free beyond the modelled reserves (CUDA context, NCCL buffers, allocator "
+                  "fragmentation): a share of the device, e.g. 10%, or an amount, e.g. 4GiB (default " +
+                      to_string(MemoryMargin{}) + ")");
 }
 
 namespace {
@@ -73,6 +79,26 @@ Result<AnalyticFlags> analytic_flags(const InputFlags& f) {
   if (f.host_function_us >= 0) out.options.host_function_us = f.host_function_us;
   if (f.compute_time_scale >= 0) out.options.compute_time_scale = f.compute_time_scale;
   return out;
+}
+
+// --memory-margin parsed (its default when not given); an error with Galvatron's cost model, whose
+// budget keeps Galvatron's own reserve.
+Result<MemoryMargin> memory_margin_flag(const InputFlags& f) {
+  if (f.memory_margin.empty()) return MemoryMargin{};
+  if (f.cost_model == "galvatron")
+    return Error{ErrorKind::kBadInput, "--memory-margin: sets the budget of weft's cost models; Galvatron's "
+                                       "(--cost-model galvatron) keeps its own reserve"};
+  return parse_memory_margin(f.memory_margin);
+}
+
+// A margin that leaves nothing of the device for the plan is an error naming the flag.
+Status check_margin_fits(const InputFlags& f, const MemoryMargin& m, const ClusterSpec& c) {
+  if (f.memory_margin.empty()) return Status{};
+  const MemoryBudget b = memory_budget(c, m);
+  if (b.budget.value() > 0) return Status{};
+  return Error{ErrorKind::kBadInput, "--memory-margin: \"" + f.memory_margin + "\" leaves nothing of the " +
+                                         printf_str("%.1f", c.gpu.memory_gib) + " GiB device once its reserves (" +
+                                         printf_str("%.1f", to_gib(b.process)) + " GiB) are kept"};
 }
 
 // Reads the files the cost-model flags name, each once (`hw` and `yaml`: the hardware profile and
@@ -118,6 +144,10 @@ Result<galvatron::CostModelSetup> build_cost_model(const InputFlags& f, const An
 Result<std::unique_ptr<CostModel>> load_cost_model(const InputFlags& f, const ModelSpec& m, const ClusterSpec& c) {
   auto analytic = analytic_flags(f);
   if (!analytic.ok()) return analytic.error();
+  auto margin = memory_margin_flag(f);
+  if (!margin.ok()) return margin.error();
+  if (Status st = check_margin_fits(f, *margin, c); !st.ok()) return st.error();
+  analytic->options.memory_margin = *margin;
   auto setup = build_cost_model(f, analytic->options, std::nullopt, std::nullopt, m, c);
   if (!setup.ok()) return setup.error();
   return std::move(setup->cost);
@@ -169,6 +199,11 @@ Result<Inputs> load_inputs(const InputFlags& f, const ModelSpec* fallback_model,
   auto analytic = analytic_flags(f);
   if (!analytic.ok()) return analytic.error();
   in.framework = analytic->framework;
+  auto margin = memory_margin_flag(f);
+  if (!margin.ok()) return margin.error();
+  if (Status st = check_margin_fits(f, *margin, in.cluster); !st.ok()) return st.error();
+  analytic->options.memory_margin = *margin;
+  if (f.cost_model != "galvatron") in.margin = *margin;
   auto setup = build_cost_model(f, analytic->options, std::move(hw), std::move(yaml), in.model, in.cluster);
   if (!setup.ok()) return setup.error();
   in.setup = std::move(setup).value();

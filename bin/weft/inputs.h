@@ -10,6 +10,7 @@
 
 #include "weft/cost/cost_model.h"
 #include "weft/cost/framework.h"
+#include "weft/cost/memory.h"
 #include "weft/galvatron/setup.h"
 #include "weft/spec/cluster.h"
 #include "weft/spec/model.h"
@@ -32,6 +33,9 @@ struct InputFlags {
   double host_op_us = -1;           // --host-op-us
   double host_function_us = -1;     // --host-function-us
   double compute_time_scale = -1;   // --compute-time-scale
+  // Memory per GPU kept free beyond the modelled reserves (weft/cost/memory.h, MemoryMargin): "10%"
+  // or "4GiB"; empty = the default (kDefaultMemoryMarginPercent of the device).
+  std::string memory_margin;        // --memory-margin
 };
 
 // Adds the flags above to cmd. `need_model` false for commands where a plan supplies them.
@@ -42,6 +46,9 @@ struct Inputs {
   ClusterSpec cluster;
   galvatron::CostModelSetup setup;       // the cost model (galvatron::make_cost_model)
   std::optional<Framework> framework;    // --framework, when given
+  // The margin weft's models keep free (--memory-margin or its default); none under Galvatron's
+  // model, which keeps its own reserve.
+  std::optional<MemoryMargin> margin;
   const CostModel& cost() const { return *setup.cost; }
 };
 

@@ -93,5 +93,44 @@ TEST(KernelModel, Fp8FallsBackWithoutFp8Units) {
   EXPECT_LT(h8.gemm(8192, 8192, 8192).value(), 0.6 * hb.gemm(8192, 8192, 8192).value());
 }
 
+// Attention rates follow the measured curves (Shah et al. 2024, Figs. 5-6; docs/cost-model.md §2.2).
+TEST(FlashAttentionRates, HopperCurvesByHand) {
+  GpuSpec h;
+  h.name = "H100-SXM5-80GB";
+  // FlashAttention-2, causal, head dim 128, 16k: 335 forward; backward 322 x 335 / 370.
+  AttentionRates r = flash_attention_rates(h, AttentionKernel::kFlash2, 16384, 128, true);
+  EXPECT_NEAR(r.fwd, 335.0 / 989, 1e-12);
+  EXPECT_NEAR(r.bwd, 322.0 * 335 / 370 / 989, 1e-12);
+  // Beyond the measured lengths the rate holds flat; between them it is log-linear.
+  EXPECT_DOUBLE_EQ(flash_attention_rates(h, AttentionKernel::kFlash2, 65536, 128, true).fwd, r.fwd);
+  EXPECT_NEAR(flash_attention_rates(h, AttentionKernel::kFlash2, 1448.15, 128, false).fwd,
+              (350 + 0.5 * (362 - 350)) / 989.0, 1e-3);
+  // cuDNN non-causal at 2k: 617 forward, 465 backward; head dim 64: x 395 / 617.
+  r = flash_attention_rates(h, AttentionKernel::kCudnn, 2048, 128, false);
+  EXPECT_NEAR(r.fwd, 617.0 / 989, 1e-12);
+  EXPECT_NEAR(r.bwd, 465.0 / 989, 1e-12);
+  EXPECT_NEAR(flash_attention_rates(h, AttentionKernel::kCudnn, 2048, 64, false).fwd, 395.0 / 989, 1e-12);
+  // head dim 96: half way between the two
+  EXPECT_NEAR(flash_attention_rates(h, AttentionKernel::kCudnn, 2048, 96, false).fwd, (617.0 + 395) / 2 / 989, 1e-12);
+  // FlashAttention-3 is faster than FlashAttention-2 at every length on Hopper.
+  for (double s : {512.0, 2048.0, 8192.0, 131072.0}) {
+    EXPECT_GT(flash_attention_rates(h, AttentionKernel::kFlash3, s, 128, true).fwd,
+              flash_attention_rates(h, AttentionKernel::kFlash2, s, 128, true).fwd);
+    EXPECT_GT(flash_attention_rates(h, AttentionKernel::kFlash3, s, 128, true).bwd,
+              flash_attention_rates(h, AttentionKernel::kFlash2, s, 128, true).bwd);
+  }
+}
+
+// Ampere runs FlashAttention-2 whatever is asked: 60 % / 50 % causal at 16k, the H100 curve's
+// shape elsewhere (causal 2k forward: 0.60 x 298 / 335).
+TEST(FlashAttentionRates, AmpereIsFlashAttention2ScaledToItsPlateau) {
+  for (AttentionKernel k : {AttentionKernel::kFlash2, AttentionKernel::kCudnn, AttentionKernel::kFlash3}) {
+    const AttentionRates r = flash_attention_rates(a100(), k, 16384, 128, true);
+    EXPECT_NEAR(r.fwd, 0.60, 1e-12) << to_string(k);
+    EXPECT_NEAR(r.bwd, 0.50, 1e-12) << to_string(k);
+    EXPECT_NEAR(flash_attention_rates(a100(), k, 2048, 128, true).fwd, 0.60 * 298 / 335, 1e-12);
+  }
+}
+
 }  // namespace
 }  // namespace weft

@@ -22,6 +22,7 @@ Plan two_stage_plan() {
   p.cluster.nodes = 2;
   p.cluster.gpus_per_node = 8;
   p.cluster.gpu.name = "A100";
+  p.cluster.gpu.memory_gib = 80;
   p.train.seq = 4096;
   p.train.global_batch = 64;
   p.train.micro_batches = 8;
@@ -91,7 +92,7 @@ TEST(PlanText, PlanTableSetsTheBestPlanBesideTheUniformOne) {
   const Plan best = two_stage_plan(), uni = uniform_plan();
   const Estimate eb = estimate_of(2.0, 131072, 150.25, 0.4816, 61.25, 72.5);
   const Estimate eu = estimate_of(2.5, 104857.6, 120.2, 0.3853, 70.04, 72.5);
-  EXPECT_EQ(plan_table(best, eb, uni, eu),
+  EXPECT_EQ(plan_table(best, eb, uni, eu, MemoryMargin{.percent = true, .value = 5}),
             "                     best plan                     uniform baseline\n"
             "pipeline             pp2 1f1b m8                   pp1 1f1b m4\n"
             "layers               per layer (below)             dp8 z1\n"
@@ -101,7 +102,9 @@ TEST(PlanText, PlanTableSetsTheBestPlanBesideTheUniformOne) {
             "model TFLOP/s / GPU  150.2                         120.2\n"
             "MFU                  48.2 %                        38.5 %\n"
             "peak memory / GPU    61.2 GiB of 72.5              70.0 GiB\n"
-            "speed-up             1.250x                        1.000x\n");
+            "room / GPU           11.2 GiB                      2.5 GiB\n"
+            "speed-up             1.250x                        1.000x\n"
+            "memory budget        80.0 GiB - 3.5 reserves - 4.0 margin (5%) = 72.5 GiB\n");
   // Without a uniform plan its column is empty, trailing spaces trimmed, and there is no speed-up.
   EXPECT_EQ(plan_table(best, eb, std::nullopt, std::nullopt),
             "                     best plan                     uniform baseline: none fits\n"
@@ -112,7 +115,9 @@ TEST(PlanText, PlanTableSetsTheBestPlanBesideTheUniformOne) {
             "tokens/s             131,072\n"
             "model TFLOP/s / GPU  150.2\n"
             "MFU                  48.2 %\n"
-            "peak memory / GPU    61.2 GiB of 72.5\n");
+            "peak memory / GPU    61.2 GiB of 72.5\n"
+            "room / GPU           11.2 GiB\n"
+            "memory budget        80.0 GiB - 7.5 reserves = 72.5 GiB\n");
 }
 
 TEST(PlanText, RankingTableComparesEachPlanWithTheFirst) {
@@ -138,20 +143,23 @@ TEST(PlanText, EstimateTableListsFiguresStagesAndTheNonZeroParts) {
   st.memory.grads = GiB(3.0);
   st.memory.optimizer = GiB(6.25);
   st.memory.activations = GiB(60.0);
+  st.memory.other = GiB(0.75);
   st.fits = false;
   e.stages = {st};
   e.breakdown.compute = Seconds(0.4);
   e.breakdown.dp_exposed = Seconds(0.05);
   e.breakdown.optimizer = Seconds(0.002);
-  EXPECT_EQ(estimate_table(p, e),
+  // 80 GiB device, a margin of 4 GiB, a 72.5 GiB budget: 3.5 GiB of reserves; 8.0 GiB over.
+  EXPECT_EQ(estimate_table(p, e, MemoryMargin{.percent = false, .value = 4}),
             "step time              500.0 ms\n"
             "tokens/s               524,288\n"
             "model TFLOP/s / GPU    180.0\n"
             "MFU                    57.7 %\n"
-            "peak memory / GPU      80.5 GiB of 72.5 GiB  DOES NOT FIT\n"
+            "peak memory / GPU      80.5 GiB of 72.5 GiB: 8.0 GiB over  DOES NOT FIT\n"
+            "memory budget          80.0 GiB - 3.5 reserves - 4.0 margin = 72.5 GiB\n"
             "\n"
-            "stage   layers       busy   mem GiB   weights     grads     optim     activ\n"
-            "0            6   450.0 ms      61.2      1.50      3.00      6.25     60.00 !\n"
+            "stage layers       busy  mem GiB  weights    grads    optim    activ    other\n"
+            "0          6   450.0 ms     61.2     1.50     3.00     6.25    60.00     0.75 !\n"
             "\n"
             "breakdown per step (all stages):\n"
             "  compute           400.0 ms   dp exposed         50.0 ms\n"

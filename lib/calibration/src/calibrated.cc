@@ -356,14 +356,10 @@ LayerCost CalibratedCostModel::stage_extra(const StageContext& ctx, const LayerS
   out.memory = a.memory;
   rescale_states(out.memory, mp_->runtime.state_bytes_per_param, tr.dtype);
   // Measured activations include the logits and the loss's saved softmax, which the analytic model
-  // books under `other`; keep only its runtime overhead there.
+  // books under `other`; keep the rest of it there (NCCL's buffers, ZeRO-3's gathered head). A
+  // measured runtime overhead is a reserve of the budget (memory_budget, as the analytic model's).
   out.memory.activations = Bytes(saved * micro_batches_in_flight(tr, ctx.stage));
-  const double overhead = analytic_.options().runtime_overhead_gib;
-  if (overhead > 0) {
-    out.memory.other = ctx.stage < std::max(1, tr.pp) ? GiB(overhead) : Bytes(0);
-  } else if (H) {
-    out.memory.other = Bytes(std::max(0.0, a.memory.other.value() - (e + 4) * tokens * vocab / t));
-  }
+  if (H) out.memory.other = Bytes(std::max(0.0, a.memory.other.value() - (e + 4) * tokens * vocab / t));
   return out;
 }
 

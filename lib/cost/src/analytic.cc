@@ -19,12 +19,13 @@ namespace weft {
 
 namespace {
 
-// §5 Runtime overhead per device: CUDA context, cuBLAS workspaces and the allocator's own use
-// (Galvatron's measured A100 `pytorch_context_mem`, 1024 MiB) plus NCCL buffers (NCCL_BUFFSIZE
-// 4 MiB x 2 directions x up to 32 channels x 2 communicators = 0.5 GiB).
-constexpr double kRuntimeOverheadGib = 1.5;
-// §5 Share of device memory kept free for the caching allocator's fragmentation.
-constexpr double kAllocatorReserve = 0.10;
+// §5.1 Where the fp32 master weights live: torchtitan trains with FSDP2 (fully_shard with
+// MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32)), whose sharded fp32 parameters are
+// the master; Megatron's distributed optimizer and Megatron-FSDP keep a separate one.
+MasterWeights master_weights(const AnalyticOptions& o) {
+  const bool fsdp = o.framework == Framework::kTorchtitan || o.framework == Framework::kTorchtitanCompile;
+  return fsdp ? MasterWeights::kShardedParams : MasterWeights::kInOptimizer;
+}
 
 // The layer's time from its compute and its priced traffic: exposed communication per pass, the
 // recompute, ZeRO's per-micro-batch traffic overlapped with the compute, then the host bound
@@ -81,7 +82,19 @@ AnalyticCostModel::~AnalyticCostModel() = default;
 std::string AnalyticCostModel::source() const { return std::string("analytic, ") + to_string(opt_.framework); }
 
 Bytes AnalyticCostModel::memory_budget(const ClusterSpec& c) const {
-  return GiB(c.gpu.memory_gib) * (1.0 - kAllocatorReserve);
+  // §5.4 The device less the process reserve and the user's margin (fragmentation is in the peak).
+  return weft::memory_budget(c, opt_.memory_margin, opt_.runtime_overhead_gib).budget;
+}
+
+double AnalyticCostModel::recompute_flops(const LayerShape& s, Recompute r, double batch, double seq) const {
+  if (r != Recompute::kSelective || opt_.selective != SelectivePolicy::kAlternateMatmuls)
+    return CostModel::recompute_flops(s, r, batch, seq);
+  // Op-level selective checkpointing re-runs the 2nd, 4th, ... matmul of the layer (§2.4), whose
+  // FLOPs are 2 per multiply-add of each re-run weight per token.
+  const std::vector<LayerMatmul> mm = layer_matmuls(s, 1);
+  double per_token = 0;
+  for (size_t i = 1; i < mm.size(); i += 2) per_token += 2 * mm[i].n * mm[i].k;
+  return per_token * batch * seq;
 }
 
 ScheduleTraits AnalyticCostModel::schedule_traits() const {
@@ -105,13 +118,22 @@ LayerCost AnalyticCostModel::layer(const LayerContext& ctx, const LayerStrategy&
   const HeldParams& hp = lc.held;
   const double dense_local = hp.dense, expert_local = hp.expert;
   const int shard = hp.shard, expert_shard = hp.expert_shard;
-  const StateBytes sd = sharded_state_bytes(tr.dtype, s.zero, shard);
-  const StateBytes se = sharded_state_bytes(tr.dtype, s.zero, expert_shard);
+  const MasterWeights master = master_weights(opt_);
+  const StateBytes sd = sharded_state_bytes(tr.dtype, s.zero, shard, master);
+  const StateBytes se = sharded_state_bytes(tr.dtype, s.zero, expert_shard, master);
   MemoryBreakdown& mem = out.memory;
   mem.weights = Bytes(sd.weights * dense_local + se.weights * expert_local);
   mem.grads = Bytes(sd.grads * dense_local + se.grads * expert_local);
   mem.optimizer = Bytes(sd.optimizer * dense_local + se.optimizer * expert_local);
   mem.activations = layer_activation_bytes(L, s, lc.activations) * micro_batches_in_flight(tr, ctx.stage);
+  // ZeRO >= 2 holds one layer's gradient (and ZeRO-3 two layers' gathered weights) in full while
+  // it runs, once per device: each layer carries its share over the layers of its device group.
+  const double per_device_layers = std::max(1.0, static_cast<double>(ctx.model->num_layers()) / std::max(1, tr.pp));
+  const Bytes buffers(zero_buffer_bytes_per_param(tr.dtype, s.zero) * (dense_local + expert_local) / per_device_layers);
+  // §5.4 The allocator's fragmentation over what the step allocates and frees again: the
+  // activations, the buffers above and FSDP's gradients (each step's reduce-scatter outputs).
+  const Bytes per_step = mem.activations + buffers + (master == MasterWeights::kShardedParams ? mem.grads : Bytes(0));
+  mem.other = buffers + per_step * kAllocatorFragmentation;
   return out;
 }
 
@@ -127,15 +149,27 @@ LayerCost AnalyticCostModel::stage_extra(const StageContext& ctx, const LayerStr
   const double grad_sync = pt.grad_sync;
   out.optimizer = ec.optimizer;
   if (ec.params > 0) {
-    const StateBytes sb = sharded_state_bytes(tr.dtype, emb.zero, emb.shard_group());
+    const StateBytes sb = sharded_state_bytes(tr.dtype, emb.zero, emb.shard_group(), master_weights(opt_));
     out.memory.weights = Bytes(sb.weights * ec.params);
     out.memory.grads = Bytes(sb.grads * ec.params);
     out.memory.optimizer = Bytes(sb.optimizer * ec.params);
   }
   out.memory.activations = Bytes(ec.saved);
-  // Runtime overhead once per device: on the first virtual stage of each device group.
-  const double overhead_gib = opt_.runtime_overhead_gib > 0 ? opt_.runtime_overhead_gib : kRuntimeOverheadGib;
-  out.memory.other = Bytes(ec.logits) + (ctx.stage < std::max(1, tr.pp) ? GiB(overhead_gib) : Bytes(0));
+  out.memory.other = Bytes(ec.logits);
+  // §5.1 ZeRO-3 gathers the LM head for the loss, which peaks with every layer's activations
+  // still held; the embedding is gathered only at the two ends of the step.
+  if (emb.zero >= 3 && ctx.last()) {
+    const double head = static_cast<double>(ctx.model->vocab) * ctx.model->hidden / std::max(1, emb.tp);
+    out.memory.other += Bytes(state_bytes_per_param(tr.dtype).weights * head);
+  }
+  // §5.4 The allocator's fragmentation over what the step allocates and frees again.
+  const bool fsdp_grads = master_weights(opt_) == MasterWeights::kShardedParams && emb.zero >= 2;
+  out.memory.other += (out.memory.activations + out.memory.other + (fsdp_grads ? out.memory.grads : Bytes(0))) *
+                      kAllocatorFragmentation;
+  // §5.4 NCCL's buffers, once per device (on the first virtual stage of each device group), for
+  // the communicators of the stage's layout; a measured runtime overhead counts them already.
+  if (ctx.stage < std::max(1, tr.pp) && opt_.runtime_overhead_gib <= 0)
+    out.memory.other += nccl_communicator_bytes() * nccl_communicators(emb, tr.pp, ctx.model->tied_embeddings);
 
   const double host_f =
       opt_.framework_overhead ? (ec.ops_f * opt_.host_op_us + ec.fns_f * opt_.host_function_us) * 1e-6 : 0;

@@ -70,6 +70,94 @@ GpuTraits gpu_traits(const GpuSpec& gpu) {
   return t;
 }
 
+const char* to_string(AttentionKernel k) {
+  switch (k) {
+    case AttentionKernel::kFlash2: return "flash-attention-2";
+    case AttentionKernel::kCudnn: return "cudnn";
+    case AttentionKernel::kFlash3: return "flash-attention-3";
+  }
+  return "?";
+}
+
+namespace {
+
+// Measured attention throughput on H100 SXM5 (989 TFLOP/s bf16 dense), TFLOP/s at sequence
+// lengths 512, 1k, 2k, 4k, 8k, 16k with batch x length = 16k tokens and 2048 hidden, head dim 128
+// (64 where named): Shah et al. 2024, "FlashAttention-3", Fig. 5 (forward, non-causal and causal)
+// and Fig. 6 (backward, non-causal). A causal kernel's rate counts half the work.
+struct AttentionCurves {
+  double fwd[6], fwd_causal[6], bwd[6], fwd_hd64[6];
+};
+constexpr double kH100Peak = 989;
+constexpr double kCurveSeq[6] = {512, 1024, 2048, 4096, 8192, 16384};
+constexpr AttentionCurves kFlash2Curves = {{309, 350, 362, 368, 370, 370},
+                                           {191, 260, 298, 319, 333, 335},
+                                           {214, 260, 291, 310, 318, 322},
+                                           {282, 306, 318, 321, 322, 324}};
+constexpr AttentionCurves kCudnnCurves = {{497, 574, 617, 609, 600, 595},
+                                          {315, 410, 484, 518, 529, 539},
+                                          {305, 408, 465, 499, 518, 516},
+                                          {335, 373, 395, 408, 412, 413}};
+constexpr AttentionCurves kFlash3Curves = {{467, 565, 625, 638, 646, 648},
+                                           {292, 423, 521, 579, 602, 616},
+                                           {316, 424, 501, 542, 559, 561},
+                                           {333, 392, 460, 476, 496, 497}};
+// FlashAttention-2 on A100 (Dao 2023 reports 50-73% of the A100 peak forward, less backward): weft
+// takes 60% forward and 50% backward for a causal head-dim-128 kernel at 16k, and the shape of the
+// same kernel's curves on H100 (above) for shorter sequences, non-causal masks and head dim 64.
+constexpr double kAmpereFlash2Fwd = 0.60;
+constexpr double kAmpereFlash2Bwd = 0.50;
+
+// Curve value at `seq` (log-linear between the measured lengths, flat outside them).
+double at(const double (&v)[6], double seq) {
+  if (seq <= kCurveSeq[0]) return v[0];
+  for (int i = 1; i < 6; ++i) {
+    if (seq <= kCurveSeq[i]) {
+      const double a = std::log2(kCurveSeq[i - 1]), b = std::log2(kCurveSeq[i]);
+      const double w = (std::log2(seq) - a) / (b - a);
+      return v[i - 1] + w * (v[i] - v[i - 1]);
+    }
+  }
+  return v[5];
+}
+
+// TFLOP/s of curves c on H100 at seq_k, head dim 128 x the head-dim factor: the backward of a
+// causal kernel is the non-causal backward x the forward's causal / non-causal ratio (the same
+// masked tiles are skipped in both passes).
+AttentionRates curve_rates(const AttentionCurves& c, double seq, double head_dim, bool causal) {
+  const double nc = at(c.fwd, seq), fc = at(c.fwd_causal, seq);
+  double hd = 1.0;
+  if (head_dim < 128) {
+    const double r64 = at(c.fwd_hd64, seq) / nc;
+    hd = head_dim <= 64 ? r64 : r64 + (1 - r64) * (head_dim - 64) / 64;
+  }
+  const double fwd = causal ? fc : nc;
+  const double bwd = at(c.bwd, seq) * (causal ? fc / nc : 1.0);
+  return {fwd * hd, bwd * hd};
+}
+
+bool hopper_or_newer(const GpuSpec& gpu) {
+  const std::string& n = gpu.name;
+  return has(n, "h100") || has(n, "h200") || has(n, "gh200") || has(n, "h800") || has(n, "h20") ||
+         has(n, "b200") || has(n, "gb200") || has(n, "b100");
+}
+
+}  // namespace
+
+AttentionRates flash_attention_rates(const GpuSpec& gpu, AttentionKernel k, double seq_k, double head_dim, bool causal) {
+  if (hopper_or_newer(gpu)) {
+    const AttentionCurves& c = k == AttentionKernel::kFlash3  ? kFlash3Curves
+                               : k == AttentionKernel::kCudnn ? kCudnnCurves
+                                                              : kFlash2Curves;
+    const AttentionRates r = curve_rates(c, seq_k, head_dim, causal);
+    return {r.fwd / kH100Peak, r.bwd / kH100Peak};
+  }
+  // Ampere and older: FlashAttention-2 whatever the framework asks for.
+  const AttentionRates shape = curve_rates(kFlash2Curves, seq_k, head_dim, causal);
+  const AttentionRates ref = curve_rates(kFlash2Curves, kCurveSeq[5], 128, true);
+  return {kAmpereFlash2Fwd * shape.fwd / ref.fwd, kAmpereFlash2Bwd * shape.bwd / ref.bwd};
+}
+
 KernelModel::KernelModel(const GpuSpec& gpu, DType dtype, double time_scale) {
   peak_ = gpu.peak(dtype).value();
   if (peak_ <= 0 && dtype == DType::kFp8) peak_ = gpu.peak(DType::kBf16).value();

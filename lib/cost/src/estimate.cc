@@ -60,6 +60,16 @@ std::vector<StageSums> stage_sums(const Plan& p, const CostModel& cm) {
   return out;
 }
 
+double CostModel::recompute_flops(const LayerShape& s, Recompute r, double batch, double seq) const {
+  const LayerFlops f = layer_forward_flops(s, batch, seq);
+  switch (r) {
+    case Recompute::kNone: return 0;
+    case Recompute::kFull: return f.total();
+    case Recompute::kSelective: return f.attn_scores;
+  }
+  return 0;
+}
+
 Estimate estimate(const Plan& p, const CostModel& cm) {
   Estimate e;
   const std::vector<StageSums> sums = stage_sums(p, cm);
@@ -88,10 +98,18 @@ Estimate estimate(const Plan& p, const CostModel& cm) {
   if (step > 0) {
     e.tokens_per_s = tokens / step;
     const double flops = model_step_flops(p.model, p.train.global_batch, p.train.seq);
+    double recomputed = 0;
+    for (const Stage& st : p.stages)
+      for (int i = 0; i < st.num_layers(); ++i)
+        recomputed += cm.recompute_flops(p.model.layer(st.first_layer + i), st.layers[i].recompute,
+                                         p.train.global_batch, p.train.seq);
     const double per_gpu = flops / step / p.world_size();
+    const double hw_per_gpu = (flops + recomputed) / step / p.world_size();
     e.model_tflops_per_gpu = per_gpu / 1e12;
+    e.hardware_tflops_per_gpu = hw_per_gpu / 1e12;
     const double peak = p.cluster.gpu.peak(p.train.dtype).value();
     e.mfu = peak > 0 ? per_gpu / peak : 0;
+    e.hfu = peak > 0 ? hw_per_gpu / peak : 0;
   }
   return e;
 }
@@ -100,6 +118,7 @@ void annotate(Plan& p, const Estimate& e, const CostModel& cm) {
   p.predicted.step_time_s = e.step_time.value();
   p.predicted.tokens_per_s = e.tokens_per_s;
   p.predicted.mfu = e.mfu;
+  p.predicted.hfu = e.hfu;
   p.predicted.peak_memory_gib = to_gib(e.peak_memory);
   p.predicted.cost_model = cm.name();
   p.predicted.source = cm.source();
@@ -126,6 +145,8 @@ Json to_json(const Estimate& e) {
   j["tokens_per_s"] = e.tokens_per_s;
   j["model_tflops_per_gpu"] = e.model_tflops_per_gpu;
   j["mfu"] = e.mfu;
+  j["hardware_tflops_per_gpu"] = e.hardware_tflops_per_gpu;
+  j["hfu"] = e.hfu;
   j["peak_memory_gib"] = to_gib(e.peak_memory);
   j["memory_budget_gib"] = to_gib(e.memory_budget);
   j["fits"] = e.fits;

@@ -37,6 +37,8 @@ AnalyticOptions framework_options(Framework f, AnalyticOptions o) {
     case Framework::kMegatron:
     case Framework::kWeft:
       o.flash_attention = true;
+      // Transformer Engine picks cuDNN's fused attention on Hopper; weft's runtime calls PyTorch SDPA.
+      o.attention_kernel = f == Framework::kWeft ? AttentionKernel::kFlash2 : AttentionKernel::kCudnn;
       o.fused_elementwise = true;
       o.overlap_grad_sync = true;
       o.selective = SelectivePolicy::kAttentionCore;
@@ -56,6 +58,7 @@ AnalyticOptions framework_options(Framework f, AnalyticOptions o) {
       o.overlap_grad_sync = true;
       o.selective = SelectivePolicy::kAlternateMatmuls;
       o.vocab_parallel_loss = false;
+      o.attention_kernel = AttentionKernel::kFlash2;  // PyTorch SDPA's flash backend
       break;
   }
   return o;

@@ -12,10 +12,8 @@ namespace weft {
 
 namespace {
 
-// §2 Fused attention (FlashAttention-2, Dao 2023): forward reaches 50-73% of the A100 dense peak,
-// backward less; backward does 2.5x the forward matmul work (it recomputes Q.K^T).
-constexpr double kFlashFwdEfficiency = 0.60;
-constexpr double kFlashBwdEfficiency = 0.50;
+// §2.2 Fused attention: backward does 2.5x the forward matmul work (it recomputes Q.K^T; the
+// FlashAttention papers count it so). Rates: flash_attention_rates (weft/cost/compute.h).
 constexpr double kFlashBwdWork = 2.5;
 // §2.1 FP8 GEMM operands (Transformer Engine, per-tensor current scaling): a pass reading the
 // 16-bit tensor for its absolute maximum (2 bytes per element), then a cast reading it again (2)
@@ -123,8 +121,10 @@ LayerCompute layer_compute(const LayerContext& ctx, const LayerStrategy& s, cons
   double core_f = 0, core_b = 0;
   if (flash) {
     const double work = 4.0 * core_batch * sq * sk * hd * (causal ? 0.5 : 1.0);
-    core_f = seconds(km16.flops(work, kFlashFwdEfficiency));
-    core_b = seconds(km16.flops(kFlashBwdWork * work, kFlashBwdEfficiency));
+    // The kernel's length: the keys each query block runs over (one ring step's chunk under CP).
+    const AttentionRates r = flash_attention_rates(c.gpu, opt.attention_kernel, sk / cp, hd, causal);
+    core_f = seconds(km16.flops(work, r.fwd));
+    core_b = seconds(km16.flops(kFlashBwdWork * work, r.bwd));
   } else {
     const double s2 = core_batch * sq * sk;
     core_f = seconds(km16.gemm(sq, sk, hd, core_batch)) + seconds(km16.gemm(sq, hd, sk, core_batch)) +

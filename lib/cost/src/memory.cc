@@ -1,6 +1,10 @@
 #include "weft/cost/memory.h"
 
 #include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
 
 namespace weft {
 
@@ -15,12 +19,102 @@ StateBytes state_bytes_per_param(DType dtype) {
   return {2, 4, 12};
 }
 
-StateBytes sharded_state_bytes(DType dtype, int zero, int shard) {
+StateBytes sharded_state_bytes(DType dtype, int zero, int shard, MasterWeights master) {
   StateBytes b = state_bytes_per_param(dtype);
   const double n = std::max(1, shard);
+  if (master == MasterWeights::kShardedParams && zero >= 2) {
+    // FSDP with a param_dtype: fp32 sharded parameters (the master) and fp32 sharded gradients,
+    // Adam's two fp32 moments; under ZeRO-2 (reshard_after_forward=False) the compute-dtype copy
+    // stays gathered from forward to backward.
+    const double compute = b.weights;
+    b.weights = 4 / n + (zero == 2 ? compute : 0.0);
+    b.grads = 4 / n;
+    b.optimizer = 8 / n;
+    return b;
+  }
   if (zero >= 1) b.optimizer /= n;
   if (zero >= 2) b.grads /= n;
   if (zero >= 3) b.weights /= n;
+  return b;
+}
+
+double zero_buffer_bytes_per_param(DType dtype, int zero) {
+  const StateBytes b = state_bytes_per_param(dtype);
+  if (zero >= 3) return 2 * b.weights + b.grads;
+  if (zero == 2) return b.grads;
+  return 0;
+}
+
+int nccl_communicators(const LayerStrategy& s, int pp, bool tied_embeddings) {
+  int n = 1;  // the world
+  if (s.tp > 1) ++n;
+  if (s.shard_group() > 1) ++n;
+  if (s.ulysses > 1) ++n;
+  if (s.cp > 1) ++n;
+  if (s.ep > 1) {
+    ++n;
+    if (s.shard_group() / s.ep > 1) ++n;  // the expert data-parallel group
+  }
+  if (pp > 1) {
+    ++n;
+    if (tied_embeddings) ++n;
+  }
+  return n;
+}
+
+Bytes nccl_communicator_bytes() { return MiB(kNcclChannels * kNcclConnectionsPerChannel * kNcclFifoMibPerConnection); }
+
+Bytes MemoryMargin::of(Bytes device) const { return percent ? device * (value / 100) : GiB(value); }
+
+Result<MemoryMargin> parse_memory_margin(const std::string& text) {
+  const auto bad = [&](const std::string& why) {
+    return Error{ErrorKind::kBadInput, "--memory-margin: " + why + ", got \"" + text + "\""};
+  };
+  size_t pos = 0;
+  while (pos < text.size() && std::isspace(static_cast<unsigned char>(text[pos]))) ++pos;
+  const char* begin = text.c_str() + pos;
+  char* end = nullptr;
+  const double v = std::strtod(begin, &end);
+  if (end == begin || !std::isfinite(v))
+    return bad("expected a share of the device memory (10%) or an amount (4GiB)");
+  std::string unit(end);
+  unit.erase(std::remove_if(unit.begin(), unit.end(), [](unsigned char c) { return std::isspace(c); }), unit.end());
+  std::transform(unit.begin(), unit.end(), unit.begin(), [](unsigned char c) { return std::tolower(c); });
+  if (v < 0) return bad("must not be negative");
+  MemoryMargin m;
+  if (unit == "%") {
+    if (v >= 90) return bad("a share of the device must be below 90%");
+    m.percent = true;
+    m.value = v;
+  } else if (unit == "gib" || unit == "gb" || unit == "g") {
+    m.percent = false;
+    m.value = v;
+  } else if (unit == "mib" || unit == "mb" || unit == "m") {
+    m.percent = false;
+    m.value = v / 1024;
+  } else if (unit.empty() && v == 0) {
+    m.percent = false;
+    m.value = 0;
+  } else {
+    return bad(unit.empty() ? "needs a unit: a share of the device memory (10%) or an amount (4GiB)"
+                            : "unknown unit \"" + std::string(end) + "\" (use %, GiB or MiB)");
+  }
+  return m;
+}
+
+std::string to_string(const MemoryMargin& m) {
+  char buf[64];
+  if (m.percent) std::snprintf(buf, sizeof buf, "%g%%", m.value);
+  else std::snprintf(buf, sizeof buf, "%g GiB", m.value);
+  return buf;
+}
+
+MemoryBudget memory_budget(const ClusterSpec& c, const MemoryMargin& margin, double process_gib) {
+  MemoryBudget b;
+  b.device = GiB(c.gpu.memory_gib);
+  b.process = process_gib > 0 ? GiB(process_gib) : MiB(kCudaContextMib + kGemmWorkspaceMib);
+  b.margin = margin.of(b.device);
+  b.budget = std::max(Bytes(0), b.device - b.process - b.margin);
   return b;
 }
 

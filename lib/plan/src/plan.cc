@@ -94,6 +94,7 @@ Json to_json(const Plan& p) {
   j["predicted"] = {{"step_time_s", p.predicted.step_time_s},
                     {"tokens_per_s", p.predicted.tokens_per_s},
                     {"mfu", p.predicted.mfu},
+                    {"hfu", p.predicted.hfu},
                     {"peak_memory_gib", p.predicted.peak_memory_gib},
                     {"cost_model", p.predicted.cost_model},
                     {"source", p.predicted.source}};
@@ -152,6 +153,7 @@ Result<Plan> plan_from_json(const Json& j, const std::string& path) {
       p.predicted.step_time_s = pr.number_or("step_time_s", 0);
       p.predicted.tokens_per_s = pr.number_or("tokens_per_s", 0);
       p.predicted.mfu = pr.number_or("mfu", 0);
+      p.predicted.hfu = pr.number_or("hfu", p.predicted.mfu);
       p.predicted.peak_memory_gib = pr.number_or("peak_memory_gib", 0);
       p.predicted.cost_model = pr.str_or("cost_model", "");
       p.predicted.source = pr.str_or("source", "");

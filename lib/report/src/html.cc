@@ -521,6 +521,7 @@ std::string render(const ReportInput& in) {
            layers_summary(p)) +
        "</p>\n<div class=\"cards\">" + card(svg::dur(step), "predicted step time") +
        card(svg::num(f.est.tokens_per_s, 0), "tokens / s") + card(svg::pct(f.est.mfu), "MFU") +
+       (f.est.hfu > f.est.mfu * (1 + 1e-6) ? card(svg::pct(f.est.hfu), "HFU (with recompute)") : std::string()) +
        card(svg::num(f.est.model_tflops_per_gpu, 1), "model TFLOP/s per GPU") +
        card(svg::gib(to_gib(f.est.peak_memory)) + " / " + svg::gib(to_gib(f.est.memory_budget)),
             f.est.fits ? "peak memory / budget" : "peak memory / budget: DOES NOT FIT") +

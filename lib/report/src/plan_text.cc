@@ -1,6 +1,7 @@
 // Terminal tables of plans and estimates (weft/report/plan_text.h).
 #include "weft/report/plan_text.h"
 
+#include <algorithm>
 #include <cstdarg>
 #include <cstdio>
 #include <utility>
@@ -61,8 +62,14 @@ std::string cluster_text(const ClusterSpec& c) {
          S(c.gpus_per_node) + ")";
 }
 
+std::string utilisation_text(const Estimate& e) {
+  std::string out = printf_str("%.1f %%", 100 * e.mfu);
+  if (e.hfu > e.mfu * (1 + 1e-6)) out += printf_str(" (HFU %.1f %%)", 100 * e.hfu);
+  return out;
+}
+
 std::string plan_table(const Plan& best, const Estimate& eb, const std::optional<Plan>& uniform,
-                       const std::optional<Estimate>& eu) {
+                       const std::optional<Estimate>& eu, const std::optional<MemoryMargin>& margin) {
   std::string out;
   auto row = [&](const char* name, const std::string& a, const std::string& b) {
     char buf[256];
@@ -80,12 +87,18 @@ std::string plan_table(const Plan& best, const Estimate& eb, const std::optional
   row("tokens/s", grouped(eb.tokens_per_s), eu ? grouped(eu->tokens_per_s) : "");
   row("model TFLOP/s / GPU", printf_str("%.1f", eb.model_tflops_per_gpu),
       eu ? printf_str("%.1f", eu->model_tflops_per_gpu) : "");
-  row("MFU", printf_str("%.1f %%", 100 * eb.mfu), eu ? printf_str("%.1f %%", 100 * eu->mfu) : "");
+  row("MFU", utilisation_text(eb), eu ? utilisation_text(*eu) : "");
   row("peak memory / GPU",
       printf_str("%.1f GiB", to_gib(eb.peak_memory)) + printf_str(" of %.1f", to_gib(eb.memory_budget)),
       eu ? printf_str("%.1f GiB", to_gib(eu->peak_memory)) : "");
+  auto room = [](const Estimate& e) {
+    const double gib = to_gib(e.memory_budget - e.peak_memory);
+    return gib >= 0 ? printf_str("%.1f GiB", gib) : printf_str("%.1f GiB over", -gib);
+  };
+  row("room / GPU", room(eb), eu ? room(*eu) : "");
   if (eu && eu->step_time.value() > 0)
     row("speed-up", printf_str("%.3fx", eu->step_time.value() / eb.step_time.value()), "1.000x");
+  out += sprintf_str("%-20s %s\n", "memory budget", memory_budget_text(best, eb, margin).c_str());
   return out;
 }
 
@@ -118,22 +131,41 @@ std::string ranking_table(const std::vector<Plan>& top) {
   return out;
 }
 
-std::string estimate_table(const Plan& p, const Estimate& e) {
+std::string memory_room_text(const Estimate& e) {
+  const double room = to_gib(e.memory_budget - e.peak_memory);
+  return room >= 0 ? printf_str("%.1f GiB room", room) : printf_str("%.1f GiB over", -room);
+}
+
+std::string memory_budget_text(const Plan& p, const Estimate& e, const std::optional<MemoryMargin>& margin) {
+  const Bytes device = GiB(p.cluster.gpu.memory_gib);
+  const Bytes kept = margin ? margin->of(device) : Bytes(0);
+  const Bytes reserves = std::max(Bytes(0), device - kept - e.memory_budget);
+  std::string out = printf_str("%.1f GiB", p.cluster.gpu.memory_gib) + printf_str(" - %.1f reserves", to_gib(reserves));
+  if (margin) {
+    out += printf_str(" - %.1f margin", to_gib(kept));
+    if (margin->percent) out += " (" + to_string(*margin) + ")";
+  }
+  return out + printf_str(" = %.1f GiB", to_gib(e.memory_budget));
+}
+
+std::string estimate_table(const Plan& p, const Estimate& e, const std::optional<MemoryMargin>& margin) {
   std::string out;
   out += sprintf_str("%-22s %s\n", "step time", duration_text(e.step_time.value()).c_str());
   out += sprintf_str("%-22s %s\n", "tokens/s", grouped(e.tokens_per_s).c_str());
   out += sprintf_str("%-22s %.1f\n", "model TFLOP/s / GPU", e.model_tflops_per_gpu);
-  out += sprintf_str("%-22s %.1f %%\n", "MFU", 100 * e.mfu);
-  out += sprintf_str("%-22s %.1f GiB of %.1f GiB%s\n", "peak memory / GPU", to_gib(e.peak_memory),
-                     to_gib(e.memory_budget), e.fits ? "" : "  DOES NOT FIT");
-  out += sprintf_str("\n%-6s %7s %10s %9s %9s %9s %9s %9s\n", "stage", "layers", "busy", "mem GiB", "weights", "grads",
-                     "optim", "activ");
+  out += sprintf_str("%-22s %s\n", "MFU", utilisation_text(e).c_str());
+  out += sprintf_str("%-22s %.1f GiB of %.1f GiB: %s%s\n", "peak memory / GPU", to_gib(e.peak_memory),
+                     to_gib(e.memory_budget), memory_room_text(e).c_str(), e.fits ? "" : "  DOES NOT FIT");
+  out += sprintf_str("%-22s %s\n", "memory budget", memory_budget_text(p, e, margin).c_str());
+  out += sprintf_str("\n%-5s %6s %10s %8s %8s %8s %8s %8s %8s\n", "stage", "layers", "busy", "mem GiB", "weights",
+                     "grads", "optim", "activ", "other");
   for (size_t s = 0; s < e.stages.size(); ++s) {
     const auto& st = e.stages[s];
     const auto& m = st.memory;
-    out += sprintf_str("%-6zu %7d %10s %9.1f %9.2f %9.2f %9.2f %9.2f%s\n", s, p.stages[s].num_layers(),
+    out += sprintf_str("%-5zu %6d %10s %8.1f %8.2f %8.2f %8.2f %8.2f %8.2f%s\n", s, p.stages[s].num_layers(),
                        duration_text(st.time.value()).c_str(), p.stages[s].predicted.memory_gib, to_gib(m.weights),
-                       to_gib(m.grads), to_gib(m.optimizer), to_gib(m.activations), st.fits ? "" : " !");
+                       to_gib(m.grads), to_gib(m.optimizer), to_gib(m.activations), to_gib(m.other),
+                       st.fits ? "" : " !");
   }
   const TimeBreakdown& b = e.breakdown;
   const std::pair<const char*, double> parts[] = {

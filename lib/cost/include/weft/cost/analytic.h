@@ -7,8 +7,10 @@
 
 #include "weft/core/error.h"
 #include "weft/cost/collectives.h"
+#include "weft/cost/compute.h"
 #include "weft/cost/cost_model.h"
 #include "weft/cost/framework.h"
+#include "weft/cost/memory.h"
 
 namespace weft {
 
@@ -27,8 +29,17 @@ struct AnalyticOptions {
   // measured A100 overlap coefficient (1.1256; reference/galvatron/overlap_coefficient.json).
   double overlap_slowdown = 1.1256;
   bool flash_attention = true;      // activations without the s^2 score matrix
+  // Which fused attention kernel runs it (§2.2): Transformer Engine's cuDNN attention for Megatron on
+  // Hopper, FlashAttention-2 for PyTorch SDPA (torchtitan, weft's runtime); Ampere runs FlashAttention-2.
+  AttentionKernel attention_kernel = AttentionKernel::kCudnn;
   bool overlap_grad_sync = true;    // DP / ZeRO gradient traffic overlaps backward
-  double runtime_overhead_gib = 0;  // 0 = the documented default (CUDA context + allocator)
+  // Memory outside the costed tensors (docs/cost-model.md §5.4). runtime_overhead_gib > 0 (a
+  // hardware profile's measured resident overhead, process groups included) replaces the documented
+  // process reserve (CUDA context + GEMM workspaces) and the NCCL buffers of the plan's
+  // communicators; 0 = those documented figures.
+  double runtime_overhead_gib = 0;
+  // What the user keeps free beyond the reserves (`--memory-margin`; default 2.5% of the device).
+  MemoryMargin memory_margin;
   // Host (CPU) time of an eager framework launching each layer's operators; a layer phase costs
   // max(GPU time, host time) (docs/cost-model.md §4). Off: GPU time only.
   bool framework_overhead = true;
@@ -82,9 +93,11 @@ class AnalyticCostModel : public CostModel {
   Seconds transition(const LayerContext& ctx, const LayerStrategy& a, const LayerStrategy& b) const override;
   Seconds p2p(const StageContext& ctx, const LayerStrategy& s) const override;
   StepCost step(const TrainSettings& train, const std::vector<StageSums>& stages) const override;
+  // memory_budget(c, options().memory_margin, options().runtime_overhead_gib).budget (weft/cost/memory.h).
   Bytes memory_budget(const ClusterSpec& c) const override;
   // overlap_grad_sync and overlap_slowdown of the options.
   ScheduleTraits schedule_traits() const override;
+  double recompute_flops(const LayerShape& s, Recompute r, double batch, double seq) const override;
 
   const AnalyticOptions& options() const { return opt_; }
 

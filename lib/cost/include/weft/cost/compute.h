@@ -31,6 +31,24 @@ struct GpuTraits {
 };
 GpuTraits gpu_traits(const GpuSpec& gpu);
 
+// Fused (flash) attention kernels (docs/cost-model.md §2.2).
+enum class AttentionKernel {
+  kFlash2,  // FlashAttention-2 (Dao 2023): flash-attn 2.x, PyTorch SDPA's flash backend
+  kCudnn,   // cuDNN's fused attention: Transformer Engine's FusedAttention on Hopper and newer
+  kFlash3,  // FlashAttention-3 (Shah et al. 2024): Hopper only
+};
+const char* to_string(AttentionKernel k);
+
+// Fraction of the GPU's 16-bit dense peak that kernel k sustains, forward and backward, at key
+// length seq_k and head dimension head_dim; for a causal kernel the fraction is of the work
+// counted halved (the masked tiles are skipped), as the FlashAttention papers count it. Hopper
+// (and newer) from the measured curves of Shah et al. 2024 (Figs. 5-6, H100 SXM5); Ampere and older
+// run FlashAttention-2 (FlashAttention-3 and cuDNN's fused attention need Hopper).
+struct AttentionRates {
+  double fwd = 0, bwd = 0;
+};
+AttentionRates flash_attention_rates(const GpuSpec& gpu, AttentionKernel k, double seq_k, double head_dim, bool causal);
+
 class KernelModel {
  public:
   // Compute dtype: GEMMs run at gpu.peak(dtype) (fp8 falls back to bf16 when the GPU has no fp8

@@ -93,6 +93,11 @@ class CostModel {
   virtual Bytes memory_budget(const ClusterSpec& c) const = 0;
   // The schedule traits step() assumes; by default gradient syncs overlap without slow-down.
   virtual ScheduleTraits schedule_traits() const { return {}; }
+  // FLOPs that recompute policy r re-runs in the backward of one layer of shape s, for `batch`
+  // samples of `seq` tokens, counted as model_step_flops counts them (weft/spec/counts.h). Hardware
+  // FLOPs = model FLOPs + these (Korthikanti et al. 2022, section 6; the HFU of PaLM, Chowdhery et
+  // al. 2022, appendix B). Default: full re-runs the layer's forward, selective its attention core.
+  virtual double recompute_flops(const LayerShape& s, Recompute r, double batch, double seq) const;
 };
 
 }  // namespace weft

@@ -17,8 +17,14 @@ struct StageEstimate {
 struct Estimate {
   Seconds step_time;
   double tokens_per_s = 0;
-  double model_tflops_per_gpu = 0;  // model FLOPs (no recompute) per GPU per second / 1e12
+  // MFU: model FLOPs (weft/spec/counts.h: attention without the causal discount, no recompute;
+  // Narayanan et al. 2021 and PaLM's convention) per GPU per second over the dtype's peak.
+  double model_tflops_per_gpu = 0;  // / 1e12
   double mfu = 0;
+  // HFU: the same count plus the FLOPs recompute re-runs (CostModel::recompute_flops); equals the
+  // MFU when nothing is recomputed.
+  double hardware_tflops_per_gpu = 0;  // / 1e12
+  double hfu = 0;
   Bytes peak_memory;
   Bytes memory_budget;
   std::vector<StageEstimate> stages;  // per stage (pp*vp); memory is per device of its group

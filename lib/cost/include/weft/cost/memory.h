@@ -1,13 +1,17 @@
 // Memory formulas of the analytic cost model (docs/cost-model.md §5): model states per parameter,
-// saved activations per layer and micro-batch, micro-batches in flight per pipeline schedule.
-// Pure functions; thread-safe.
+// the buffers ZeRO / FSDP hold in full while a layer runs, saved activations per layer and
+// micro-batch, micro-batches in flight per pipeline schedule, and the device memory outside the
+// costed tensors (reserves, margin, budget). Pure functions; thread-safe.
 #pragma once
 
+#include <string>
 #include <vector>
 
+#include "weft/core/error.h"
 #include "weft/core/units.h"
 #include "weft/plan/plan.h"
 #include "weft/plan/strategy.h"
+#include "weft/spec/cluster.h"
 #include "weft/spec/model.h"
 
 namespace weft {
@@ -25,9 +29,108 @@ struct StateBytes {
 };
 StateBytes state_bytes_per_param(DType dtype);
 
+// Where a framework keeps the fp32 master weights under ZeRO >= 2 (docs/cost-model.md §5.1).
+enum class MasterWeights {
+  // Megatron's distributed optimizer, Megatron-FSDP, DeepSpeed: the optimizer owns an fp32 master
+  // beside the model's compute-dtype weights (sharded too under ZeRO-3).
+  kInOptimizer,
+  // PyTorch FSDP (FSDP2's fully_shard, as torchtitan runs it, and FSDP1) with a low-precision
+  // param_dtype: the sharded fp32 parameters are the master and the optimizer steps on them; the
+  // compute-dtype copy exists only unsharded, for the layers that run (PyTorch's
+  // MixedPrecisionPolicy: "FSDP does not require any extra memory to keep a high-precision copy of
+  // the parameters for the optimizer step"). Their gradients are fp32 too.
+  kShardedParams,
+};
+
 // The same after ZeRO stage `zero` over `shard` ranks: stage >= 1 divides the optimizer states,
-// >= 2 also the gradients, 3 also the weights.
-StateBytes sharded_state_bytes(DType dtype, int zero, int shard);
+// >= 2 also the gradients, 3 also the weights. With MasterWeights::kShardedParams and stage >= 2
+// the weights are the fp32 sharded parameters (4 / shard; ZeRO-2 adds the compute-dtype copy FSDP
+// keeps unsharded from forward to backward), the gradients fp32 / shard and the optimizer Adam's
+// two moments (8 / shard): 16 / shard at ZeRO-3 where a separate master counts 18 / shard.
+StateBytes sharded_state_bytes(DType dtype, int zero, int shard, MasterWeights master = MasterWeights::kInOptimizer);
+
+// Bytes per local parameter of one layer that ZeRO holds in full while the layer runs, counted once
+// per device (docs/cost-model.md §5.1): under stage >= 2 the layer's unsharded gradient before its
+// reduce-scatter (in the gradient dtype of state_bytes_per_param), under stage 3 also the gathered
+// compute-dtype weights of the layer that runs and of the next one, prefetched. PyTorch FSDP's
+// BackwardPrefetch.BACKWARD_PRE: "at the peak, it holds the current set of parameters, next set of
+// parameters, and current set of gradients in memory"; its limit_all_gathers (FSDP1) and FSDP2's
+// reshard_after_forward free a layer's gathered weights after its forward and gather them again in
+// backward, so no more layers are held. bf16: 2*2 + 4 = 8 (ZeRO-3), 4 (ZeRO-2); 0 below.
+double zero_buffer_bytes_per_param(DType dtype, int zero);
+
+// --- Device memory outside the costed tensors (docs/cost-model.md §5.4) -----------------------
+
+// The CUDA context with the kernels a training process loads (cuBLAS, cuDNN, NCCL, attention
+// kernels), per device: Galvatron's measured A100 `pytorch_context_mem`, 1024 MiB
+// (reference/galvatron memory profile); PyTorch's context alone is 274 MiB with CUDA's lazy module
+// loading and 636 MiB without (pytorch/pytorch#86509), the rest are the kernels training loads.
+constexpr double kCudaContextMib = 1024;
+// cuBLAS and cuBLASLt workspaces PyTorch keeps for the compute stream: 32 MiB each on Hopper
+// (CUBLAS_WORKSPACE_CONFIG=:4096:8, CUBLASLT_WORKSPACE_SIZE 32768 KiB, pytorch/pytorch#120925 after
+// the cuBLAS guide's recommendation for Hopper); Ampere's defaults are smaller (:4096:2:16:8 =
+// 8.125 MiB and 4 MiB), so Hopper's figure covers both.
+constexpr double kGemmWorkspaceMib = 64;
+// NCCL's buffers per communicator on one device: for each channel and each of two connections (a
+// ring has two whatever the scale, NVIDIA/nccl#864), one FIFO per protocol: Simple
+// NCCL_BUFFSIZE = 4 MiB, LL128 120*640*8*8 = 4.6875 MiB and LL 8*512*8*16 = 0.5 MiB (src/init.cc,
+// DEFAULT_BUFFSIZE, DEFAULT_LL128_BUFFSIZE, DEFAULT_LL_BUFFSIZE; each channel has its own,
+// NVIDIA/nccl#1450), over 32 channels: 32 * 2 * 9.1875 = 588 MiB. NVIDIA/nccl#964 measured 544 MB
+// for a 2-rank and 688 MB for a 4-rank all-reduce communicator on A100 with PyTorch.
+constexpr double kNcclChannels = 32;
+constexpr double kNcclConnectionsPerChannel = 2;
+constexpr double kNcclFifoMibPerConnection = 4.0 + 4.6875 + 0.5;
+// The caching allocator's fragmentation: memory it holds that no tensor uses, as a fraction of the
+// memory allocated and freed again within a step (activations, the loss's logits, ZeRO's gathered
+// buffers, and FSDP's gradients, which each step's reduce-scatters allocate): 0.10, booked in the
+// peak (MemoryBreakdown::other) beside what it is a share of. Buffers allocated once (Megatron's
+// contiguous weight and gradient buffers, the optimizer states, FSDP's sharded parameters) keep
+// their place. torchtitan's Llama 3.1 8B on H100 (benchmarks/llama3_h100_202412_torchtitan.md,
+// tables 1 and 3, FSDP over 8 and 128 GPUs, the same activations) reads 82.4 and 67.0 GiB reserved,
+// 15.4 GiB apart, where the FSDP states differ by 16 * 8.03e9 * (1/8 - 1/128) = 14.0 GiB: the
+// allocator reserves 1.10 bytes per byte it hands out; with this fraction weft's peaks come within
+// 5 % below both readings (tests/cost/memory_reserves_test.cc). GMLake (Guo et al., ASPLOS 2024)
+// measures 15 % of the reserved memory fragmented on average, up to 33 %, for eight LLMs
+// fine-tuned on A100 with recompute, offloading and LoRA.
+constexpr double kAllocatorFragmentation = 0.10;
+
+// Communicators NCCL builds on one device of a plan whose devices are laid out as strategy s, in
+// a pipeline of pp stages: the world (PyTorch's default group: barriers, the loss and the gradient
+// norm), the tensor-parallel group, the data-parallel / ZeRO group (dp*ulysses*cp ranks), the
+// Ulysses and context-parallel groups, the expert-parallel group and its expert data-parallel
+// group, the pipeline group, and the embedding group that sums tied embeddings split over the first
+// and last stage; each only with more than one rank (PyTorch creates a group's communicator at its
+// first collective).
+int nccl_communicators(const LayerStrategy& s, int pp, bool tied_embeddings);
+// NCCL's buffers of one communicator on one device (the constants above): 588 MiB.
+Bytes nccl_communicator_bytes();
+
+// The memory a user keeps free beyond the modelled reserves (`--memory-margin`): a share of the
+// device's memory ("10%") or an amount ("4GiB"). The default is kDefaultMemoryMarginPercent.
+constexpr double kDefaultMemoryMarginPercent = 2.5;
+struct MemoryMargin {
+  bool percent = true;  // value is a percentage of the device memory; else GiB
+  double value = kDefaultMemoryMarginPercent;
+  Bytes of(Bytes device) const;
+  bool operator==(const MemoryMargin&) const = default;
+};
+// "10%", "4GiB", "4 GiB", "4GB" (GB = 2^30 bytes, as --memory-gb counts), "512MiB", "0". Errors
+// name --memory-margin and the text: a number without a unit, a negative amount, a percentage of
+// 90 or more.
+Result<MemoryMargin> parse_memory_margin(const std::string& text);
+std::string to_string(const MemoryMargin& m);  // "2.5%", "4 GiB"
+
+// How a device's memory splits (docs/cost-model.md §5.4):
+//   device = process + margin + budget
+// process: the CUDA context and the GEMM workspaces (kCudaContextMib + kGemmWorkspaceMib), or a
+// measured runtime overhead (a hardware profile's runtime_overhead_gib) in their place; margin: the
+// user's; budget: what a plan's peak may reach, the peak holding the costed tensors, NCCL's buffers
+// and the allocator's fragmentation (at least 0).
+struct MemoryBudget {
+  Bytes device, process, margin, budget;
+};
+// process_gib > 0 replaces the documented process reserve.
+MemoryBudget memory_budget(const ClusterSpec& c, const MemoryMargin& margin, double process_gib = 0);
 
 // What one layer saves for backward, per micro-batch, on one device.
 struct ActivationOptions {

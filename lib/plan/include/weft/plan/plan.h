@@ -42,7 +42,8 @@ struct StagePrediction {
 struct Prediction {
   double step_time_s = 0;
   double tokens_per_s = 0;
-  double mfu = 0;              // model FLOPs utilisation, 0..1
+  double mfu = 0;              // model FLOPs utilisation, 0..1 (weft/cost/estimate.h)
+  double hfu = 0;              // hardware FLOPs utilisation (with recompute), 0..1
   double peak_memory_gib = 0;
   std::string cost_model;      // "weft" or "galvatron"
   std::string source;          // which figures were used: "analytic, <framework>" (weft's model and the

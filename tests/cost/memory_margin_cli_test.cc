@@ -1,0 +1,112 @@
+// `--memory-margin` on `weft plan` and `weft estimate` (bin/weft/cmd_plan.cc, inputs.cc) driven
+// through CLI11 in-process: the budget it leaves, the room the tables print, and its errors (exit
+// code 2, naming the flag and the value). Budgets by hand (docs/cost-model.md §5.4): an A100 of
+// 80 GiB less the CUDA context (1024 MiB) and the GEMM workspaces (64 MiB) = 78.9375 GiB, less the
+// margin.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "cli_harness.h"
+#include "weft/core/json.h"
+
+namespace weft::cli {
+
+namespace {
+
+using test::CliRun;
+
+CliRun run(const std::vector<std::string>& args) { return test::run_cli(register_plan_commands, args); }
+
+// Llama-2-7B on 8 A100 80 GB, dp 8 under ZeRO-3, one sample of 4096 tokens per device.
+const std::vector<std::string> kEstimate{"estimate", "--model", "llama-2-7b", "--cluster", "a100-80gb", "--gpus", "8",
+                                         "--seq", "4096", "--global-batch", "8", "--micro-batch", "1", "--tp", "1",
+                                         "--pp", "1", "--zero", "3"};
+
+std::vector<std::string> with(std::vector<std::string> a, const std::vector<std::string>& more) {
+  a.insert(a.end(), more.begin(), more.end());
+  return a;
+}
+
+TEST(CliMemoryMargin, DefaultIsTwoAndAHalfPercentOfTheDevice) {
+  CliRun r = run(kEstimate);
+  ASSERT_EQ(r.code, 0) << r.err;
+  // 80 - 1.0625 - 2 = 76.9375
+  EXPECT_NE(r.out.find("memory budget          80.0 GiB - 1.1 reserves - 2.0 margin (2.5%) = 76.9 GiB\n"),
+            std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find(" GiB room\n"), std::string::npos) << r.out;
+  CliRun j = run(with(kEstimate, {"--format", "json"}));
+  ASSERT_EQ(j.code, 0) << j.err;
+  EXPECT_NEAR(Json::parse(j.out)["memory_budget_gib"].get<double>(), 76.9375, 1e-9);
+}
+
+TEST(CliMemoryMargin, ShareOrAmountSetsTheBudget) {
+  // 10 % of 80 GiB: 80 - 1.0625 - 8 = 70.9375
+  CliRun pct = run(with(kEstimate, {"--memory-margin", "10%", "--format", "json"}));
+  ASSERT_EQ(pct.code, 0) << pct.err;
+  EXPECT_NEAR(Json::parse(pct.out)["memory_budget_gib"].get<double>(), 70.9375, 1e-9);
+  // 3 GiB: 80 - 1.0625 - 3 = 75.9375
+  CliRun gib = run(with(kEstimate, {"--memory-margin", "3GiB", "--format", "json"}));
+  ASSERT_EQ(gib.code, 0) << gib.err;
+  EXPECT_NEAR(Json::parse(gib.out)["memory_budget_gib"].get<double>(), 75.9375, 1e-9);
+  CliRun table = run(with(kEstimate, {"--memory-margin", "3 GiB"}));
+  ASSERT_EQ(table.code, 0) << table.err;
+  EXPECT_NE(table.out.find("80.0 GiB - 1.1 reserves - 3.0 margin = 75.9 GiB\n"), std::string::npos)
+      << table.out;
+}
+
+// A plan that fits under one margin and not under a larger one: weft estimate exits 3 and says why.
+TEST(CliMemoryMargin, LargerMarginRefusesWhatNoLongerFits) {
+  CliRun ok = run(with(kEstimate, {"--format", "json"}));
+  ASSERT_EQ(ok.code, 0) << ok.err;
+  const double peak = Json::parse(ok.out)["peak_memory_gib"].get<double>();
+  // a margin that leaves 1 GiB less than the peak: 80 - 1.0625 - margin = peak - 1
+  const double margin = 80 - 1.0625 - (peak - 1);
+  ASSERT_GT(margin, 0);
+  CliRun over = run(with(kEstimate, {"--memory-margin", std::to_string(margin) + "GiB"}));
+  EXPECT_EQ(over.code, 3) << over.out;
+  EXPECT_NE(over.out.find("1.0 GiB over  DOES NOT FIT"), std::string::npos) << over.out;
+  EXPECT_NE(over.err.find("--memory-margin sets the margin"), std::string::npos) << over.err;
+}
+
+TEST(CliMemoryMargin, PlanPrintsRoomAndBudget) {
+  CliRun r = run({"plan", "--model", "llama-2-7b", "--cluster", "a100-80gb", "--gpus", "8", "--seq", "4096",
+                  "--global-batch", "64", "--memory-margin", "20%"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  // 80 - 1.0625 - 16 = 62.9375
+  EXPECT_NE(r.out.find("memory budget        80.0 GiB - 1.1 reserves - 16.0 margin (20%) = 62.9 GiB\n"),
+            std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("room / GPU           "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("peak memory / GPU"), std::string::npos) << r.out;
+}
+
+TEST(CliMemoryMargin, BadValuesNameTheFlag) {
+  const struct {
+    std::string value, why;
+  } bad[] = {{"10", "needs a unit"}, {"-5%", "must not be negative"}, {"95%", "below 90%"}, {"lots", "expected"},
+             {"3TB", "unknown unit"}, {"100GiB", "leaves nothing of the 80.0 GiB device"}};
+  for (const auto& b : bad) {
+    for (const char* cmd : {"estimate", "plan"}) {
+      std::vector<std::string> args = std::string(cmd) == "plan"
+                                          ? std::vector<std::string>{"plan", "--model", "llama-2-7b", "--cluster",
+                                                                     "a100-80gb", "--gpus", "8", "--seq", "4096",
+                                                                     "--global-batch", "64"}
+                                          : kEstimate;
+      CliRun r = run(with(args, {"--memory-margin=" + b.value}));
+      EXPECT_EQ(r.code, 2) << cmd << " " << b.value;
+      EXPECT_NE(r.err.find("--memory-margin: "), std::string::npos) << r.err;
+      EXPECT_NE(r.err.find(b.why), std::string::npos) << r.err;
+      EXPECT_NE(r.err.find(b.value), std::string::npos) << r.err;
+    }
+  }
+  // Galvatron's model keeps its own reserve.
+  CliRun g = run(with(kEstimate, {"--memory-margin", "10%", "--cost-model", "galvatron"}));
+  EXPECT_EQ(g.code, 2);
+  EXPECT_NE(g.err.find("--memory-margin: sets the budget of weft's cost models"), std::string::npos) << g.err;
+}
+
+}  // namespace
+}  // namespace weft::cli
