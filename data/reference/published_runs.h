@@ -2,9 +2,18 @@
 // becomes the uniform plan it describes and the analytic model's options for its framework. Header
 // only, over the cost and search libraries; the reference test (tests/cost/reference_test.cc) and the
 // bench that prints the comparison (bench/cost/published_runs.cc) both read the file through it.
+//
+// Optional fields of a row: published_mfu and published_hfu (percent, counted as the source counts
+// them), published_num_params (the source's parameter count), max_seq (the learned-position table
+// the run trained with: llm-foundry sets MPT's max_seq_len to each run's sequence, so the table, and
+// the parameter count, grow with it; it replaces the model file's max_seq), fused_loss (the loss
+// is one fused in-place kernel on the logits: the options' vocab_parallel_loss), measured_memory_gib
+// (the source's peak memory reading, GiB). A model given as a
+// relative .json path is read relative to the directory of the runs file (llm-foundry/mpt-7b.json).
 #pragma once
 
 #include <algorithm>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -12,6 +21,7 @@
 #include "weft/cost/analytic.h"
 #include "weft/cost/estimate.h"
 #include "weft/search/uniform.h"
+#include "weft/spec/counts.h"
 #include "weft/spec/presets.h"
 
 namespace weft::published {
@@ -19,14 +29,34 @@ namespace weft::published {
 struct Run {
   std::string set, label, framework;
   double measured = 0;  // tokens per second per GPU
+  std::optional<double> published_mfu, published_hfu;  // percent, the source's own count
+  std::optional<double> measured_memory_gib;            // the source's peak memory reading
+  std::optional<double> published_num_params;
   Plan plan;
   AnalyticOptions options;
 };
+
+// A model named by a relative .json path is read from beside the runs file.
+inline std::string model_path(const std::string& runs_file, const std::string& model) {
+  const bool file = model.size() > 5 && model.compare(model.size() - 5, 5, ".json") == 0;
+  if (!file || model.front() == '/') return model;
+  const size_t slash = runs_file.find_last_of('/');
+  return slash == std::string::npos ? model : runs_file.substr(0, slash + 1) + model;
+}
 
 // Tokens per second per GPU of run r under estimate e (what the published figures count).
 inline double tokens_per_gpu(const Run& r, const Estimate& e) {
   return r.plan.train.global_batch * static_cast<double>(r.plan.train.seq) / e.step_time.value() /
          r.plan.cluster.total_gpus();
+}
+
+// MFU of run r's measured throughput, in percent, counted as weft counts model FLOPs (Estimate::mfu:
+// model_step_flops, the attention matmuls in full, LM head included, no recompute) at the peak of
+// the run's GPU and dtype; the same count as the predicted MFU, so the two compare directly.
+inline double measured_mfu(const Run& r) {
+  const TrainSettings& t = r.plan.train;
+  const double per_token = model_step_flops(r.plan.model, t.global_batch, t.seq) / (t.global_batch * double(t.seq));
+  return 100 * r.measured * per_token / r.plan.cluster.gpu.peak(t.dtype).value();
 }
 
 // Every run of the file; the error names the row and the field.
@@ -40,8 +70,12 @@ inline Result<std::vector<Run>> load_runs(const std::string& path) {
       r.label = row.at("label").get<std::string>();
       r.framework = row.at("framework").get<std::string>();
       r.measured = row.at("measured_tokens_per_s_per_gpu").get<double>();
+      if (row.contains("published_mfu")) r.published_mfu = row.at("published_mfu").get<double>();
+      if (row.contains("measured_memory_gib")) r.measured_memory_gib = row.at("measured_memory_gib").get<double>();
+      if (row.contains("published_hfu")) r.published_hfu = row.at("published_hfu").get<double>();
+      if (row.contains("published_num_params")) r.published_num_params = row.at("published_num_params").get<double>();
       const std::string where = path + ": run \"" + r.label + "\"";
-      auto model = load_model(row.at("model").get<std::string>());
+      auto model = load_model(model_path(path, row.at("model").get<std::string>()));
       auto cluster = load_cluster(row.at("cluster").get<std::string>());
       if (!model.ok()) return model.error().with_context(where);
       if (!cluster.ok()) return cluster.error().with_context(where);
@@ -68,12 +102,17 @@ inline Result<std::vector<Run>> load_runs(const std::string& path) {
       auto dt = dtype_from_string(row.at("dtype").get<std::string>());
       if (!dt.ok()) return dt.error().with_context(where);
       t.dtype = *dt;
-      auto plan = make_uniform_plan(*model, c, t, s, embedding_for(s));
+      ModelSpec m = *model;
+      if (row.contains("max_seq")) m.max_seq = row.at("max_seq").get<int>();
+      auto plan = make_uniform_plan(m, c, t, s, embedding_for(s));
       if (!plan.ok()) return plan.error().with_context(where);
       r.plan = std::move(plan).value();
       auto opt = framework_options(r.framework);
       if (!opt.ok()) return opt.error().with_context(where);
       r.options = *opt;
+      // fused_loss: the loss runs as one fused kernel on the logits (flash-attn's CrossEntropyLoss,
+      // llm-foundry's default loss_fn): costed as Megatron's in-place loss (docs/cost-model.md §5.3).
+      if (row.value("fused_loss", false)) r.options.vocab_parallel_loss = true;
       out.push_back(std::move(r));
     }
     return out;

@@ -131,5 +131,18 @@ TEST(Presets, EachGpuRunsTheDtypesItsDatasheetGives) {
             "train.dtype: " + a100.name + " has no fp8 (it runs fp32, tf32, bf16, fp16)");
 }
 
+// torchtitan's H100s (96 GB HBM2e at 2.4 TB/s, 500 W; docs/cluster-spec.md): the tensor rate lies
+// between the NVL's (835.5 dense bf16 at 400 W) and the SXM's (989.4 at 700 W), linear in the power
+// limit; every dtype's rate scales by the same clock ratio.
+TEST(Presets, PowerLimitedH100LiesBetweenNvlAndSxm) {
+  const GpuSpec sxm = load_cluster("h100-80gb")->gpu, g = load_cluster("h100-500w")->gpu;
+  const double bf16 = 835.5 + (989.4 - 835.5) * (500 - 400) / (700 - 400.0);
+  EXPECT_NEAR(g.tflops_bf16, bf16, 0.05);
+  EXPECT_NEAR(g.tflops_fp8 / sxm.tflops_fp8, bf16 / 989.4, 1e-3);
+  EXPECT_NEAR(g.tflops_fp32 / sxm.tflops_fp32, bf16 / 989.4, 2e-3);
+  EXPECT_DOUBLE_EQ(g.hbm_gbps, 2400);
+  EXPECT_NEAR(g.memory_gib, 96 * 81559.0 / 81920, 0.01);
+}
+
 }  // namespace
 }  // namespace weft
