@@ -71,6 +71,7 @@ TEST(Framework, WeftIsCostedWithMegatronsTraits) {
   const AnalyticOptions defaults;
   for (const AnalyticOptions& o : {framework_options(Framework::kWeft), framework_options(Framework::kMegatron)}) {
     EXPECT_EQ(o.flash_attention, defaults.flash_attention);
+    EXPECT_EQ(o.attention_kernel, defaults.attention_kernel);  // differs from FlashAttention-2 on Hopper
     EXPECT_EQ(o.fused_elementwise, defaults.fused_elementwise);
     EXPECT_EQ(o.overlap_grad_sync, defaults.overlap_grad_sync);
     EXPECT_EQ(o.selective, defaults.selective);

@@ -37,8 +37,7 @@ AnalyticOptions framework_options(Framework f, AnalyticOptions o) {
     case Framework::kMegatron:
     case Framework::kWeft:
       o.flash_attention = true;
-      // Transformer Engine picks cuDNN's fused attention on Hopper; weft's runtime calls PyTorch SDPA.
-      o.attention_kernel = f == Framework::kWeft ? AttentionKernel::kFlash2 : AttentionKernel::kCudnn;
+      o.attention_kernel = AttentionKernel::kCudnn;  // Transformer Engine's choice on Hopper
       o.fused_elementwise = true;
       o.overlap_grad_sync = true;
       o.selective = SelectivePolicy::kAttentionCore;

@@ -30,7 +30,8 @@ struct AnalyticOptions {
   double overlap_slowdown = 1.1256;
   bool flash_attention = true;      // activations without the s^2 score matrix
   // Which fused attention kernel runs it (§2.2): Transformer Engine's cuDNN attention for Megatron on
-  // Hopper, FlashAttention-2 for PyTorch SDPA (torchtitan, weft's runtime); Ampere runs FlashAttention-2.
+  // Hopper (and for weft's runtime, costed as Megatron), FlashAttention-2 for PyTorch SDPA
+  // (torchtitan); Ampere runs FlashAttention-2.
   AttentionKernel attention_kernel = AttentionKernel::kCudnn;
   bool overlap_grad_sync = true;    // DP / ZeRO gradient traffic overlaps backward
   // Memory outside the costed tensors (docs/cost-model.md §5.4). runtime_overhead_gib > 0 (a
