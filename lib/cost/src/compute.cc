@@ -67,6 +67,7 @@ GpuTraits gpu_traits(const GpuSpec& gpu) {
   } else if (has(n, "v100")) {
     t.sms = 80;
   }
+  t.hopper_or_newer = has(n, "h100") || has(n, "h200") || has(n, "b200");  // gh200 and gb200 included
   return t;
 }
 
@@ -136,16 +137,10 @@ AttentionRates curve_rates(const AttentionCurves& c, double seq, double head_dim
   return {fwd * hd, bwd * hd};
 }
 
-bool hopper_or_newer(const GpuSpec& gpu) {
-  const std::string& n = gpu.name;
-  return has(n, "h100") || has(n, "h200") || has(n, "gh200") || has(n, "h800") || has(n, "h20") ||
-         has(n, "b200") || has(n, "gb200") || has(n, "b100");
-}
-
 }  // namespace
 
 AttentionRates flash_attention_rates(const GpuSpec& gpu, AttentionKernel k, double seq_k, double head_dim, bool causal) {
-  if (hopper_or_newer(gpu)) {
+  if (gpu_traits(gpu).hopper_or_newer) {
     const AttentionCurves& c = k == AttentionKernel::kFlash3  ? kFlash3Curves
                                : k == AttentionKernel::kCudnn ? kCudnnCurves
                                                               : kFlash2Curves;

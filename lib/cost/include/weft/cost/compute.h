@@ -28,6 +28,8 @@ struct GpuTraits {
   // The same for fp8 inputs (float8_e4m3fn), where measured; 0: the bf16 figures.
   double fp8_fraction = 0;
   double fp8_m = 0, fp8_n = 0, fp8_k = 0;
+  // Hopper or newer: runs FlashAttention-3 and cuDNN's fused attention (flash_attention_rates).
+  bool hopper_or_newer = false;
 };
 GpuTraits gpu_traits(const GpuSpec& gpu);
 
