@@ -91,11 +91,13 @@ Result<MemoryMargin> memory_margin_flag(const InputFlags& f) {
   return parse_memory_margin(f.memory_margin);
 }
 
-// A margin that leaves nothing of the device for the plan is an error naming the flag.
-Status check_margin_fits(const InputFlags& f, const MemoryMargin& m, const ClusterSpec& c) {
-  if (f.memory_margin.empty()) return Status{};
-  const MemoryBudget b = memory_budget(c, m);
-  if (b.budget.value() > 0) return Status{};
+// The margin for cluster c (memory_margin_flag); one that leaves nothing of the device for the
+// plan is an error naming the flag.
+Result<MemoryMargin> memory_margin_for(const InputFlags& f, const ClusterSpec& c) {
+  auto m = memory_margin_flag(f);
+  if (!m.ok() || f.memory_margin.empty()) return m;
+  const MemoryBudget b = memory_budget(c, *m);
+  if (b.budget.value() > 0) return m;
   return Error{ErrorKind::kBadInput, "--memory-margin: \"" + f.memory_margin + "\" leaves nothing of the " +
                                          printf_str("%.1f", c.gpu.memory_gib) + " GiB device once its reserves (" +
                                          printf_str("%.1f", to_gib(b.process)) + " GiB) are kept"};
@@ -144,9 +146,8 @@ Result<galvatron::CostModelSetup> build_cost_model(const InputFlags& f, const An
 Result<std::unique_ptr<CostModel>> load_cost_model(const InputFlags& f, const ModelSpec& m, const ClusterSpec& c) {
   auto analytic = analytic_flags(f);
   if (!analytic.ok()) return analytic.error();
-  auto margin = memory_margin_flag(f);
+  auto margin = memory_margin_for(f, c);
   if (!margin.ok()) return margin.error();
-  if (Status st = check_margin_fits(f, *margin, c); !st.ok()) return st.error();
   analytic->options.memory_margin = *margin;
   auto setup = build_cost_model(f, analytic->options, std::nullopt, std::nullopt, m, c);
   if (!setup.ok()) return setup.error();
@@ -199,9 +200,8 @@ Result<Inputs> load_inputs(const InputFlags& f, const ModelSpec* fallback_model,
   auto analytic = analytic_flags(f);
   if (!analytic.ok()) return analytic.error();
   in.framework = analytic->framework;
-  auto margin = memory_margin_flag(f);
+  auto margin = memory_margin_for(f, in.cluster);
   if (!margin.ok()) return margin.error();
-  if (Status st = check_margin_fits(f, *margin, in.cluster); !st.ok()) return st.error();
   analytic->options.memory_margin = *margin;
   if (f.cost_model != "galvatron") in.margin = *margin;
   auto setup = build_cost_model(f, analytic->options, std::move(hw), std::move(yaml), in.model, in.cluster);

@@ -40,6 +40,12 @@ std::vector<Run> runs_of(const Stage& st) {
   return out;
 }
 
+// Budget minus peak of e: "1.6 GiB" + `suffix`, or "2.3 GiB over".
+std::string room_text(const Estimate& e, const char* suffix) {
+  const double gib = to_gib(e.memory_budget - e.peak_memory);
+  return gib >= 0 ? printf_str("%.1f GiB", gib) + suffix : printf_str("%.1f GiB over", -gib);
+}
+
 std::string layers_text(int a, int b) { return a == b ? "layer " + S(a) : "layers " + S(a) + "-" + S(b); }
 
 }  // namespace
@@ -91,11 +97,7 @@ std::string plan_table(const Plan& best, const Estimate& eb, const std::optional
   row("peak memory / GPU",
       printf_str("%.1f GiB", to_gib(eb.peak_memory)) + printf_str(" of %.1f", to_gib(eb.memory_budget)),
       eu ? printf_str("%.1f GiB", to_gib(eu->peak_memory)) : "");
-  auto room = [](const Estimate& e) {
-    const double gib = to_gib(e.memory_budget - e.peak_memory);
-    return gib >= 0 ? printf_str("%.1f GiB", gib) : printf_str("%.1f GiB over", -gib);
-  };
-  row("room / GPU", room(eb), eu ? room(*eu) : "");
+  row("room / GPU", room_text(eb, ""), eu ? room_text(*eu, "") : "");
   if (eu && eu->step_time.value() > 0)
     row("speed-up", printf_str("%.3fx", eu->step_time.value() / eb.step_time.value()), "1.000x");
   out += sprintf_str("%-20s %s\n", "memory budget", memory_budget_text(best, eb, margin).c_str());
@@ -131,10 +133,7 @@ std::string ranking_table(const std::vector<Plan>& top) {
   return out;
 }
 
-std::string memory_room_text(const Estimate& e) {
-  const double room = to_gib(e.memory_budget - e.peak_memory);
-  return room >= 0 ? printf_str("%.1f GiB room", room) : printf_str("%.1f GiB over", -room);
-}
+std::string memory_room_text(const Estimate& e) { return room_text(e, " room"); }
 
 std::string memory_budget_text(const Plan& p, const Estimate& e, const std::optional<MemoryMargin>& margin) {
   const Bytes device = GiB(p.cluster.gpu.memory_gib);

@@ -361,18 +361,19 @@ std::string joined(const std::vector<std::string>& v) {
 // MoE keys weft does not read and no expert layer read, refuse naming the keys; with expert layers
 // read, warn naming the keys left out.
 void check_unknown_moe_keys(const JsonObj& o, const ModelSpec& m, const std::string& type) {
+  const std::vector<std::string> keys = moe_keys(o.json());
   std::vector<std::string> ignored;
-  for (const auto& k : moe_keys(o.json())) {
+  for (const auto& k : keys) {
     bool read = false;
     for (auto r : kReadMoeKeys) read = read || k == r;
     if (!read) ignored.push_back(k);
   }
   bool has_moe = false;
   for (const auto& g : m.groups) has_moe = has_moe || g.shape.moe.enabled();
-  if (!has_moe && !moe_keys(o.json()).empty())
-    o.fail(moe_keys(o.json()).front(),
+  if (!has_moe && !keys.empty())
+    o.fail(keys.front(),
            "model_type \"" + type + "\" is not one weft knows and its config has Mixture-of-Experts keys (" +
-               joined(moe_keys(o.json())) +
+               joined(keys) +
                ") that a Llama-style reading would drop; weft reads experts from model_type mixtral, qwen2_moe, "
                "deepseek_v2 or deepseek_v3, or from an unknown type with Mixtral's num_local_experts or "
                "DeepSeek's n_routed_experts keys (or write a weft model JSON)");
