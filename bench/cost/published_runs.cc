@@ -35,6 +35,7 @@
 #include "weft/galvatron/setup.h"
 #include "weft/plan/runtime_support.h"
 #include "weft/plan/strategy.h"
+#include "weft/report/plan_text.h"
 #include "weft/search/search.h"
 
 namespace {
@@ -70,25 +71,6 @@ std::string pct(const std::optional<double>& v) {
   char b[32];
   std::snprintf(b, sizeof b, "%.1f", *v);
   return b;
-}
-
-// "layers 0-15 dp8 z1, 16-31 dp8 z2" for a plan's layers, one entry per run of equal strategies.
-std::string layers_text(const Plan& p) {
-  if (auto u = p.uniform_strategy()) return "every layer " + label(*u);
-  std::string out;
-  for (const Stage& st : p.stages) {
-    if (!out.empty()) out += "; ";
-    if (p.stages.size() > 1) out += "stage " + std::to_string(&st - p.stages.data()) + ": ";
-    for (size_t i = 0; i < st.layers.size();) {
-      size_t j = i;
-      while (j + 1 < st.layers.size() && label(st.layers[j + 1]) == label(st.layers[i])) ++j;
-      if (i) out += ", ";
-      out += "layers " + std::to_string(st.first_layer + i) + "-" + std::to_string(st.first_layer + j) + " " +
-             label(st.layers[i]);
-      i = j + 1;
-    }
-  }
-  return out;
 }
 
 // The best plan `weft plan` finds for README.md's example, through the calls the CLI makes
@@ -128,11 +110,15 @@ bool readme_example(const char* what, const std::optional<Framework>& framework,
   const Plan& best = r->top.front();
   const Estimate e = estimate(best, *setup->cost);
   std::printf("  %s (cost model %s):\n", what, setup->cost->source().c_str());
-  std::printf("    pp%d %s m%d, %s, embedding %s\n", best.train.pp, to_string(best.train.schedule),
-              best.train.micro_batches, layers_text(best).c_str(), label(best.embedding).c_str());
+  std::printf("    %s, embedding %s\n", pipeline_text(best.train).c_str(), label(best.embedding).c_str());
+  const std::string layers = layers_table(best);  // the table `weft plan` prints
+  for (size_t a = 0, b; a < layers.size(); a = b + 1) {
+    b = layers.find('\n', a);
+    std::printf("      %s\n", layers.substr(a, b - a).c_str());
+  }
   std::printf("    step %.2f s, %.0f tokens/s/GPU, %.1f model TFLOP/s/GPU, MFU %.1f %%, peak %.1f GiB\n",
               e.step_time.value(), e.tokens_per_s / best.cluster.total_gpus(), e.model_tflops_per_gpu, 100 * e.mfu,
-              e.peak_memory.value() / (1 << 30));
+              to_gib(e.peak_memory));
   *mfu_out = 100 * e.mfu;
   return true;
 }
@@ -217,10 +203,10 @@ int main(int argc, char** argv) {
     const bool show_meas = !r.published_mfu || std::abs(meas_mfu - *r.published_mfu) > 1.0;
     std::printf("  %-50s %8.0f %8.0f %+6.1f%% %8.0f %+6.1f%% | %5s %5s %5.1f | %5.1f / %5.1f GiB%s\n", r.label.c_str(),
                 r.measured, t, err, tm, err_m, pct(r.published_mfu).c_str(),
-                show_meas ? pct(meas_mfu).c_str() : "", 100 * e.mfu, e.peak_memory.value() / (1 << 30),
+                show_meas ? pct(meas_mfu).c_str() : "", 100 * e.mfu, to_gib(e.peak_memory),
                 r.plan.cluster.gpu.memory_gib, e.fits ? "" : " (over budget)");
     if (r.measured_memory_gib) {
-      const double est = e.peak_memory.value() / (1 << 30);
+      const double est = to_gib(e.peak_memory);
       std::printf("      memory: measured %.1f GiB, weft %.1f GiB (%+.1f%%)\n", *r.measured_memory_gib, est,
                   100 * (est / *r.measured_memory_gib - 1));
       sum.memory.add(100 * (est / *r.measured_memory_gib - 1));

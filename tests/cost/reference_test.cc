@@ -260,7 +260,7 @@ TEST(ReferencePublished, NemoFp8OnH100AndB200) {
     const double err = published::tokens_per_gpu(r, e) / r.measured - 1;
     EXPECT_LT(std::abs(err), 0.20) << r.label << ": " << published::tokens_per_gpu(r, e);
     EXPECT_LE(e.peak_memory.value(), GiB(r.plan.cluster.gpu.memory_gib).value())
-        << r.label << ": " << e.peak_memory.value() / (1 << 30) << " GiB";
+        << r.label << ": " << to_gib(e.peak_memory) << " GiB";
     sum += std::abs(err);
     ++n;
   }
@@ -280,7 +280,7 @@ TEST(ReferencePublished, TorchtitanFsdp2OnPowerLimitedH100) {
     const double err = published::tokens_per_gpu(r, e) / r.measured - 1;
     EXPECT_LT(std::abs(err), 0.20) << r.label << ": " << published::tokens_per_gpu(r, e);
     ASSERT_TRUE(r.measured_memory_gib) << r.label;
-    EXPECT_NEAR(e.peak_memory.value() / (1 << 30) / *r.measured_memory_gib, 1.0, 0.08) << r.label;
+    EXPECT_NEAR(to_gib(e.peak_memory) / *r.measured_memory_gib, 1.0, 0.08) << r.label;
     // The same run on the 700 W HBM3 part is predicted faster: the power limit and HBM2e cost.
     Plan sxm = r.plan;
     sxm.cluster.gpu = load_cluster("h100-80gb")->gpu;
