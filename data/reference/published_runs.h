@@ -8,7 +8,8 @@
 // the run trained with: llm-foundry sets MPT's max_seq_len to each run's sequence, so the table, and
 // the parameter count, grow with it; it replaces the model file's max_seq), fused_loss (the loss
 // is one fused in-place kernel on the logits: the options' vocab_parallel_loss), measured_memory_gib
-// (the source's peak memory reading, GiB). A model given as a
+// (the source's peak memory reading, GiB), attention_kernel (flash1 or flash2: the fused
+// attention the run used, where it is not its framework's). A model given as a
 // relative .json path is read relative to the directory of the runs file (llm-foundry/mpt-7b.json).
 #pragma once
 
@@ -113,6 +114,15 @@ inline Result<std::vector<Run>> load_runs(const std::string& path) {
       // fused_loss: the loss runs as one fused kernel on the logits (flash-attn's CrossEntropyLoss,
       // llm-foundry's default loss_fn): costed as Megatron's in-place loss (docs/cost-model.md §5.3).
       if (row.value("fused_loss", false)) r.options.vocab_parallel_loss = true;
+      // attention_kernel: the fused attention kernel the run used where it is not its framework's
+      // (flash-attn 1.x in training code of 2022-23: "flash1").
+      if (row.contains("attention_kernel")) {
+        const std::string k = row.at("attention_kernel").get<std::string>();
+        if (k == "flash1") r.options.attention_kernel = AttentionKernel::kFlash1;
+        else if (k == "triton") r.options.attention_kernel = AttentionKernel::kTritonFlash;
+        else if (k == "flash2") r.options.attention_kernel = AttentionKernel::kFlash2;
+        else return Error{ErrorKind::kBadInput, where + ": attention_kernel \"" + k + "\" is not one of flash1, triton, flash2"};
+      }
       out.push_back(std::move(r));
     }
     return out;

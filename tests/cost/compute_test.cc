@@ -132,5 +132,20 @@ TEST(FlashAttentionRates, AmpereIsFlashAttention2ScaledToItsPlateau) {
   }
 }
 
+// FlashAttention (version 1) at FlashAttention-2's rates x 124 / 230 on every GPU.
+TEST(FlashAttentionRates, Flash1IsFlash2ScaledByTheirBestA100Rates) {
+  GpuSpec h;
+  h.name = "H100-SXM5-80GB";
+  for (const GpuSpec& g : {a100(), h}) {
+    for (double s : {1024.0, 8192.0}) {
+      const AttentionRates one = flash_attention_rates(g, AttentionKernel::kFlash1, s, 128, true);
+      const AttentionRates two = flash_attention_rates(g, AttentionKernel::kFlash2, s, 128, true);
+      EXPECT_NEAR(one.fwd, two.fwd * 124 / 230, 1e-12) << g.name << " " << s;
+      EXPECT_NEAR(one.bwd, two.bwd * 124 / 230, 1e-12) << g.name << " " << s;
+    }
+  }
+  EXPECT_STREQ(to_string(AttentionKernel::kFlash1), "flash-attention");
+}
+
 }  // namespace
 }  // namespace weft

@@ -133,6 +133,7 @@ def run_row(set_name, cluster, r):
         "recompute": "full" if ac else "none",
         "dtype": "bf16",
         "fused_loss": True,  # loss_fn: fused_crossentropy, ComposerMPTCausalLM's default
+        "attention_kernel": "triton",  # submit_benchmarks.py: --attn_impl defaults to triton
         "measured_tokens_per_s_per_gpu": int(r["Throughput (T/s/GPU)"]),
         "published_mfu": float(r["MFU"]),
         "published_hfu": float(r["HFU"]),

@@ -73,6 +73,8 @@ GpuTraits gpu_traits(const GpuSpec& gpu) {
 
 const char* to_string(AttentionKernel k) {
   switch (k) {
+    case AttentionKernel::kFlash1: return "flash-attention";
+    case AttentionKernel::kTritonFlash: return "flash-attention-triton";
     case AttentionKernel::kFlash2: return "flash-attention-2";
     case AttentionKernel::kCudnn: return "cudnn";
     case AttentionKernel::kFlash3: return "flash-attention-3";
@@ -108,6 +110,14 @@ constexpr AttentionCurves kFlash3Curves = {{467, 565, 625, 638, 646, 648},
 // same kernel's curves on H100 (above) for shorter sequences, non-causal masks and head dim 64.
 constexpr double kAmpereFlash2Fwd = 0.60;
 constexpr double kAmpereFlash2Bwd = 0.50;
+// FlashAttention (version 1) against FlashAttention-2: their best A100 throughputs, "up to 124
+// TFLOPs/s" and "up to 230 TFLOPs/s" (Tri Dao, FlashAttention-2 release note, 2023-07-17; the
+// paper's 25-40 % and 50-73 % of the A100 peak).
+constexpr double kFlash1OverFlash2 = 124.0 / 230.0;
+// The Triton FlashAttention of flash-attn 1.x against FlashAttention: FlashAttention-2 is "1.7-3.0x
+// faster than FlashAttention" and "1.3-2.5x faster than FlashAttention in Triton" (Dao 2023,
+// abstract; Figs. 4-5 on A100): the midpoints' ratio, 2.35 / 1.9.
+constexpr double kTritonOverFlash1 = 2.35 / 1.9;
 
 // Curve value at `seq` (log-linear between the measured lengths, flat outside them).
 double at(const double (&v)[6], double seq) {
@@ -140,6 +150,11 @@ AttentionRates curve_rates(const AttentionCurves& c, double seq, double head_dim
 }  // namespace
 
 AttentionRates flash_attention_rates(const GpuSpec& gpu, AttentionKernel k, double seq_k, double head_dim, bool causal) {
+  if (k == AttentionKernel::kFlash1 || k == AttentionKernel::kTritonFlash) {
+    const AttentionRates r = flash_attention_rates(gpu, AttentionKernel::kFlash2, seq_k, head_dim, causal);
+    const double f = kFlash1OverFlash2 * (k == AttentionKernel::kTritonFlash ? kTritonOverFlash1 : 1.0);
+    return {r.fwd * f, r.bwd * f};
+  }
   if (gpu_traits(gpu).hopper_or_newer) {
     const AttentionCurves& c = k == AttentionKernel::kFlash3  ? kFlash3Curves
                                : k == AttentionKernel::kCudnn ? kCudnnCurves

@@ -35,6 +35,8 @@ GpuTraits gpu_traits(const GpuSpec& gpu);
 
 // Fused (flash) attention kernels (docs/cost-model.md §2.2).
 enum class AttentionKernel {
+  kFlash1,  // FlashAttention (Dao et al. 2022): flash-attn 1.x, the kernel of 2022-23 training code
+  kTritonFlash,  // the Triton FlashAttention of flash-attn 1.x (flash_attn_triton; llm-foundry's attn_impl: triton)
   kFlash2,  // FlashAttention-2 (Dao 2023): flash-attn 2.x, PyTorch SDPA's flash backend
   kCudnn,   // cuDNN's fused attention: Transformer Engine's FusedAttention on Hopper and newer
   kFlash3,  // FlashAttention-3 (Shah et al. 2024): Hopper only
@@ -45,7 +47,12 @@ const char* to_string(AttentionKernel k);
 // length seq_k and head dimension head_dim; for a causal kernel the fraction is of the work
 // counted halved (the masked tiles are skipped), as the FlashAttention papers count it. Hopper
 // (and newer) from the measured curves of Shah et al. 2024 (Figs. 5-6, H100 SXM5); Ampere and older
-// run FlashAttention-2 (FlashAttention-3 and cuDNN's fused attention need Hopper).
+// run FlashAttention-2 (FlashAttention-3 and cuDNN's fused attention need Hopper). FlashAttention
+// (version 1) runs at FlashAttention-2's rates x 124 / 230 on any GPU: the two kernels' best A100
+// throughputs (FlashAttention-2 release note, Dao 2023: "up to 124 TFLOPs/s" for FlashAttention,
+// "up to 230 TFLOPs/s" for FlashAttention-2). The Triton FlashAttention runs at FlashAttention's
+// rates x 2.35 / 1.9: FlashAttention-2 is "1.7-3.0x faster than FlashAttention, 1.3-2.5x faster
+// than FlashAttention in Triton" (Dao 2023, abstract and Figs. 4-5), the ratio of the midpoints.
 struct AttentionRates {
   double fwd = 0, bwd = 0;
 };
