@@ -43,6 +43,7 @@ void register_spec_commands(CLI::App& app);     // models, clusters          (cm
 void register_plan_commands(CLI::App& app);     // plan, estimate            (cmd_plan.cc)
 void register_report_commands(CLI::App& app);   // report, simulate, export  (cmd_report.cc)
 void register_galvatron_commands(CLI::App& app);// import galvatron          (cmd_galvatron.cc)
+void register_varlen_commands(CLI::App& app);   // varlen                    (cmd_varlen.cc)
 #ifdef WEFT_WITH_TORCH
 void register_train_commands(CLI::App& app);    // train, launch             (cmd_train.cc)
 void register_profile_commands(CLI::App& app);  // profile hardware|model    (cmd_profile.cc)
