@@ -13,6 +13,7 @@
 #include "commands.h"
 #include "weft/core/json.h"
 #include "weft/cost/framework.h"
+#include "weft/report/varlen_html.h"
 #include "weft/spec/presets.h"
 #include "weft/varlen/lengths.h"
 #include "weft/varlen/planner.h"
@@ -31,6 +32,7 @@ struct VarlenFlags {
   long long max_seq = 0;
   unsigned long long seed = 0;
   std::string format = "table";
+  std::string report;  // --report FILE
 };
 
 std::string group_text(const varlen::MicroBatch& mb) {
@@ -128,6 +130,41 @@ void run(const VarlenFlags& f) {
   std::vector<double> sorted = ms;
   std::sort(sorted.begin(), sorted.end());
   const double med = sorted[sorted.size() / 2], mx = sorted.back();
+  if (!f.report.empty()) {
+    VarlenReportInput in;
+    in.title = model_name + " on " + std::to_string(gpus) + " GPUs, cost model " + cost->name();
+    in.gpus = gpus;
+    char line[256];
+    std::snprintf(line, sizeof line,
+                  "%d steps of %d documents; static: every group of %d GPUs; total: weft %.2f s, static %.2f s "
+                  "(%.2fx), adaptive %.2f s (%.2fx)",
+                  f.steps, f.global_batch, degree, tw, ts, ts / tw, ta, ta / tw);
+    in.notes.push_back(line);
+    for (size_t k = 0; k < rows.size(); ++k) {
+      const Row& r = rows[k];
+      VarlenPictureStep st;
+      st.step = f.first_step + static_cast<int>(k);
+      st.weft_s = r.weft.time, st.static_s = r.stat.time, st.adaptive_s = r.adapt.time, st.plan_ms = r.ms;
+      for (const varlen::MicroBatch& mb : r.weft.micro_batches) {
+        std::vector<VarlenPictureGroup> groups;
+        for (const varlen::Group& g : mb.groups) {
+          VarlenPictureGroup pg;
+          pg.size = g.size;
+          pg.overhead_s = cost->group_overhead(g.size);
+          for (int i : g.docs) {
+            const std::int64_t len = batches.steps[k][i];
+            pg.lengths.push_back(len);
+            pg.times_s.push_back(cost->seq_time(static_cast<double>(len), g.size));
+          }
+          groups.push_back(std::move(pg));
+        }
+        st.micro_batches.push_back(std::move(groups));
+      }
+      in.steps.push_back(std::move(st));
+    }
+    check(write_varlen_html(f.report, in));
+    if (table) std::printf("report: %s\n", f.report.c_str());
+  }
   if (table) {
     std::printf("\ntotal: weft %.2f s, static %.2f s (%.2fx), adaptive %.2f s (%.2fx); planning per step: median %.1f ms, "
                 "max %.1f ms\n",
@@ -208,6 +245,7 @@ void register_varlen_commands(CLI::App& app) {
   cmd->add_option("--format", f->format, "Output on stdout: table or json")
       ->check(CLI::IsMember({"table", "json"}))
       ->capture_default_str();
+  cmd->add_option("--report", f->report, "Write an HTML page with a picture of every step's groups to this file");
   cmd->callback([f] { run(*f); });
 }
 

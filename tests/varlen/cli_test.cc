@@ -59,6 +59,24 @@ TEST(VarlenCli, TableSaysWhatWasDroppedAndTheTotals) {
   EXPECT_NE(r.out.find("static: every group of"), std::string::npos) << r.out;
 }
 
+// --report: one picture per step, a column per group with its documents, every GPU accounted for.
+TEST(VarlenCli, ReportDrawsEveryStep) {
+  const std::string path = ::testing::TempDir() + "varlen.html";
+  auto r = run_cli(register_varlen_commands,
+                   {"varlen", "--lengths", small_lengths(), "--model", "gpt-7b", "--cost-model", "flexsp", "--gpus", "16",
+                    "--memory-gb", "30", "--global-batch", "16", "--max-seq", "65536", "--steps", "3", "--report", path});
+  ASSERT_EQ(r.code, 0) << r.err;
+  std::ifstream in(path);
+  const std::string html((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  size_t pictures = 0, docs = 0;
+  for (size_t p = html.find("<svg id=\"varlen-step-"); p != std::string::npos; p = html.find("<svg id=\"varlen-step-", p + 1))
+    ++pictures;
+  for (size_t p = html.find(" tokens on "); p != std::string::npos; p = html.find(" tokens on ", p + 1)) ++docs;
+  EXPECT_EQ(pictures, 3u);
+  EXPECT_EQ(docs, 48u);  // every document of the three steps, once
+  EXPECT_NE(html.find("static: every group of"), std::string::npos);
+}
+
 TEST(VarlenCli, BadInputIsNamed) {
   const std::vector<std::string> base = {"--model", "gpt-7b", "--cost-model", "flexsp", "--gpus", "16", "--global-batch", "4"};
   auto with = [&](std::vector<std::string> extra) {
