@@ -21,6 +21,7 @@
 #include "weft/spec/counts.h"
 #include "weft/galvatron/search.h"
 #include "weft/galvatron/setup.h"
+#include "weft/varlen/distribution.h"
 #include "weft/galvatron/strategy.h"
 #include "weft/report/html.h"
 #include "weft/report/plan_text.h"
@@ -55,7 +56,7 @@ Json plan_entry(const Plan& p, const Estimate& e) {
 
 struct PlanFlags {
   InputFlags in;
-  int seq = 0;
+  int seq = -1;  // -1: not given (then --lengths or --data must be)
   int global_batch = 0;
   int top = 3;
   bool galvatron_space = false;  // --galvatron-space
@@ -69,6 +70,12 @@ struct PlanFlags {
   int max_tp = 0;                     // --max-tp (default: GPUs per node)
   bool uniform = false;               // --uniform: one strategy for every layer
   bool all_strategies = false;        // --all-strategies: not only what weft's runtime runs
+  // A distribution of document lengths instead of one --seq (docs/varlen.md).
+  std::string lengths, data, data_format = "auto";  // --lengths FILE | --data TOKENS
+  long long eos = -1;                                // --eos ID
+  long long max_seq = 0;                             // --max-seq: longer documents dropped
+  int steps = 8, first_step = 0;                     // --steps, --first-step: batches sampled
+  unsigned long long seed = 0;                       // --seed
 };
 
 // --dtype as given, else bf16 where the GPU runs it and fp16 where it does not (a V100), as
@@ -78,7 +85,87 @@ DType dtype_or_default(const std::string& flag, const GpuSpec& gpu) {
   return gpu.runs(DType::kBf16) ? DType::kBf16 : DType::kFp16;
 }
 
+// weft plan --lengths FILE: the model-level strategy for a distribution of document lengths.
+void run_plan_lengths(const PlanFlags& f) {
+  if (!f.lengths.empty() && !f.data.empty())
+    fail(Error{ErrorKind::kBadInput, "give the document lengths as --lengths FILE or as --data TOKENS --eos ID, not both"});
+  if (f.in.cost_model != "weft" || !f.in.hardware_profile.empty() || !f.in.model_profile.empty())
+    fail(Error{ErrorKind::kBadInput, "--lengths plans with weft's analytic model only (no --cost-model galvatron, "
+                                     "--hardware-profile or --model-profile yet)"});
+  Inputs in = unwrap(load_inputs(f.in));
+  std::vector<std::int64_t> lengths;
+  if (!f.lengths.empty()) {
+    lengths = unwrap(varlen::read_lengths(f.lengths));
+  } else {
+    if (f.eos < 0) fail(Error{ErrorKind::kBadInput, "--data " + f.data + ": --eos ID names the end-of-document token"});
+    lengths = unwrap(varlen::document_lengths(f.data, f.eos, f.data_format));
+  }
+  const varlen::Batches batches =
+      unwrap(varlen::draw_batches(lengths, f.global_batch, f.steps, f.first_step, f.max_seq, f.seed));
+  varlen::DistributionOptions o;
+  if (in.framework) o.model = framework_options(*in.framework);
+  if (in.margin) o.model.memory_margin = *in.margin;
+  o.dtype = dtype_or_default(f.dtype, in.cluster.gpu);
+  o.max_tp = f.max_tp;
+  const auto candidates = unwrap(varlen::plan_distribution(in.model, in.cluster, batches, o));
+  if (candidates.empty() || !candidates.front().fits)
+    fail(Error{ErrorKind::kNoFit, "no tensor-parallel degree and recompute policy fits the documents" +
+                                      (candidates.empty() ? std::string() : ": " + candidates.front().why)});
+  auto sizes_text = [](const std::vector<int>& v) {
+    std::string o;
+    for (int x : v) o += (o.empty() ? "" : ",") + std::to_string(x);
+    return o;
+  };
+  if (f.format == "json") {
+    Json list = Json::array();
+    for (const varlen::DistributionCandidate& c : candidates) {
+      Json j = {{"tp", c.tp}, {"recompute", to_string(c.recompute)}, {"fits", c.fits}};
+      if (c.fits) {
+        j["mean_step_s"] = c.mean_step_s;
+        j["tokens_per_s"] = c.tokens_per_s;
+        j["mean_micro_batches"] = c.mean_micro_batches;
+        j["group_gpus"] = c.group_gpus;
+        j["plan_ms_max"] = c.plan_ms_max;
+      } else {
+        j["why"] = c.why;
+      }
+      list.push_back(j);
+    }
+    Json out = {{"model", in.model.name},
+                {"gpus", in.cluster.total_gpus()},
+                {"global_batch", f.global_batch},
+                {"steps", f.steps},
+                {"dropped", batches.dropped},
+                {"longest", batches.longest},
+                {"candidates", list}};
+    std::printf("%s\n", out.dump(2).c_str());
+    return;
+  }
+  std::printf("weft plan: %s on %d x %s (%d per node), %d documents per step, lengths from %s\n",
+              in.model.name.c_str(), in.cluster.total_gpus(), in.cluster.gpu.name.c_str(), in.cluster.gpus_per_node,
+              f.global_batch, (f.lengths.empty() ? f.data : f.lengths).c_str());
+  std::printf("%d sampled batches; longest document %lld tokens; %lld over --max-seq dropped\n", f.steps,
+              static_cast<long long>(batches.longest), static_cast<long long>(batches.dropped));
+  std::printf("ZeRO-3 over every GPU; per step the batch planner picks the micro-batches and sequence-parallel "
+              "groups (Ulysses, context parallel beyond the heads) of mixed sizes\n\n");
+  std::printf("%4s %-10s %12s %12s %6s  %-24s %10s\n", "tp", "recompute", "step s", "tokens/s", "mbs",
+              "group sizes (GPUs)", "plan ms");
+  for (const varlen::DistributionCandidate& c : candidates) {
+    if (c.fits)
+      std::printf("%4d %-10s %12.3f %12.0f %6.1f  %-24s %10.1f\n", c.tp, to_string(c.recompute), c.mean_step_s,
+                  c.tokens_per_s, c.mean_micro_batches, sizes_text(c.group_gpus).c_str(), c.plan_ms_max);
+    else
+      std::printf("%4d %-10s  does not fit: %s\n", c.tp, to_string(c.recompute), c.why.c_str());
+  }
+  const varlen::DistributionCandidate& b = candidates.front();
+  std::printf("\nbest: tp %d, recompute %s, groups of %s GPUs; %.3f s per step, %.0f tokens/s "
+              "(`weft varlen` plans the concrete batches)\n",
+              b.tp, to_string(b.recompute), sizes_text(b.group_gpus).c_str(), b.mean_step_s, b.tokens_per_s);
+}
+
 void run_plan(const PlanFlags& f) {
+  if (!f.lengths.empty() || !f.data.empty()) return run_plan_lengths(f);
+  if (f.seq < 0) fail(Error{ErrorKind::kBadInput, "--seq: required (or give --lengths FILE)"});
   Inputs in = unwrap(load_inputs(f.in));
   SearchOptions opt;
   opt.seq = f.seq;
@@ -378,7 +465,18 @@ void register_plan_commands(CLI::App& app) {
     auto fl = std::make_shared<PlanFlags>();
     auto* cmd = app.add_subcommand("plan", "Search the fastest hybrid-parallel plan that fits");
     add_input_flags(cmd, fl->in);
-    cmd->add_option("--seq,--seq-length", fl->seq, "Sequence length (tokens per sample)")->required();
+    cmd->add_option("--seq,--seq-length", fl->seq, "Sequence length (tokens per sample); or --lengths");
+    cmd->add_option("--lengths", fl->lengths,
+                    "Plan for a distribution of document lengths (one per line) instead of one --seq: tensor "
+                    "parallelism, recompute and the sequence-parallel group sizes (docs/varlen.md)");
+    cmd->add_option("--data", fl->data, "As --lengths, the documents of a token file split at --eos");
+    cmd->add_option("--eos", fl->eos, "End-of-document token id of --data");
+    cmd->add_option("--data-format", fl->data_format, "auto, uint16 or uint32")
+        ->check(CLI::IsMember({"auto", "uint16", "uint32"}));
+    cmd->add_option("--max-seq", fl->max_seq, "With --lengths: longer documents are dropped (0: none)");
+    cmd->add_option("--steps", fl->steps, "With --lengths: global batches sampled")->capture_default_str();
+    cmd->add_option("--first-step", fl->first_step, "With --lengths: batches skipped before the first sampled");
+    cmd->add_option("--seed", fl->seed, "With --lengths: shuffle the documents with this seed first (0: file order)");
     cmd->add_option("--global-batch,--global-batch-size", fl->global_batch, "Samples per optimizer step")
         ->required();
     cmd->add_option("--top", fl->top, "How many plans to list")->capture_default_str();

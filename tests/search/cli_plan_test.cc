@@ -523,3 +523,40 @@ TEST(CliPlan, FrameworkWeftPlansAsTheDefault) {
 
 }  // namespace
 }  // namespace weft::cli
+
+namespace weft::cli {
+namespace {
+
+// weft plan --lengths: the model-level strategy for a distribution of document lengths, every
+// tensor-parallel degree and recompute policy ranked by mean step time over sampled batches
+// (docs/varlen.md); without --seq or --lengths, an error that says which to give.
+TEST(CliPlanLengths, RanksTpAndRecomputeForADistribution) {
+  const std::string path = ::testing::TempDir() + "plan_lengths.txt";
+  {
+    std::FILE* f = std::fopen(path.c_str(), "w");
+    for (int i = 0; i < 400; ++i) std::fprintf(f, "%d\n", i % 50 == 0 ? 24000 + 10 * i : 150 + (i * 97) % 3000);
+    std::fclose(f);
+  }
+  auto r = test::run_cli(register_plan_commands, {"plan", "--model", "llama-2-7b", "--cluster", "a100-80gb", "--gpus",
+                                                   "16", "--global-batch", "64", "--lengths", path, "--steps", "4",
+                                                   "--format", "json"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  const Json j = Json::parse(r.out);
+  const Json& c = j.at("candidates");
+  ASSERT_EQ(c.size(), 12u);  // tp 1, 2, 4, 8 x none, selective, full
+  double last = 0;
+  for (const Json& x : c) {
+    if (!x.at("fits").get<bool>()) continue;
+    EXPECT_GE(x.at("mean_step_s").get<double>(), last);
+    last = x.at("mean_step_s").get<double>();
+    for (int g : x.at("group_gpus").get<std::vector<int>>()) EXPECT_EQ(g % x.at("tp").get<int>(), 0);
+  }
+  EXPECT_TRUE(c.front().at("fits").get<bool>());
+  auto none = test::run_cli(register_plan_commands,
+                            {"plan", "--model", "llama-2-7b", "--cluster", "a100-80gb", "--gpus", "16", "--global-batch", "64"});
+  EXPECT_EQ(none.code, 2);
+  EXPECT_NE(none.err.find("--seq: required (or give --lengths FILE)"), std::string::npos) << none.err;
+}
+
+}  // namespace
+}  // namespace weft::cli

@@ -130,9 +130,13 @@ class AnalyticSeqCost final : public SeqCost {
 Result<std::unique_ptr<SeqCost>> analytic_seq_cost(const ModelSpec& model, const ClusterSpec& cluster,
                                                    const AnalyticSeqOptions& o) {
   auto out = std::make_unique<AnalyticSeqCost>();
-  const int n = cluster.total_gpus();
+  const int tp = std::max(1, o.tp);
+  if (cluster.total_gpus() % tp != 0)
+    return Error{ErrorKind::kBadInput, "tp " + std::to_string(tp) + " does not divide " +
+                                           std::to_string(cluster.total_gpus()) + " GPUs"};
+  const int n = cluster.total_gpus() / tp;  // units of tp GPUs
   out->gpus_ = n;
-  out->name_ = "weft (" + model.name + ")";
+  out->name_ = "weft (" + model.name + (tp > 1 ? ", tp " + std::to_string(tp) : "") + ")";
   if (model.groups.empty()) return Error{ErrorKind::kBadInput, "--model " + model.name + ": no layers"};
   const LayerShape& shape = model.groups.front().shape;
   const AnalyticCostModel cm(o.model);
@@ -141,10 +145,14 @@ Result<std::unique_ptr<SeqCost>> analytic_seq_cost(const ModelSpec& model, const
   if (m.position == PositionKind::kLearned) m.max_seq = std::max(m.max_seq, 2 * top);
   auto cost_of = [&](int d, int s, Estimate* e) -> Status {
     LayerStrategy st;
+    st.tp = tp;
+    st.sp = tp > 1;
     st.ulysses = 1;
-    while (st.ulysses * 2 <= d && shape.heads % (st.ulysses * 2) == 0 &&
-           (shape.kv_heads % (st.ulysses * 2) == 0 || (st.ulysses * 2) % shape.kv_heads == 0))
-      st.ulysses *= 2;
+    auto heads_ok = [&](int u) {
+      const int tu = tp * u;
+      return shape.heads % tu == 0 && (shape.kv_heads % tu == 0 || tu % shape.kv_heads == 0);
+    };
+    while (st.ulysses * 2 <= d && heads_ok(st.ulysses * 2)) st.ulysses *= 2;
     st.cp = d / st.ulysses;
     st.dp = n / d;
     st.zero = 3;

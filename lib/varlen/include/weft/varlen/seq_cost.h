@@ -76,6 +76,9 @@ struct AnalyticSeqOptions {
   // The longest document costed (the grid's end; longer ones extrapolate). A model with learned
   // positions gets a table this long.
   std::int64_t max_seq = 1 << 21;
+  // Tensor parallelism (with sequence parallelism) inside every sequence-parallel rank: the planner
+  // then sees gpus / tp units, a group of d units being d x tp GPUs.
+  int tp = 1;
 };
 Result<std::unique_ptr<SeqCost>> analytic_seq_cost(const ModelSpec& model, const ClusterSpec& cluster,
                                                    const AnalyticSeqOptions& o);

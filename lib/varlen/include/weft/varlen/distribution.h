@@ -1,0 +1,41 @@
+// The model-level strategy for a distribution of document lengths (`weft plan --lengths`,
+// docs/varlen.md): every tensor-parallel degree (with sequence parallelism, inside a node) and
+// recompute policy, each costed by weft's analytic model per sequence-parallel group size and run
+// through the batch planner over sampled global batches; ranked by their mean step time.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "weft/core/error.h"
+#include "weft/varlen/lengths.h"
+#include "weft/varlen/planner.h"
+#include "weft/varlen/seq_cost.h"
+
+namespace weft::varlen {
+
+struct DistributionCandidate {
+  int tp = 1;
+  Recompute recompute = Recompute::kNone;
+  bool fits = false;
+  std::string why;              // when it does not fit: what does not
+  double mean_step_s = 0;       // over the sampled batches
+  double tokens_per_s = 0;
+  double mean_micro_batches = 0;
+  std::vector<int> group_gpus;  // the group sizes (in GPUs) its plans use, smallest first
+  double plan_ms_max = 0;       // the slowest batch's planning time
+};
+
+struct DistributionOptions {
+  AnalyticOptions model;            // framework traits
+  DType dtype = DType::kBf16;
+  int max_tp = 0;                   // 0: GPUs per node
+  std::vector<Recompute> recompute = {Recompute::kNone, Recompute::kSelective, Recompute::kFull};
+  PlannerOptions planner;
+};
+
+// Every candidate, fastest first (those that do not fit last, with the reason).
+Result<std::vector<DistributionCandidate>> plan_distribution(const ModelSpec& model, const ClusterSpec& cluster,
+                                                             const Batches& batches, const DistributionOptions& o);
+
+}  // namespace weft::varlen
