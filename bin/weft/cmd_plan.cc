@@ -87,19 +87,11 @@ DType dtype_or_default(const std::string& flag, const GpuSpec& gpu) {
 
 // weft plan --lengths FILE: the model-level strategy for a distribution of document lengths.
 void run_plan_lengths(const PlanFlags& f) {
-  if (!f.lengths.empty() && !f.data.empty())
-    fail(Error{ErrorKind::kBadInput, "give the document lengths as --lengths FILE or as --data TOKENS --eos ID, not both"});
   if (f.in.cost_model != "weft" || !f.in.hardware_profile.empty() || !f.in.model_profile.empty())
     fail(Error{ErrorKind::kBadInput, "--lengths plans with weft's analytic model only (no --cost-model galvatron, "
                                      "--hardware-profile or --model-profile yet)"});
   Inputs in = unwrap(load_inputs(f.in));
-  std::vector<std::int64_t> lengths;
-  if (!f.lengths.empty()) {
-    lengths = unwrap(varlen::read_lengths(f.lengths));
-  } else {
-    if (f.eos < 0) fail(Error{ErrorKind::kBadInput, "--data " + f.data + ": --eos ID names the end-of-document token"});
-    lengths = unwrap(varlen::document_lengths(f.data, f.eos, f.data_format));
-  }
+  const std::vector<std::int64_t> lengths = unwrap(varlen::load_documents(f.lengths, f.data, f.eos, f.data_format));
   const varlen::Batches batches =
       unwrap(varlen::draw_batches(lengths, f.global_batch, f.steps, f.first_step, f.max_seq, f.seed));
   varlen::DistributionOptions o;

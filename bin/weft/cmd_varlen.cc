@@ -46,15 +46,7 @@ std::string group_text(const varlen::MicroBatch& mb) {
 void run(const VarlenFlags& f) {
   if (f.model.empty()) fail(Error{ErrorKind::kBadInput, "--model is required"});
   if (f.cost_model == "flexsp") unwrap(varlen::flexsp_constants(f.model));
-  if (f.lengths.empty() == f.data.empty())
-    fail(Error{ErrorKind::kBadInput, "give the document lengths as --lengths FILE or as --data TOKENS --eos ID"});
-  std::vector<std::int64_t> lengths;
-  if (!f.lengths.empty()) {
-    lengths = unwrap(varlen::read_lengths(f.lengths));
-  } else {
-    if (f.eos < 0) fail(Error{ErrorKind::kBadInput, "--data " + f.data + ": --eos ID names the end-of-document token"});
-    lengths = unwrap(varlen::document_lengths(f.data, f.eos, f.data_format));
-  }
+  const std::vector<std::int64_t> lengths = unwrap(varlen::load_documents(f.lengths, f.data, f.eos, f.data_format));
   if (f.global_batch <= 0)
     fail(Error{ErrorKind::kBadInput, "--global-batch " + std::to_string(f.global_batch) + ": must be positive"});
   const varlen::Batches batches = unwrap(varlen::draw_batches(lengths, f.global_batch, f.steps, f.first_step, f.max_seq, f.seed));

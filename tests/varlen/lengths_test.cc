@@ -68,6 +68,15 @@ TEST(Lengths, TokenFilesSplitAtTheEndOfDocumentId) {
             std::string::npos);
 }
 
+TEST(Lengths, DocumentsComeFromExactlyOneSource) {
+  const std::string l = temp_file("one.txt", "5\n6\n");
+  EXPECT_EQ(*load_documents(l, "", -1), (std::vector<std::int64_t>{5, 6}));
+  EXPECT_NE(load_documents(l, l, 0).error().message.find("not both"), std::string::npos);
+  EXPECT_NE(load_documents("", "", -1).error().message.find("--lengths FILE or as --data TOKENS --eos ID"),
+            std::string::npos);
+  EXPECT_NE(load_documents("", "t.bin", -1).error().message.find("--eos ID names"), std::string::npos);
+}
+
 TEST(Lengths, BatchesAreDrawnInOrderDroppingTheLongOnes) {
   const std::vector<std::int64_t> l = {1, 2, 50, 3, 4, 5, 6, 70, 7, 8};
   auto b = draw_batches(l, 3, 2, 0, 10, 0);

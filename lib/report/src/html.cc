@@ -601,14 +601,7 @@ Result<std::string> render_html_report(const ReportInput& in) {
 }
 
 Status write_html_report(const std::string& path, const ReportInput& in) {
-  auto html = render_html_report(in);
-  if (!html.ok()) return html.error();
-  auto w = catch_errors([&]() -> Result<bool> {
-    write_text_file(path, html.value());
-    return true;
-  });
-  if (!w.ok()) return w.error();
-  return {};
+  return svg::write_page(path, render_html_report(in));
 }
 
 }  // namespace weft

@@ -4,6 +4,8 @@
 #include <cmath>
 #include <cstdio>
 
+#include "weft/core/json.h"
+
 namespace weft::svg {
 
 std::string esc(const std::string& s) {
@@ -89,6 +91,16 @@ std::string html_legend(const std::vector<LegendItem>& items) {
     o += "<li><span class=\"swatch" + std::string(it.hatched ? " hatched" : "") + "\" style=\"background:" +
          it.color + "\"></span>" + esc(it.label) + "</li>";
   return o + "</ul>\n";
+}
+
+Status write_page(const std::string& path, const Result<std::string>& page) {
+  if (!page.ok()) return page.error();
+  auto w = catch_errors([&]() -> Result<bool> {
+    write_text_file(path, page.value());
+    return true;
+  });
+  if (!w.ok()) return w.error();
+  return {};
 }
 
 }  // namespace weft::svg

@@ -5,6 +5,8 @@
 #include <string>
 #include <vector>
 
+#include "weft/core/error.h"
+
 namespace weft::svg {
 
 // Escapes &, <, >, " and ' for text and attribute values.
@@ -46,5 +48,8 @@ struct LegendItem {
   bool hatched = false;
 };
 std::string html_legend(const std::vector<LegendItem>& items);
+
+// Writes a rendered page atomically (weft/core/json.h's write_text_file), or passes its error on.
+Status write_page(const std::string& path, const Result<std::string>& page);
 
 }  // namespace weft::svg

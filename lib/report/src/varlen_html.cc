@@ -4,7 +4,6 @@
 #include <cmath>
 
 #include "svg.h"
-#include "weft/core/json.h"
 
 namespace weft {
 namespace {
@@ -18,20 +17,25 @@ std::string doc_color(std::int64_t len) {
   return buf;
 }
 
+// The time of a micro-batch: its slowest group's overhead and documents.
+double micro_batch_time(const std::vector<VarlenPictureGroup>& mb) {
+  double t = 0;
+  for (const VarlenPictureGroup& g : mb) {
+    double gt = g.overhead_s;
+    for (double x : g.times_s) gt += x;
+    t = std::max(t, gt);
+  }
+  return t;
+}
+
 std::string step_svg(const VarlenPictureStep& st, int gpus, double scale_s) {
   const double w = 900, left = 70, right = 10, top = 20, band_gap = 14;
   const double col = (w - left - right) / gpus;
   double height = top;
   std::vector<double> mb_time;
   for (const auto& mb : st.micro_batches) {
-    double t = 0;
-    for (const VarlenPictureGroup& g : mb) {
-      double gt = g.overhead_s;
-      for (double x : g.times_s) gt += x;
-      t = std::max(t, gt);
-    }
-    mb_time.push_back(t);
-    height += t / scale_s + band_gap;
+    mb_time.push_back(micro_batch_time(mb));
+    height += mb_time.back() / scale_s + band_gap;
   }
   height += 10;
   svg::Writer s("varlen-step-" + std::to_string(st.step), w, height,
@@ -82,17 +86,7 @@ Result<std::string> render_varlen_html(const VarlenReportInput& in) {
                                                std::to_string(m) + " uses " + std::to_string(used) + " of " +
                                                std::to_string(in.gpus) + " GPUs"};
     }
-    double t = 0;
-    for (const auto& mb : st.micro_batches) {
-      double mt = 0;
-      for (const VarlenPictureGroup& g : mb) {
-        double gt = g.overhead_s;
-        for (double x : g.times_s) gt += x;
-        mt = std::max(mt, gt);
-      }
-      t = std::max(t, mt);
-    }
-    longest = std::max(longest, t);
+    for (const auto& mb : st.micro_batches) longest = std::max(longest, micro_batch_time(mb));
   }
   // One time scale for every picture: the slowest micro-batch 300 units high.
   const double scale = longest > 0 ? longest / 300 : 1;
@@ -117,14 +111,7 @@ Result<std::string> render_varlen_html(const VarlenReportInput& in) {
 }
 
 Status write_varlen_html(const std::string& path, const VarlenReportInput& in) {
-  auto html = render_varlen_html(in);
-  if (!html.ok()) return html.error();
-  auto w = catch_errors([&]() -> Result<bool> {
-    write_text_file(path, html.value());
-    return true;
-  });
-  if (!w.ok()) return w.error();
-  return {};
+  return svg::write_page(path, render_varlen_html(in));
 }
 
 }  // namespace weft

@@ -81,6 +81,16 @@ Result<std::vector<std::int64_t>> document_lengths(const std::string& path, std:
   return out;
 }
 
+Result<std::vector<std::int64_t>> load_documents(const std::string& lengths_path, const std::string& data_path,
+                                                 std::int64_t eos, const std::string& format) {
+  if (lengths_path.empty() == data_path.empty())
+    return bad(lengths_path.empty() ? "give the document lengths as --lengths FILE or as --data TOKENS --eos ID"
+                                    : "give the document lengths as --lengths FILE or as --data TOKENS --eos ID, not both");
+  if (!lengths_path.empty()) return read_lengths(lengths_path);
+  if (eos < 0) return bad("--data " + data_path + ": --eos ID names the end-of-document token");
+  return document_lengths(data_path, eos, format);
+}
+
 Result<Batches> draw_batches(const std::vector<std::int64_t>& lengths, int global_batch, int steps, int first_step,
                              std::int64_t max_seq, std::uint64_t seed) {
   if (global_batch <= 0) return bad("--global-batch " + std::to_string(global_batch) + ": must be positive");

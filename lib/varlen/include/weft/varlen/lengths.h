@@ -21,6 +21,11 @@ Result<std::vector<std::int64_t>> read_lengths(const std::string& path);
 Result<std::vector<std::int64_t>> document_lengths(const std::string& path, std::int64_t eos,
                                                    const std::string& format = "auto");
 
+// The documents of `--lengths FILE` or of `--data TOKENS --eos ID` (exactly one of the two paths
+// given; eos < 0: not given): read_lengths or document_lengths, with errors that say which flags.
+Result<std::vector<std::int64_t>> load_documents(const std::string& lengths_path, const std::string& data_path,
+                                                 std::int64_t eos, const std::string& format = "auto");
+
 // The global batches a run draws: `steps` batches of `global_batch` documents, taken in order from
 // the `first_step`-th batch on (after shuffling the documents with `seed` when it is not 0), leaving
 // out documents longer than `max_seq` (0: none), which are counted.
