@@ -214,6 +214,30 @@ at::Tensor Model::norm(const at::Tensor& x, const at::Tensor& w, const at::Tenso
   return x * at::rsqrt(x.pow(2).mean(-1, true) + kNormEps) * w;
 }
 
+Status Model::set_documents(const at::Tensor& doc_ids) {
+  if (!doc_ids.defined()) {
+    doc_ids_ = doc_pos_ = at::Tensor();
+    return {};
+  }
+  if (plan_.train.pp * plan_.train.vp != 1)
+    return Error{ErrorKind::kBadInput, "packed documents: the plan has " + std::to_string(plan_.train.pp * plan_.train.vp) +
+                                           " stages; documents run on single-stage plans only"};
+  if (doc_ids.dim() != 2 || doc_ids.size(1) != plan_.train.seq)
+    return Error{ErrorKind::kBadInput, "packed documents: document ids must be [samples, " +
+                                           std::to_string(plan_.train.seq) + "], got " + std::to_string(doc_ids.dim()) +
+                                           " dimensions"};
+  at::Tensor ids = doc_ids.to(device_, at::kLong);
+  const int64_t T = ids.size(1);
+  at::Tensor idx = at::arange(T, ids.options()).unsqueeze(0).expand_as(ids);
+  // A document starts where the id changes; each token's position is its distance to that start.
+  at::Tensor starts = at::ones_like(ids, ids.options().dtype(at::kBool));
+  if (T > 1) starts.narrow(1, 1, T - 1).copy_(ids.narrow(1, 1, T - 1).ne(ids.narrow(1, 0, T - 1)));
+  at::Tensor start_of = std::get<0>(at::cummax(at::where(starts, idx, at::zeros_like(idx)), 1));
+  doc_ids_ = ids;
+  doc_pos_ = idx - start_of;
+  return {};
+}
+
 at::Tensor Model::embed(const at::Tensor& tokens) {
   const LayerStrategy& e = plan_.embedding;
   Unit* wte = find_unit("wte");
@@ -234,7 +258,10 @@ at::Tensor Model::embed(const at::Tensor& tokens) {
     if (e.sp && e.tp > 1) wpe = copy_to(wpe, *emb_tp_);
     const int64_t t = x.size(1);
     const int64_t pos0 = emb_layout_->seq_idx[stage_comm_->rank()] * t;
-    x = x + wpe.narrow(0, pos0, t).unsqueeze(0);
+    if (doc_pos_.defined())
+      x = x + at::embedding(wpe, doc_pos_.narrow(1, pos0, t));
+    else
+      x = x + wpe.narrow(0, pos0, t).unsqueeze(0);
   }
   // The lookup's backward reads only the indices and the position add's reads nothing saved: the
   // gathered ZeRO-3 tables are not needed again.
@@ -262,6 +289,8 @@ at::Tensor Model::forward_layers(at::Tensor x) {
 
 namespace {
 
+// in: q, k, v [b, T, h, d] and, for packed documents, their ids [b, T] (attention stays inside a
+// document).
 at::Tensor causal_attention(const std::vector<at::Tensor>& in) {
   at::Tensor q = in[0].transpose(1, 2), k = in[1].transpose(1, 2), v = in[2].transpose(1, 2);  // [b, h, T, d]
   if (k.size(1) != q.size(1)) {
@@ -271,19 +300,26 @@ at::Tensor causal_attention(const std::vector<at::Tensor>& in) {
   const int64_t T = q.size(2);
   at::Tensor s = at::matmul(q, k.transpose(-2, -1)) * (1.0 / std::sqrt(static_cast<double>(q.size(3))));
   at::Tensor mask = at::ones({T, T}, q.options().dtype(at::kBool)).triu(1);
+  if (in.size() > 3) {
+    const at::Tensor& ids = in[3];
+    mask = mask.unsqueeze(0).logical_or(ids.unsqueeze(2).ne(ids.unsqueeze(1))).unsqueeze(1);  // [b, 1, T, T]
+  }
   s = s.masked_fill(mask, -std::numeric_limits<float>::infinity());
   return at::matmul(at::softmax(s, -1), v).transpose(1, 2);  // [b, T, h, d]
 }
 
-// Rotary embedding (rotate-half form) for positions [pos0, pos0 + t) of x [b, t, h, d].
-at::Tensor rope(const at::Tensor& x, int64_t pos0) {
-  const int64_t t = x.size(1), d = x.size(3), half = d / 2;
+// Rotary embedding (rotate-half form) of x [b, t, h, d] at positions [pos0, pos0 + t), or at the
+// positions `pos` [b, t] when given (packed documents).
+at::Tensor rope(const at::Tensor& x, int64_t pos0, const at::Tensor& pos = at::Tensor()) {
+  const int64_t b = x.size(0), t = x.size(1), d = x.size(3), half = d / 2;
   const at::TensorOptions f64 = x.options().dtype(at::kDouble);
   at::Tensor inv = at::pow(kRopeTheta, -at::arange(0, half, f64) * 2.0 / static_cast<double>(d));
-  at::Tensor ang = at::outer(at::arange(pos0, pos0 + t, f64), inv);  // [t, half]
+  at::Tensor p = pos.defined() ? pos.to(at::kDouble) : at::arange(pos0, pos0 + t, f64).unsqueeze(0);  // [1 or b, t]
+  at::Tensor ang = p.unsqueeze(-1) * inv;  // [1 or b, t, half]
   at::Tensor emb = at::cat({ang, ang}, -1);
-  at::Tensor c = emb.cos().to(at::kFloat).view({1, t, 1, d});
-  at::Tensor s = emb.sin().to(at::kFloat).view({1, t, 1, d});
+  const int64_t rows = pos.defined() ? b : 1;
+  at::Tensor c = emb.cos().to(at::kFloat).view({rows, t, 1, d});
+  at::Tensor s = emb.sin().to(at::kFloat).view({rows, t, 1, d});
   at::Tensor rot = at::cat({-x.narrow(3, half, d - half), x.narrow(3, 0, half)}, -1);
   return x * c + rot * s;
 }
@@ -331,8 +367,9 @@ at::Tensor Model::attention(const LayerCtx& L, const std::vector<at::Tensor>& w,
   v = v.view({b, t, L.kv_local, d});
   if (plan_.model.position == PositionKind::kRope) {
     const int64_t pos0 = static_cast<int64_t>(L.co.ulysses) * t;
-    q = rope(q, pos0);
-    k = rope(k, pos0);
+    const at::Tensor pos = doc_pos_.defined() ? doc_pos_.narrow(1, pos0, t) : at::Tensor();
+    q = rope(q, pos0, pos);
+    k = rope(k, pos0, pos);
   }
   const int u = L.ulysses->size();
   if (u > 1) {
@@ -347,8 +384,9 @@ at::Tensor Model::attention(const LayerCtx& L, const std::vector<at::Tensor>& w,
     k = seq_to_heads(k, *L.ulysses);
     v = seq_to_heads(v, *L.ulysses);
   }
-  at::Tensor ctx = L.st.recompute == Recompute::kSelective ? recompute(causal_attention, {q, k, v})
-                                                            : causal_attention({q, k, v});
+  std::vector<at::Tensor> in = {q, k, v};
+  if (doc_ids_.defined()) in.push_back(doc_ids_);
+  at::Tensor ctx = L.st.recompute == Recompute::kSelective ? recompute(causal_attention, in) : causal_attention(in);
   if (u > 1) ctx = heads_to_seq(ctx, *L.ulysses);
   return at::linear(ctx.reshape({b, t, L.heads_local * d}), w[I["attn.wo"]]);
 }

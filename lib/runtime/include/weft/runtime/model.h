@@ -95,6 +95,12 @@ class Model {
   std::vector<int64_t> input_shape() const;
   TokenBlock token_block() const;
 
+  // Packed documents (docs/varlen.md): doc_ids [b, seq] numbers the document of every token of this
+  // rank's samples over the whole sequence (equal ids, contiguous); attention then stays inside each
+  // document and positions restart at each document's first token. An undefined tensor: one
+  // document per sample. Set before a micro-batch's forward; single-stage plans only (a recomputed
+  // layer reads them again in its backward).
+  Status set_documents(const at::Tensor& doc_ids);
   // First stage: tokens [b, t] of this rank's token block -> hidden states in the input layout.
   at::Tensor embed(const at::Tensor& tokens);
   // This stage's layers: from input_layout() to output_layout().
@@ -129,6 +135,8 @@ class Model {
   Comm* emb_tp_ = nullptr;
   Comm* stage_comm_ = nullptr;
   int64_t vocab_start_ = 0;
+  // set_documents(): the document of every token [b, seq] and its position in it (undefined: none).
+  at::Tensor doc_ids_, doc_pos_;
 };
 
 }  // namespace weft::runtime
