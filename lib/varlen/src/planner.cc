@@ -184,7 +184,8 @@ double assign(const Table& tb, const std::vector<int>& docs, const Counts& count
 // Every multiset of allowed sizes that sums to the GPU count, with at most `distinct` sizes and
 // at least one group of size index >= `need`; calls f(counts).
 template <class F>
-void for_each_multiset(const Table& tb, int need, int distinct, const std::vector<int>& only, F&& f) {
+void for_each_multiset(const Table& tb, int need, int distinct, const std::vector<int>& only, F&& f,
+                       const bool* stop = nullptr) {
   const int k = static_cast<int>(tb.sizes.size());
   Counts counts(k, 0);
   std::vector<char> usable(k, only.empty() ? 1 : 0);
@@ -193,6 +194,7 @@ void for_each_multiset(const Table& tb, int need, int distinct, const std::vecto
       if (tb.sizes[j] == d) usable[j] = 1;
   // Sizes from the largest down; `left` GPUs to place.
   auto rec = [&](auto&& self, int j, int left, int used, bool has_need) -> void {
+    if (stop && *stop) return;
     if (left == 0) {
       if (has_need) f(counts);
       return;
@@ -233,18 +235,31 @@ void improve(const Table& tb, const std::vector<int>& docs, std::vector<GroupSta
     members[to].push_back(a);
     group_of[a] = to;
   };
+  // The groups a document may go to: every one in small micro-batches; in large ones the 16
+  // least-loaded (where the slowest group's work can go), so a round costs O(groups), not
+  // O(groups x documents).
+  constexpr int kAllGroups = 32, kTargets = 16;
+  std::vector<int> targets;
   for (int r = 0; r < rounds; ++r) {
     int worst = 0;
     for (int g = 1; g < ng; ++g)
       if (groups[g].load > groups[worst].load) worst = g;
     const double top = groups[worst].load;
     const int jw = groups[worst].size_index;
+    targets.clear();
+    for (int g = 0; g < ng; ++g)
+      if (g != worst) targets.push_back(g);
+    if (ng > kAllGroups) {
+      std::nth_element(targets.begin(), targets.begin() + kTargets, targets.end(),
+                       [&](int a, int b) { return groups[a].load < groups[b].load; });
+      targets.resize(kTargets);
+    }
     bool done = false;
     for (size_t wa = 0; wa < members[worst].size() && !done; ++wa) {
       const int a = members[worst][wa];
       const int i = docs[a];
-      for (int h = 0; h < ng && !done; ++h) {
-        if (h == worst) continue;
+      for (size_t th = 0; th < targets.size() && !done; ++th) {
+        const int h = targets[th];
         const int jh = groups[h].size_index;
         if (jh < tb.min_size_index[i]) continue;
         // Move a to h.
@@ -258,7 +273,9 @@ void improve(const Table& tb, const std::vector<int>& docs, std::vector<GroupSta
             break;
           }
         }
-        // Swap a with a shorter document b of h.
+        // Swap a with a shorter document b of h (between groups of many documents, moves alone are
+        // fine-grained enough, and pairwise swaps would cost |worst| x |h| per target).
+        if (members[worst].size() * members[h].size() > 4096) continue;
         for (size_t hb = 0; hb < members[h].size(); ++hb) {
           const int b = members[h][hb];
           const int i2 = docs[b];
@@ -287,8 +304,8 @@ void improve(const Table& tb, const std::vector<int>& docs, std::vector<GroupSta
           const int a1 = mw[p], a2 = mw[q], i1 = docs[a1], i2 = docs[a2];
           const std::int64_t pair = tb.len[i1] + tb.len[i2];
           const double out = tb.t[i1][jw] + tb.t[i2][jw];
-          for (int h = 0; h < ng && !done; ++h) {
-            if (h == worst) continue;
+          for (size_t th = 0; th < targets.size() && !done; ++th) {
+            const int h = targets[th];
             const int jh = groups[h].size_index;
             if (jh < tb.min_size_index[i1] || jh < tb.min_size_index[i2]) continue;
             const double in = tb.t[i1][jh] + tb.t[i2][jh];
@@ -374,8 +391,10 @@ const std::vector<Counts>& multisets(const Table& tb, int need, const PlannerOpt
       cache.distinct = 2;
       for (int d = 3; d <= 4; ++d) {
         long n = 0;
-        for_each_multiset(tb, 0, d, only, [&](const Counts&) { ++n; });
-        if (n > o.multiset_budget) break;
+        bool over = false;
+        for_each_multiset(
+            tb, 0, d, only, [&](const Counts&) { over = ++n > o.multiset_budget; }, &over);
+        if (over) break;
         cache.distinct = d;
       }
     }
