@@ -7,7 +7,6 @@
 //
 //   build/bin/weft_bench_varlen [--lengths FILE] [--steps N] [--first-step K] [--memory-gb G]
 #include <algorithm>
-#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -67,18 +66,13 @@ int main(int argc, char** argv) {
     double t_static = 0, t_adapt = 0, t_weft = 0;
     std::vector<double> ms;
     for (const std::vector<std::int64_t>& batch : b->steps) {
-      auto s = plan_uniform(batch, *cost, degree, o);
-      auto a = plan_adaptive(batch, *cost, o);
-      const auto t0 = std::chrono::steady_clock::now();
-      auto w = plan_step(batch, *cost, o);
-      const auto t1 = std::chrono::steady_clock::now();
-      if (!s.ok() || !a.ok() || !w.ok()) {
-        std::fprintf(stderr, "weft_bench_varlen: %s\n",
-                     (!s.ok() ? s.error() : !a.ok() ? a.error() : w.error()).message.c_str());
+      auto r = compare_step(batch, *cost, degree, o);
+      if (!r.ok()) {
+        std::fprintf(stderr, "weft_bench_varlen: %s\n", r.error().message.c_str());
         return 1;
       }
-      t_static += s->time, t_adapt += a->time, t_weft += w->time;
-      ms.push_back(std::chrono::duration<double, std::milli>(t1 - t0).count());
+      t_static += r->stat.time, t_adapt += r->adaptive.time, t_weft += r->weft.time;
+      ms.push_back(r->plan_ms);
     }
     std::sort(ms.begin(), ms.end());
     char name[64];

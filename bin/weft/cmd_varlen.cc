@@ -3,10 +3,10 @@
 // beside two baselines on the same batch (static: one group size for every document, the smallest
 // that holds the run's longest; adaptive: the best single size for the batch).
 #include <algorithm>
-#include <chrono>
 #include <cstdio>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -45,7 +45,8 @@ std::string group_text(const varlen::MicroBatch& mb) {
 
 void run(const VarlenFlags& f) {
   if (f.model.empty()) fail(Error{ErrorKind::kBadInput, "--model is required"});
-  if (f.cost_model == "flexsp") unwrap(varlen::flexsp_constants(f.model));
+  std::optional<varlen::FlexspConstants> flexsp;
+  if (f.cost_model == "flexsp") flexsp = unwrap(varlen::flexsp_constants(f.model));
   const std::vector<std::int64_t> lengths = unwrap(varlen::load_documents(f.lengths, f.data, f.eos, f.data_format));
   if (f.global_batch <= 0)
     fail(Error{ErrorKind::kBadInput, "--global-batch " + std::to_string(f.global_batch) + ": must be positive"});
@@ -55,9 +56,8 @@ void run(const VarlenFlags& f) {
   const int gpus = cluster.total_gpus();
   std::unique_ptr<varlen::SeqCost> cost;
   std::string model_name = f.model;
-  if (f.cost_model == "flexsp") {
-    const varlen::FlexspConstants c = unwrap(varlen::flexsp_constants(f.model));
-    cost = varlen::flexsp_seq_cost(c, gpus, cluster.gpu.memory_gib);
+  if (flexsp) {
+    cost = varlen::flexsp_seq_cost(*flexsp, gpus, cluster.gpu.memory_gib);
   } else {
     const ModelSpec m = unwrap(load_model(f.model));
     model_name = m.name;
@@ -76,11 +76,7 @@ void run(const VarlenFlags& f) {
                                       " tokens) fits no group of the " + std::to_string(gpus) +
                                       " GPUs: lower --max-seq or plan more GPUs"});
 
-  struct Row {
-    varlen::StepPlan weft, stat, adapt;
-    double ms = 0;
-  };
-  std::vector<Row> rows;
+  std::vector<varlen::Comparison> rows;
   const bool table = f.format == "table";
   if (table) {
     std::printf("weft varlen: %s on %d GPUs (%d per node), cost model %s\n", model_name.c_str(), gpus,
@@ -95,18 +91,10 @@ void run(const VarlenFlags& f) {
                 "weft s", "static s", "adaptive s", "plan ms");
   }
   double tw = 0, ts = 0, ta = 0;
-  std::vector<double> ms;
   for (size_t k = 0; k < batches.steps.size(); ++k) {
     const std::vector<std::int64_t>& b = batches.steps[k];
-    Row r;
-    const auto t0 = std::chrono::steady_clock::now();
-    r.weft = unwrap(varlen::plan_step(b, *cost, po));
-    const auto t1 = std::chrono::steady_clock::now();
-    r.ms = std::chrono::duration<double, std::milli>(t1 - t0).count();
-    r.stat = unwrap(varlen::plan_uniform(b, *cost, degree, po));
-    r.adapt = unwrap(varlen::plan_adaptive(b, *cost, po));
-    tw += r.weft.time, ts += r.stat.time, ta += r.adapt.time;
-    ms.push_back(r.ms);
+    varlen::Comparison r = unwrap(varlen::compare_step(b, *cost, degree, po));
+    tw += r.weft.time, ts += r.stat.time, ta += r.adaptive.time;
     if (table) {
       std::int64_t tokens = 0;
       for (std::int64_t s : b) tokens += s;
@@ -115,11 +103,12 @@ void run(const VarlenFlags& f) {
       if (groups.size() > 28) groups = groups.substr(0, 25) + "...";
       std::printf("%5d %9lld %8lld %4zu  %-28s %9.2f %9.2f %10.2f %8.1f\n", f.first_step + static_cast<int>(k),
                   static_cast<long long>(tokens), static_cast<long long>(*std::max_element(b.begin(), b.end())),
-                  r.weft.micro_batches.size(), groups.c_str(), r.weft.time, r.stat.time, r.adapt.time, r.ms);
+                  r.weft.micro_batches.size(), groups.c_str(), r.weft.time, r.stat.time, r.adaptive.time, r.plan_ms);
     }
     rows.push_back(std::move(r));
   }
-  std::vector<double> sorted = ms;
+  std::vector<double> sorted;
+  for (const varlen::Comparison& r : rows) sorted.push_back(r.plan_ms);
   std::sort(sorted.begin(), sorted.end());
   const double med = sorted[sorted.size() / 2], mx = sorted.back();
   if (!f.report.empty()) {
@@ -133,10 +122,10 @@ void run(const VarlenFlags& f) {
                   f.steps, f.global_batch, degree, tw, ts, ts / tw, ta, ta / tw);
     in.notes.push_back(line);
     for (size_t k = 0; k < rows.size(); ++k) {
-      const Row& r = rows[k];
+      const varlen::Comparison& r = rows[k];
       VarlenPictureStep st;
       st.step = f.first_step + static_cast<int>(k);
-      st.weft_s = r.weft.time, st.static_s = r.stat.time, st.adaptive_s = r.adapt.time, st.plan_ms = r.ms;
+      st.weft_s = r.weft.time, st.static_s = r.stat.time, st.adaptive_s = r.adaptive.time, st.plan_ms = r.plan_ms;
       for (const varlen::MicroBatch& mb : r.weft.micro_batches) {
         std::vector<VarlenPictureGroup> groups;
         for (const varlen::Group& g : mb.groups) {
@@ -165,7 +154,7 @@ void run(const VarlenFlags& f) {
   }
   Json steps = Json::array();
   for (size_t k = 0; k < rows.size(); ++k) {
-    const Row& r = rows[k];
+    const varlen::Comparison& r = rows[k];
     Json groups = Json::array();
     for (size_t m = 0; m < r.weft.micro_batches.size(); ++m)
       for (const varlen::Group& g : r.weft.micro_batches[m].groups) {
@@ -176,8 +165,8 @@ void run(const VarlenFlags& f) {
     steps.push_back({{"step", f.first_step + static_cast<int>(k)},
                      {"weft_s", r.weft.time},
                      {"static_s", r.stat.time},
-                     {"adaptive_s", r.adapt.time},
-                     {"plan_ms", r.ms},
+                     {"adaptive_s", r.adaptive.time},
+                     {"plan_ms", r.plan_ms},
                      {"micro_batches", r.weft.micro_batches.size()},
                      {"groups", groups}});
   }

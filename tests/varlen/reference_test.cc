@@ -31,11 +31,9 @@ TEST(VarlenReference, FlexspExperimentOnWikipedia) {
     EXPECT_EQ(degree, st.static_degree) << st.gpus << " GPUs, max " << st.max_seq;
     double s = 0, a = 0, w = 0;
     for (const auto& batch : b->steps) {
-      auto ps = plan_uniform(batch, *cost, degree);
-      auto pa = plan_adaptive(batch, *cost);
-      auto pw = plan_step(batch, *cost);
-      ASSERT_TRUE(ps.ok() && pa.ok() && pw.ok());
-      s += ps->time, a += pa->time, w += pw->time;
+      auto r = compare_step(batch, *cost, degree);
+      ASSERT_TRUE(r.ok()) << r.error().message;
+      s += r->stat.time, a += r->adaptive.time, w += r->weft.time;
     }
     EXPECT_GE(s / w, st.vs_static) << st.gpus << " GPUs, max " << st.max_seq;
     EXPECT_GE(a / w, st.vs_adaptive) << st.gpus << " GPUs, max " << st.max_seq;

@@ -1,6 +1,7 @@
 #include "weft/varlen/planner.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <limits>
@@ -126,7 +127,7 @@ double assign(const Table& tb, const std::vector<int>& docs, const Counts& count
   for (size_t di = 0; di < docs.size(); ++di) {
     const int i = docs[di];
     const std::int64_t s = tb.len[i];
-    double best = kInf;
+    double best = kInf, best_key = kInf;
     int best_g = -1;
     for (size_t j = static_cast<size_t>(tb.min_size_index[i]); j < k; ++j) {
       if (counts[j] == 0) continue;
@@ -149,12 +150,9 @@ double assign(const Table& tb, const std::vector<int>& docs, const Counts& count
       // Room first: the group (of the sizes that hold the document) with the most free memory,
       // for batches whose tokens nearly fill the GPUs; otherwise the earliest finish.
       const double key = room_first ? -(tb.sizes[j] * tb.cap - static_cast<double>(groups[g].tokens)) : c;
-      const double best_key =
-          best_g < 0 ? kInf
-                     : room_first ? -(tb.sizes[groups[best_g].size_index] * tb.cap - static_cast<double>(groups[best_g].tokens))
-                                  : best;
       if (key < best_key) {
         best = c;
+        best_key = key;
         best_g = g;
       }
     }
@@ -181,6 +179,20 @@ double assign(const Table& tb, const std::vector<int>& docs, const Counts& count
   return makespan;
 }
 
+// Per size index: whether a group may have that size (every allowed size when `only` is empty).
+std::vector<char> usable_sizes(const Table& tb, const std::vector<int>& only) {
+  std::vector<char> usable(tb.sizes.size(), only.empty() ? 1 : 0);
+  for (int d : only)
+    for (size_t j = 0; j < tb.sizes.size(); ++j)
+      if (tb.sizes[j] == d) usable[j] = 1;
+  return usable;
+}
+
+// How many sizes a multiset uses.
+int distinct_sizes(const Counts& c) {
+  return static_cast<int>(std::count_if(c.begin(), c.end(), [](int x) { return x > 0; }));
+}
+
 // Every multiset of allowed sizes that sums to the GPU count, with at most `distinct` sizes and
 // at least one group of size index >= `need`; calls f(counts).
 template <class F>
@@ -188,10 +200,7 @@ void for_each_multiset(const Table& tb, int need, int distinct, const std::vecto
                        const bool* stop = nullptr) {
   const int k = static_cast<int>(tb.sizes.size());
   Counts counts(k, 0);
-  std::vector<char> usable(k, only.empty() ? 1 : 0);
-  for (int d : only)
-    for (int j = 0; j < k; ++j)
-      if (tb.sizes[j] == d) usable[j] = 1;
+  const std::vector<char> usable = usable_sizes(tb, only);
   // Sizes from the largest down; `left` GPUs to place.
   auto rec = [&](auto&& self, int j, int left, int used, bool has_need) -> void {
     if (stop && *stop) return;
@@ -199,7 +208,7 @@ void for_each_multiset(const Table& tb, int need, int distinct, const std::vecto
       if (has_need) f(counts);
       return;
     }
-    if (j < 0 || used >= distinct + 1) return;
+    if (j < 0) return;
     if (!usable[j] || tb.sizes[j] > left) {
       self(self, j - 1, left, used, has_need);
       return;
@@ -338,17 +347,6 @@ void improve(const Table& tb, const std::vector<int>& docs, std::vector<GroupSta
   }
 }
 
-// A lower bound of a micro-batch's time: its longest document on its fastest group, and its work
-// spread over every GPU, each after the smallest overhead.
-double lower_bound(const Table& tb, const std::vector<int>& docs) {
-  double fastest = kInf, work = 0, least = kInf;
-  for (double o : tb.overhead) least = std::min(least, o);
-  const int i0 = docs.front();
-  for (size_t j = 0; j < tb.sizes.size(); ++j) fastest = std::min(fastest, tb.t[i0][j]);
-  for (int i : docs) work += tb.work[i];
-  return least + std::max(fastest, work / tb.gpus);
-}
-
 MicroBatch build(const Table& tb, const std::vector<int>& docs, const std::vector<GroupState>& groups,
                  const std::vector<int>& group_of) {
   MicroBatch mb;
@@ -374,8 +372,8 @@ MicroBatch build(const Table& tb, const std::vector<int>& docs, const std::vecto
 }
 
 // The multisets a micro-batch may use, by the size index its longest document needs (computed
-// once per step: they depend on nothing else), fewest distinct sizes first (a good incumbent early
-// makes the others stop sooner).
+// once per step: they depend on nothing else), fewest distinct sizes first (which breaks ties in
+// plan_mb's ranking by estimate).
 struct Multisets {
   std::vector<std::vector<Counts>> by_need;
   std::vector<char> done;
@@ -403,17 +401,16 @@ const std::vector<Counts>& multisets(const Table& tb, int need, const PlannerOpt
   if (!cache.done[need]) {
     cache.done[need] = 1;
     for_each_multiset(tb, need, cache.distinct, only, [&](const Counts& c) { all.push_back(c); });
-    std::stable_sort(all.begin(), all.end(), [](const Counts& a, const Counts& b) {
-      auto distinct = [](const Counts& c) { return std::count_if(c.begin(), c.end(), [](int x) { return x > 0; }); };
-      return distinct(a) < distinct(b);
-    });
+    std::stable_sort(all.begin(), all.end(),
+                     [](const Counts& a, const Counts& b) { return distinct_sizes(a) < distinct_sizes(b); });
   }
   return all;
 }
 
-// A lower bound of a micro-batch's time on the multiset `c`: the longest document on the fastest
-// of the multiset's sizes that hold it, and every document's least work on the multiset's sizes
-// spread over all GPUs, after the smallest overhead of the multiset.
+// A lower bound of a micro-batch's time on the multiset `c` (every size present: on any): the
+// longest document (docs longest first) on the fastest of the multiset's sizes that hold it, and
+// every document's least work on the multiset's sizes spread over all GPUs, after the smallest
+// overhead of the multiset.
 double multiset_bound(const Table& tb, const std::vector<int>& docs, const Counts& c) {
   double least = kInf;
   for (size_t j = 0; j < c.size(); ++j)
@@ -499,10 +496,7 @@ double estimate_makespan(const Table& tb, const std::vector<int>& docs, const Co
 MicroBatch exact_mb(const Table& tb, const std::vector<int>& docs, const std::vector<int>& only) {
   const int n = static_cast<int>(docs.size()), gpus = tb.gpus, ns = static_cast<int>(tb.sizes.size());
   const int full = (1 << n) - 1;
-  std::vector<char> usable(ns, only.empty() ? 1 : 0);
-  for (int d : only)
-    for (int k = 0; k < ns; ++k)
-      if (tb.sizes[k] == d) usable[k] = 1;
+  const std::vector<char> usable = usable_sizes(tb, only);
   std::vector<std::int64_t> tokens(full + 1, 0);
   for (int S = 1; S <= full; ++S) tokens[S] = tokens[S & (S - 1)] + tb.len[docs[__builtin_ctz(S)]];
   std::vector<double> c(static_cast<size_t>(full + 1) * ns, kInf);  // c[S * ns + k]
@@ -597,7 +591,7 @@ MicroBatch plan_mb(const Table& tb, std::vector<int> docs, const PlannerOptions&
     std::vector<std::pair<double, int>> chosen(ranked.begin(), ranked.begin() + keep);
     for (size_t q = keep; q < ranked.size(); ++q) {
       const Counts& c = all[ranked[q].second];
-      if (std::count_if(c.begin(), c.end(), [](int x) { return x > 0; }) == 1) chosen.push_back(ranked[q]);
+      if (distinct_sizes(c) == 1) chosen.push_back(ranked[q]);
     }
     ranked = std::move(chosen);
   }
@@ -707,7 +701,8 @@ StepPlan plan_with(const Table& tb, const PlannerOptions& o, const std::vector<i
     for (std::vector<std::vector<int>>& parts : splits(tb, m)) {
       if (!seen.insert(parts).second) continue;
       double lb = 0;
-      for (const std::vector<int>& p : parts) lb += lower_bound(tb, p);
+      const Counts every(tb.sizes.size(), 1);
+      for (const std::vector<int>& p : parts) lb += multiset_bound(tb, p, every);
       if (lb >= best.time) continue;
       StepPlan plan;
       for (const std::vector<int>& p : parts) {
@@ -827,6 +822,21 @@ Result<StepPlan> plan_adaptive(const std::vector<std::int64_t>& lengths, const S
   }
   if (!std::isfinite(best.time)) return Error{ErrorKind::kNoFit, "no group size fits the batch"};
   return best;
+}
+
+Result<Comparison> compare_step(const std::vector<std::int64_t>& lengths, const SeqCost& cost, int static_size,
+                                const PlannerOptions& o) {
+  Comparison c;
+  const auto t0 = std::chrono::steady_clock::now();
+  auto w = plan_step(lengths, cost, o);
+  c.plan_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  if (!w.ok()) return w.error();
+  auto s = plan_uniform(lengths, cost, static_size, o);
+  if (!s.ok()) return s.error();
+  auto a = plan_adaptive(lengths, cost, o);
+  if (!a.ok()) return a.error();
+  c.weft = std::move(w).value(), c.stat = std::move(s).value(), c.adaptive = std::move(a).value();
+  return c;
 }
 
 MicroBatch plan_micro_batch(const std::vector<std::int64_t>& lengths, const std::vector<int>& docs, const SeqCost& cost,

@@ -143,7 +143,7 @@ Result<std::unique_ptr<SeqCost>> analytic_seq_cost(const ModelSpec& model, const
   const int top = static_cast<int>(std::min<std::int64_t>(std::max<std::int64_t>(o.max_seq, 4096), 1 << 22));
   ModelSpec m = model;
   if (m.position == PositionKind::kLearned) m.max_seq = std::max(m.max_seq, 2 * top);
-  auto cost_of = [&](int d, int s, Estimate* e) -> Status {
+  auto cost_of = [&](int d, int s) -> Result<Estimate> {
     LayerStrategy st;
     st.tp = tp;
     st.sp = tp > 1;
@@ -164,34 +164,30 @@ Result<std::unique_ptr<SeqCost>> analytic_seq_cost(const ModelSpec& model, const
     t.dtype = o.dtype;
     auto plan = make_uniform_plan(m, cluster, t, st, embedding_for(st));
     if (!plan.ok()) return plan.error();
-    *e = estimate(*plan, cm);
-    return Status{};
+    return estimate(*plan, cm);
   };
+  // Memory: the peak of one GPU holding a whole sequence (d = 1) at two lengths of the grid, as a
+  // line in the length.
+  constexpr int s1 = 1024, s2 = 4096;
+  Estimate e1, e2;
   for (int d = 1; d <= n; d *= 2) {
     if (n % d != 0) continue;
     AnalyticSeqCost::Curve c;
-    bool first = true;
     for (int s = std::max(128, d); s < 2 * top; s *= 2) {
-      Estimate e;
-      Status st = cost_of(d, s, &e);
-      if (!st.ok()) return st.error().with_context("--cost-model weft, a group of " + std::to_string(d) + " GPUs");
-      const TimeBreakdown& b = e.breakdown;
-      const double per_mb = e.step_time.value() - b.optimizer.value();
+      auto e = cost_of(d, s);
+      if (!e.ok()) return e.error().with_context("--cost-model weft, a group of " + std::to_string(d) + " GPUs");
+      const TimeBreakdown& b = e->breakdown;
+      const double per_mb = e->step_time.value() - b.optimizer.value();
       const double layers = b.compute.value() + b.recompute.value() + b.ulysses_comm.value() + b.cp_comm.value() +
                             b.embedding.value();
-      if (first) c.overhead = std::max(0.0, per_mb - layers), first = false;
+      if (c.s.empty()) c.overhead = std::max(0.0, per_mb - layers);
       c.s.push_back(s);
       c.per_token.push_back(layers / s);
+      if (d == 1 && s == s1) e1 = *e;
+      if (d == 1 && s == s2) e2 = *e;
     }
     out->sizes_.push_back(d);
     out->curves_.push_back(std::move(c));
-  }
-  // Memory: the peak of one GPU holding a whole sequence (d = 1) at two lengths, as a line.
-  Estimate e1, e2;
-  const int s1 = 1024, s2 = 4096;
-  for (auto [s, e] : {std::pair{s1, &e1}, std::pair{s2, &e2}}) {
-    Status st = cost_of(1, s, e);
-    if (!st.ok()) return st.error().with_context("--cost-model weft, memory");
   }
   const double slope = (e2.peak_memory.value() - e1.peak_memory.value()) / (s2 - s1);
   const double fixed = e1.peak_memory.value() - slope * s1;

@@ -60,6 +60,15 @@ Result<StepPlan> plan_uniform(const std::vector<std::int64_t>& lengths, const Se
 Result<StepPlan> plan_adaptive(const std::vector<std::int64_t>& lengths, const SeqCost& cost,
                                const PlannerOptions& o = {});
 
+// One batch planned three ways: weft's plan (with its planning time), every group of
+// `static_size` GPUs, and the best single size (the comparison `weft varlen` prints).
+struct Comparison {
+  StepPlan weft, stat, adaptive;
+  double plan_ms = 0;  // plan_step's wall time
+};
+Result<Comparison> compare_step(const std::vector<std::int64_t>& lengths, const SeqCost& cost, int static_size,
+                                const PlannerOptions& o = {});
+
 // One micro-batch: the documents `docs` of `lengths` (which must fit in one) on the best multiset
 // of group sizes; `sizes` restricts the sizes (empty: every allowed size). time = +inf when they
 // do not fit.
