@@ -5,8 +5,63 @@
 #include "commands.h"
 #include "weft/runtime/launch.h"
 #include "weft/runtime/train.h"
+#include "weft/varlen/prefetch.h"
+#include "weft/varlen/seq_cost.h"
 
 namespace weft::cli {
+
+namespace {
+
+// weft train --varlen's batch planner: weft::varlen's planner on its own thread (PlanPrefetcher),
+// costing with weft's analytic model of the plan's model and cluster (docs/varlen.md).
+class PrefetchedPlanner final : public runtime::VarlenPlanner {
+ public:
+  PrefetchedPlanner(varlen::PlanPrefetcher::Source src, std::shared_ptr<const varlen::SeqCost> cost,
+                    const varlen::PlannerOptions& po, int ahead)
+      : pf_(std::move(src), std::move(cost), po, ahead) {}
+  Result<runtime::VarlenStep> next() override {
+    auto item = pf_.next();
+    if (!item) return Error{ErrorKind::kRuntime, "the batch planner has no more batches"};
+    if (!item->ok()) return item->error();
+    const varlen::PlanPrefetcher::Item& it = item->value();
+    runtime::VarlenStep s;
+    for (const varlen::MicroBatch& mb : it.plan.micro_batches) {
+      std::vector<runtime::VarlenGroup> gs;
+      for (const varlen::Group& g : mb.groups) gs.push_back({g.size, g.docs});
+      s.micro_batches.push_back(std::move(gs));
+    }
+    s.plan_ms = it.plan_ms;
+    s.waited_s = it.waited_s;
+    return s;
+  }
+
+ private:
+  varlen::PlanPrefetcher pf_;
+};
+
+Result<std::unique_ptr<runtime::VarlenPlanner>> make_varlen_planner(const runtime::VarlenPlannerInput& in) {
+  const Plan& plan = *in.plan;
+  varlen::AnalyticSeqOptions ao;
+  ao.recompute = plan.stages.front().layers.front().recompute;
+  ao.dtype = plan.train.dtype;
+  ao.max_seq = plan.train.seq;
+  auto cost = varlen::analytic_seq_cost(plan.model, plan.cluster, ao);
+  if (!cost.ok()) return cost.error().with_context("--varlen: the batch planner's cost model");
+  std::shared_ptr<const varlen::SeqCost> c = std::move(cost).value();
+  if (in.max_tokens_per_gpu > 0) c = varlen::capped_seq_cost(c, static_cast<double>(in.max_tokens_per_gpu));
+  varlen::PlannerOptions po;
+  po.min_group = in.min_group;
+  po.max_group = in.max_group;
+  auto step = std::make_shared<std::int64_t>(in.first_step);
+  varlen::PlanPrefetcher::Source src = [step, last = in.last_step,
+                                        lengths = in.lengths]() -> std::optional<std::vector<std::int64_t>> {
+    if (*step > last) return std::nullopt;
+    return lengths((*step)++);
+  };
+  return std::unique_ptr<runtime::VarlenPlanner>(std::make_unique<PrefetchedPlanner>(src, c, po, in.ahead));
+}
+
+}  // namespace
 
 void register_train_commands(CLI::App& app) {
   auto o = std::make_shared<runtime::TrainOptions>();
@@ -58,6 +113,24 @@ void register_train_commands(CLI::App& app) {
   t->add_option("--grad-overlap", o->grad_overlap,
                 "on: reduce each gradient bucket during backward as soon as it is complete; off: after backward")
       ->capture_default_str();
+  t->add_flag("--varlen", o->varlen,
+              "Variable-length steps: --global-batch documents of --data (split at --eos) per step, packed per "
+              "micro-batch into sequence-parallel groups of sizes chosen for each batch (docs/varlen.md)")
+      ->group("Variable-length steps");
+  t->add_option("--eos", o->eos, "End-of-document token id of --data (with --varlen)")->group("Variable-length steps");
+  t->add_option("--min-group", o->min_group, "Smallest sequence-parallel group (ranks, a power of two)")
+      ->capture_default_str()
+      ->group("Variable-length steps");
+  t->add_option("--max-group", o->max_group,
+                "Largest sequence-parallel group (default: the most that the ranks and every layer's heads allow)")
+      ->group("Variable-length steps");
+  t->add_option("--max-tokens-per-gpu", o->max_tokens_per_gpu,
+                "Most tokens one rank holds in a micro-batch (default: what the cost model's memory allows)")
+      ->group("Variable-length steps");
+  t->add_option("--plan-ahead", o->plan_ahead, "Steps the batch planner runs ahead of training")
+      ->capture_default_str()
+      ->group("Variable-length steps");
+  o->varlen_planner = make_varlen_planner;
   t->add_option("--fault", o->fault, "Testing: RANK:STEP:MODE makes that rank exit|kill|hang|stop|sleep=SECONDS at that step")
       ->group("Testing");
   t->callback([o] {

@@ -9,6 +9,7 @@
 #include "weft/runtime/data.h"
 #include "weft/runtime/schedule.h"
 #include "weft/runtime/support.h"
+#include "weft/varlen/lengths.h"
 
 namespace weft::runtime {
 namespace {
@@ -144,6 +145,63 @@ TEST(TokenSource, Uint16FileSamplesAreWindowsOfTheFile) {
     }
   }
   EXPECT_TRUE(threw);
+  std::filesystem::remove_all(dir);
+}
+
+// weft train --varlen's documents: the same split as `weft varlen --data` (each ends with its eos;
+// the tail after the last eos is one more), drawn per step as a pure function of the step.
+TEST(Documents, SplitAtEosAndDrawnPerStepOncePerPass) {
+  const std::string dir = rttest::temp_dir("docs");
+  const std::string path = dir + "/docs.bin";
+  const std::vector<uint16_t> toks = {5, 6, 0, 7, 0, 1, 2, 3, 4, 5, 6, 0, 9, 0, 8, 8, 8};  // 3, 2, 7, 2, 3 (no eos)
+  std::ofstream(path, std::ios::binary)
+      .write(reinterpret_cast<const char*>(toks.data()), static_cast<std::streamsize>(toks.size() * 2));
+  auto src = file_source(path, DataFormat::kUint16, 16, 2, 1);
+  ASSERT_TRUE(src.ok());
+  auto docs = split_documents(**src, 0);
+  ASSERT_TRUE(docs.ok()) << docs.error().message;
+  EXPECT_EQ(docs->length, (std::vector<int64_t>{3, 2, 7, 2, 3}));
+  EXPECT_EQ(docs->start, (std::vector<int64_t>{0, 3, 5, 12, 14}));
+  auto planner_view = varlen::document_lengths(path, 0, "uint16");
+  ASSERT_TRUE(planner_view.ok());
+  EXPECT_EQ(planner_view.value(), docs->length);
+  std::vector<int64_t> t(7);
+  (*src)->read(docs->start[2], 7, t.data());
+  EXPECT_EQ(t, (std::vector<int64_t>{1, 2, 3, 4, 5, 6, 0}));
+
+  // At most 3 tokens: the 7-token document is left out and counted; 2 documents per step.
+  auto b = DocumentBatches::make(docs.value(), 2, 3, 42);
+  ASSERT_TRUE(b.ok()) << b.error().message;
+  const DocumentBatches& batches = *b.value();
+  EXPECT_EQ(batches.kept(), 4);
+  EXPECT_EQ(batches.dropped(), 1);
+  // Steps 1-2 are the first pass over the 4 kept documents, 3-4 the second: each once per pass.
+  for (int pass = 0; pass < 2; ++pass) {
+    std::multiset<int64_t> seen;
+    for (int s = 1; s <= 2; ++s)
+      for (int64_t d : batches.batch(2 * pass + s)) seen.insert(d);
+    EXPECT_EQ(seen, (std::multiset<int64_t>{0, 1, 3, 4})) << "pass " << pass;
+  }
+  for (int s = 1; s <= 6; ++s) {
+    EXPECT_EQ(batches.batch(s), batches.batch(s));  // a pure function of the step
+    for (int64_t l : batches.lengths(s)) EXPECT_LE(l, 3);
+  }
+  // Another seed, another order of the same documents.
+  auto other = DocumentBatches::make(docs.value(), 4, 3, 7);
+  ASSERT_TRUE(other.ok());
+  bool differs = false;
+  for (int s = 1; s <= 8 && !differs; ++s) differs = other.value()->batch(s) != (*b.value()).batch(2 * s - 1);
+  EXPECT_TRUE(differs);
+
+  // Errors: no document fits, no eos, a source without a file.
+  auto none = DocumentBatches::make(docs.value(), 2, 1, 42);
+  ASSERT_FALSE(none.ok());
+  EXPECT_NE(none.error().message.find("sequence length 1"), std::string::npos) << none.error().message;
+  EXPECT_FALSE(split_documents(**src, -1).ok());
+  auto synth = synthetic_source(16, 1);
+  auto no_file = split_documents(*synth, 0);
+  ASSERT_FALSE(no_file.ok());
+  EXPECT_NE(no_file.error().message.find("--data"), std::string::npos);
   std::filesystem::remove_all(dir);
 }
 

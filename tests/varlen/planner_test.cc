@@ -101,7 +101,11 @@ TEST(VarlenPlanner, ADocumentNoGroupHoldsIsAnErrorWithTheMemoryItNeeds) {
   const std::string& m = r.error().message;
   EXPECT_NE(m.find("document 1 of the batch (" + std::to_string(too_long) + " tokens)"), std::string::npos) << m;
   EXPECT_NE(m.find("8 GPUs"), std::string::npos) << m;
-  EXPECT_NE(m.find("GiB of activations per GPU"), std::string::npos) << m;
+  EXPECT_NE(m.find("GiB) of activations per GPU"), std::string::npos) << m;
+  EXPECT_NE(m.find("it needs " + std::to_string((too_long + 7) / 8) + " tokens"), std::string::npos) << m;
+  EXPECT_NE(m.find("where a GPU holds " + std::to_string(static_cast<std::int64_t>(cost->capacity_tokens()))),
+            std::string::npos)
+      << m;
   EXPECT_FALSE(plan_step({}, *cost).ok());
   EXPECT_FALSE(plan_step({5, 0}, *cost).ok());
   EXPECT_FALSE(plan_uniform({100}, *cost, 3).ok());

@@ -30,6 +30,19 @@ TEST(FlexspCost, SequenceTimeByHand) {
   EXPECT_EQ(cost->gpus(), 64);
 }
 
+// A token cap lowers the capacity and the budget with it; times and the rest are the model's.
+TEST(CappedCost, CapsCapacityOnly) {
+  std::shared_ptr<const SeqCost> base = flexsp_seq_cost(*flexsp_constants("gpt-7b"), 64, 30);
+  auto capped = capped_seq_cost(base, 1000);
+  EXPECT_DOUBLE_EQ(capped->capacity_tokens(), 1000);
+  EXPECT_DOUBLE_EQ(capped->activation_budget_bytes(), 1000 * base->bytes_per_token());
+  EXPECT_DOUBLE_EQ(capped->seq_time(4096, 8), base->seq_time(4096, 8));
+  EXPECT_DOUBLE_EQ(capped->group_overhead(4), base->group_overhead(4));
+  EXPECT_EQ(capped->gpus(), 64);
+  // A cap above what memory allows changes nothing.
+  EXPECT_DOUBLE_EQ(capped_seq_cost(base, 1e12)->capacity_tokens(), base->capacity_tokens());
+}
+
 TEST(FlexspCost, BandwidthTableAndModels) {
   EXPECT_DOUBLE_EQ(flexsp_a2a_gbps(2), 119.54);
   EXPECT_DOUBLE_EQ(flexsp_a2a_gbps(8), 96.5);

@@ -7,6 +7,8 @@
 
 #include <cerrno>
 #include <cstring>
+#include <random>
+#include <algorithm>
 
 namespace weft::runtime {
 
@@ -60,7 +62,14 @@ class MappedFile final : public TokenSource {
                            std::to_string(tokens_),
                        ErrorKind::kIo);
     const std::uint64_t span = static_cast<std::uint64_t>(tokens_ - len + 1);
-    const std::int64_t off = static_cast<std::int64_t>(key(seed_, step, index) % span);
+    read(static_cast<std::int64_t>(key(seed_, step, index) % span), len, out);
+  }
+  std::int64_t size() const override { return tokens_; }
+  void read(std::int64_t off, std::int64_t len, std::int64_t* out) const override {
+    if (off < 0 || len < 0 || off + len > tokens_)
+      throw InputError(path_ + ": tokens [" + std::to_string(off) + ", " + std::to_string(off + len) +
+                           ") lie outside the file's " + std::to_string(tokens_),
+                       ErrorKind::kIo);
     for (std::int64_t i = 0; i < len; ++i) {
       const std::int64_t p = off + i;
       std::int64_t t = 0;
@@ -100,6 +109,88 @@ class MappedFile final : public TokenSource {
 };
 
 }  // namespace
+
+void TokenSource::read(std::int64_t, std::int64_t, std::int64_t*) const {
+  throw InputError(describe() + ": has no file to read documents from");
+}
+
+Result<Documents> split_documents(const TokenSource& src, std::int64_t eos) {
+  const std::int64_t n = src.size();
+  if (n == 0) return Error{ErrorKind::kBadInput, "--varlen reads documents from a token file: give --data FILE"};
+  if (eos < 0) return Error{ErrorKind::kBadInput, "--eos " + std::to_string(eos) + ": must be a token id (>= 0)"};
+  Documents d;
+  std::vector<std::int64_t> buf(1 << 16);
+  std::int64_t begin = 0;
+  for (std::int64_t at = 0; at < n; at += static_cast<std::int64_t>(buf.size())) {
+    const std::int64_t len = std::min<std::int64_t>(static_cast<std::int64_t>(buf.size()), n - at);
+    try {
+      src.read(at, len, buf.data());
+    } catch (const InputError& e) {
+      return Error{e.kind, std::string("--data ") + e.what()};
+    }
+    for (std::int64_t i = 0; i < len; ++i)
+      if (buf[i] == eos) {
+        d.start.push_back(begin);
+        d.length.push_back(at + i + 1 - begin);
+        begin = at + i + 1;
+      }
+  }
+  if (begin < n) {
+    d.start.push_back(begin);
+    d.length.push_back(n - begin);
+  }
+  return d;
+}
+
+Result<std::shared_ptr<const DocumentBatches>> DocumentBatches::make(const Documents& docs, int per_step,
+                                                                      std::int64_t max_len, std::uint64_t seed) {
+  if (per_step < 1)
+    return Error{ErrorKind::kBadInput, "--global-batch " + std::to_string(per_step) + ": must be at least 1 document"};
+  std::shared_ptr<DocumentBatches> b(new DocumentBatches());
+  b->docs_ = docs;
+  b->per_step_ = per_step;
+  b->seed_ = seed;
+  std::int64_t longest = 0;
+  for (size_t i = 0; i < docs.length.size(); ++i) {
+    longest = std::max(longest, docs.length[i]);
+    if (docs.length[i] <= max_len) b->kept_.push_back(static_cast<std::int64_t>(i));
+    else ++b->dropped_;
+  }
+  if (b->kept_.empty())
+    return Error{ErrorKind::kBadInput, "--data: none of its " + std::to_string(docs.length.size()) +
+                                           " documents (the shortest longer than the longest, " +
+                                           std::to_string(longest) + " tokens) fits in the sequence length " +
+                                           std::to_string(max_len)};
+  return std::shared_ptr<const DocumentBatches>(std::move(b));
+}
+
+const std::vector<std::int64_t>& DocumentBatches::epoch(std::int64_t e) const {
+  auto it = epochs_.find(e);
+  if (it != epochs_.end()) return it->second;
+  while (epochs_.size() >= 2) epochs_.erase(epochs_.begin());
+  std::vector<std::int64_t> order = kept_;
+  std::mt19937_64 rng(mix64(seed_ ^ static_cast<std::uint64_t>(e)));
+  std::shuffle(order.begin(), order.end(), rng);
+  return epochs_.emplace(e, std::move(order)).first->second;
+}
+
+std::vector<std::int64_t> DocumentBatches::batch(std::int64_t step) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  const std::int64_t k = kept();
+  std::vector<std::int64_t> out;
+  out.reserve(per_step_);
+  for (std::int64_t j = 0; j < per_step_; ++j) {
+    const std::int64_t at = (step - 1) * per_step_ + j;
+    out.push_back(epoch(at / k)[at % k]);
+  }
+  return out;
+}
+
+std::vector<std::int64_t> DocumentBatches::lengths(std::int64_t step) const {
+  std::vector<std::int64_t> out;
+  for (std::int64_t i : batch(step)) out.push_back(docs_.length[i]);
+  return out;
+}
 
 const char* to_string(DataFormat f) {
   switch (f) {

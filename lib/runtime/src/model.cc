@@ -222,7 +222,10 @@ Status Model::set_documents(const at::Tensor& doc_ids) {
   if (plan_.train.pp * plan_.train.vp != 1)
     return Error{ErrorKind::kBadInput, "packed documents: the plan has " + std::to_string(plan_.train.pp * plan_.train.vp) +
                                            " stages; documents run on single-stage plans only"};
-  if (doc_ids.dim() != 2 || doc_ids.size(1) != plan_.train.seq)
+  if (seq_group_ && (doc_ids.dim() != 2 || doc_ids.size(1) % seq_group_->size() != 0))
+    return Error{ErrorKind::kBadInput, "packed documents: document ids must be [samples, a multiple of the " +
+                                           std::to_string(seq_group_->size()) + " ranks of the sequence group]"};
+  if (!seq_group_ && (doc_ids.dim() != 2 || doc_ids.size(1) != plan_.train.seq))
     return Error{ErrorKind::kBadInput, "packed documents: document ids must be [samples, " +
                                            std::to_string(plan_.train.seq) + "], got " + std::to_string(doc_ids.dim()) +
                                            " dimensions"};
@@ -235,6 +238,25 @@ Status Model::set_documents(const at::Tensor& doc_ids) {
   at::Tensor start_of = std::get<0>(at::cummax(at::where(starts, idx, at::zeros_like(idx)), 1));
   doc_ids_ = ids;
   doc_pos_ = idx - start_of;
+  return {};
+}
+
+Status Model::set_sequence_group(Comm* group) {
+  if (group && group->size() > 1) {
+    if (plan_.train.pp * plan_.train.vp != 1 || plan_.embedding.tp != 1 || plan_.embedding.ulysses != 1)
+      return Error{ErrorKind::kBadInput, "variable-length steps run plans of one stage with tp 1 and Ulysses 1"};
+    for (const LayerCtx& L : layers_) {
+      if (L.st.tp != 1 || L.st.ulysses != 1)
+        return Error{ErrorKind::kBadInput, "variable-length steps: layer " + std::to_string(L.index) + " has tp " +
+                                               std::to_string(L.st.tp) + " and Ulysses " + std::to_string(L.st.ulysses) +
+                                               "; the sequence groups replace Ulysses and need tp 1"};
+      if (L.heads_local % group->size() != 0)
+        return Error{ErrorKind::kBadInput, "variable-length steps: a sequence group of " + std::to_string(group->size()) +
+                                               " ranks does not divide layer " + std::to_string(L.index) + "'s " +
+                                               std::to_string(L.heads_local) + " attention heads"};
+    }
+  }
+  seq_group_ = group;
   return {};
 }
 
@@ -257,7 +279,7 @@ at::Tensor Model::embed(const at::Tensor& tokens) {
     at::Tensor wpe = find_unit("wpe")->weights(&wpe_full)[0];
     if (e.sp && e.tp > 1) wpe = copy_to(wpe, *emb_tp_);
     const int64_t t = x.size(1);
-    const int64_t pos0 = emb_layout_->seq_idx[stage_comm_->rank()] * t;
+    const int64_t pos0 = (seq_group_ ? seq_group_->rank() : emb_layout_->seq_idx[stage_comm_->rank()]) * t;
     if (doc_pos_.defined())
       x = x + at::embedding(wpe, doc_pos_.narrow(1, pos0, t));
     else
@@ -366,12 +388,13 @@ at::Tensor Model::attention(const LayerCtx& L, const std::vector<at::Tensor>& w,
   k = k.view({b, t, L.kv_local, d});
   v = v.view({b, t, L.kv_local, d});
   if (plan_.model.position == PositionKind::kRope) {
-    const int64_t pos0 = static_cast<int64_t>(L.co.ulysses) * t;
+    const int64_t pos0 = static_cast<int64_t>(seq_group_ ? seq_group_->rank() : L.co.ulysses) * t;
     const at::Tensor pos = doc_pos_.defined() ? doc_pos_.narrow(1, pos0, t) : at::Tensor();
     q = rope(q, pos0, pos);
     k = rope(k, pos0, pos);
   }
-  const int u = L.ulysses->size();
+  Comm& U = seq_group_ ? *seq_group_ : *L.ulysses;
+  const int u = U.size();
   if (u > 1) {
     if (L.kv_local % u != 0) {
       // Fewer local kv heads than Ulysses ranks: copy each so that every rank receives whole heads,
@@ -380,14 +403,14 @@ at::Tensor Model::attention(const LayerCtx& L, const std::vector<at::Tensor>& w,
       k = k.repeat_interleave(copies, 2);
       v = v.repeat_interleave(copies, 2);
     }
-    q = seq_to_heads(q, *L.ulysses);
-    k = seq_to_heads(k, *L.ulysses);
-    v = seq_to_heads(v, *L.ulysses);
+    q = seq_to_heads(q, U);
+    k = seq_to_heads(k, U);
+    v = seq_to_heads(v, U);
   }
   std::vector<at::Tensor> in = {q, k, v};
   if (doc_ids_.defined()) in.push_back(doc_ids_);
   at::Tensor ctx = L.st.recompute == Recompute::kSelective ? recompute(causal_attention, in) : causal_attention(in);
-  if (u > 1) ctx = heads_to_seq(ctx, *L.ulysses);
+  if (u > 1) ctx = heads_to_seq(ctx, U);
   return at::linear(ctx.reshape({b, t, L.heads_local * d}), w[I["attn.wo"]]);
 }
 
@@ -443,7 +466,15 @@ at::Tensor Model::head_loss(const at::Tensor& x_in, const at::Tensor& targets) {
   else W = (table = find_unit("wte"))->weights(&table_full)[0];
   at::Tensor logits = at::matmul(h, W.t());
   logits = logits.reshape({-1, logits.size(-1)});
-  at::Tensor loss = vocab_parallel_cross_entropy(logits, targets.reshape({-1}), vocab_start_, *emb_tp_).sum();
+  at::Tensor loss;
+  if (doc_ids_.defined()) {
+    const at::Tensor t = targets.reshape({-1});
+    const at::Tensor counted = t.ge(0);
+    loss = (vocab_parallel_cross_entropy(logits, t.clamp_min(0), vocab_start_, *emb_tp_) * counted.to(logits.scalar_type()))
+               .sum();
+  } else {
+    loss = vocab_parallel_cross_entropy(logits, targets.reshape({-1}), vocab_start_, *emb_tp_).sum();
+  }
   w.clear();
   W = at::Tensor();
   loss = head->release(loss, head_full);

@@ -25,6 +25,7 @@ void Reporter::step(const StepStats& s) {
     Json j{{"step", s.step},           {"loss", s.loss},
            {"grad_norm", s.grad_norm}, {"lr", s.lr},
            {"tokens_per_s", s.tokens_per_s}, {"step_time_s", s.step_time_s}};
+    if (s.extra.is_object()) j.update(s.extra);
     std::printf("%s\n", j.dump().c_str());
     std::fflush(stdout);
     return;
@@ -34,7 +35,7 @@ void Reporter::step(const StepStats& s) {
     std::snprintf(b, sizeof b, "step %*d/%d  loss %.4f  grad_norm %.3f  lr %.2e  %.0f tokens/s  %.3f s/step",
                   static_cast<int>(std::to_string(total_).size()), s.step, total_, s.loss, s.grad_norm, s.lr,
                   s.tokens_per_s, s.step_time_s);
-    line(b);
+    line(std::string(b) + s.text_tail);
   }
   if (bar_) draw_bar(s);
 }

@@ -11,6 +11,8 @@ namespace weft::runtime {
 struct StepStats {
   int step = 0;
   double loss = 0, grad_norm = 0, lr = 0, tokens_per_s = 0, step_time_s = 0;
+  Json extra;            // more fields of the step's JSON object (variable-length steps)
+  std::string text_tail; // appended to the step's text line
 };
 
 class Reporter {

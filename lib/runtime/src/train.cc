@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <optional>
 #include <set>
 #include <sstream>
 #include <utility>
@@ -17,6 +18,7 @@
 #include "reporter.h"
 #include "state.h"
 #include "train_setup.h"
+#include "varlen_stage.h"
 #include "watchdog.h"
 #include "weft/runtime/model.h"
 #include "weft/runtime/optim.h"
@@ -65,7 +67,7 @@ std::string grad_sync_note(const GradSync& g, const TrainOptions& o) {
 // Rank 0's first lines: the run in one line, the precision and the gradient buckets (--format
 // json: only the precision line, on stderr).
 void print_start(Reporter& rep, const TrainOptions& o, const Plan& plan, int world, const TokenSource& data,
-                 const GradSync& gs, const std::string& device_name, int start_step) {
+                 const GradSync& gs, const std::string& device_name, int start_step, const VarlenSetup* vl) {
   const std::string precision =
       (plan.train.dtype == DType::kFp32 ? "" : "weft: warning: ") + precision_note(plan, device_name);
   if (o.format != "text") {
@@ -86,9 +88,17 @@ void print_start(Reporter& rep, const TrainOptions& o, const Plan& plan, int wor
   std::ostringstream h;
   h << "weft train: model " << plan.model.name << " (" << params << " parameters), " << world << " rank"
     << (world > 1 ? "s" : "") << ", pp " << plan.train.pp << " " << to_string(plan.train.schedule) << ", "
-    << (o.plan.empty() ? std::string("data parallel") : "plan " + o.plan) << "; global batch "
-    << plan.train.global_batch << " x seq " << plan.train.seq << " in " << m << " micro-batch" << (m > 1 ? "es" : "")
-    << "; data: " << data.describe();
+    << (o.plan.empty() ? std::string("data parallel") : "plan " + o.plan);
+  if (vl)
+    h << "; variable-length steps of " << vl->batches->per_step() << " documents of at most " << plan.train.seq
+      << " tokens (" << vl->batches->dropped() << " of the file's " << vl->batches->documents().length.size()
+      << " longer, left out), sequence groups of " << vl->min_group << " to " << vl->max_group
+      << " ranks chosen per micro-batch, planned " << o.plan_ahead << " step" << (o.plan_ahead > 1 ? "s" : "")
+      << " ahead";
+  else
+    h << "; global batch " << plan.train.global_batch << " x seq " << plan.train.seq << " in " << m << " micro-batch"
+      << (m > 1 ? "es" : "");
+  h << "; data: " << data.describe();
   rep.line(h.str());
   rep.line(precision);
   rep.line(grad_sync_note(gs, o));
@@ -182,7 +192,8 @@ std::pair<double, double> optimizer_step(Model& model, Optimizer& opt, Comm& wor
 
 // What the summary reports, added up over the steps (the first step of a run is not timed).
 struct Totals {
-  double timed_s = 0, grad_wait_s = 0, last_loss = 0;
+  double timed_s = 0, grad_wait_s = 0, last_loss = 0, plan_wait_s = 0;
+  int64_t timed_tokens = 0;
   int timed_steps = 0;
   int64_t resident_grad_bytes = 0;
   HeldBytes held;  // after the last step's gradient synchronisation
@@ -221,11 +232,12 @@ Json held_by_ranks(Comm& world, const HeldBytes& held, const at::Device& device)
 Json summary(const TrainOptions& o, const Totals& t, const GradSyncStats& gs, int world, int64_t tokens_per_step,
              double total_s, Json ranks) {
   const double mean = t.timed_steps > 0 ? t.timed_s / t.timed_steps : 0;
-  return Json{{"summary", true},
+  if (o.varlen && t.timed_steps > 0) tokens_per_step = t.timed_tokens / t.timed_steps;  // the mean
+  Json j{{"summary", true},
               {"steps", o.steps},
               {"final_loss", t.last_loss},
               {"mean_step_time_s", mean},
-              {"mean_tokens_per_s", mean > 0 ? static_cast<double>(tokens_per_step) / mean : 0.0},
+              {"mean_tokens_per_s", t.timed_s > 0 ? static_cast<double>(t.timed_tokens) / t.timed_s : 0.0},
               {"total_time_s", total_s},
               {"world_size", world},
               {"tokens_per_step", tokens_per_step},
@@ -236,6 +248,30 @@ Json summary(const TrainOptions& o, const Totals& t, const GradSyncStats& gs, in
               {"resident_grad_bytes", t.resident_grad_bytes},
               {"collectives_per_step", t.step_collectives},
               {"ranks", std::move(ranks)}};
+  if (o.varlen) j["mean_plan_wait_s"] = t.timed_steps > 0 ? t.plan_wait_s / t.timed_steps : 0.0;
+  return j;
+}
+
+// An input error found while the job runs (a batch its planner cannot place): the same on every
+// rank, so each stops here; the job is left as on a failure, the exit code is the error's kind.
+Status bad_input(Job& job, const Error& e) {
+  Status s = job.fail(e.message);
+  return Error{e.kind == ErrorKind::kRuntime ? ErrorKind::kBadInput : e.kind, s.error().message};
+}
+
+// The batch planner of a variable-length run, planning from `first_step` on.
+Result<std::unique_ptr<VarlenPlanner>> start_planner(const TrainOptions& o, const Plan& plan, const VarlenSetup& vl,
+                                                     int first_step) {
+  VarlenPlannerInput in;
+  in.plan = &plan;
+  in.lengths = [b = vl.batches](std::int64_t s) { return b->lengths(s); };
+  in.first_step = first_step;
+  in.last_step = o.steps;
+  in.min_group = vl.min_group;
+  in.max_group = vl.max_group;
+  in.max_tokens_per_gpu = o.max_tokens_per_gpu;
+  in.ahead = o.plan_ahead;
+  return o.varlen_planner(in);
 }
 
 }  // namespace
@@ -254,6 +290,12 @@ Status train(const TrainOptions& o) {
   auto data_r = open_data(o, plan);
   if (!data_r.ok()) return data_r.error();
   const std::unique_ptr<TokenSource> data = std::move(data_r).value();
+  std::optional<VarlenSetup> vl;
+  if (o.varlen) {
+    auto v = setup_varlen(o, plan, *data, env.world);
+    if (!v.ok()) return v.error();
+    vl = std::move(v).value();
+  }
   set_threads(o.threads);
   auto device_r = pick_device(o.device, env);
   if (!device_r.ok()) return device_r.error();
@@ -271,10 +313,17 @@ Status train(const TrainOptions& o) {
     job.groups = std::make_unique<GroupSet>(comm_config(env, o, device));
     if (env.world > 1) job.watchdog = std::make_unique<Watchdog>(*job.groups, o.timeout_s);
     job.groups->build(process_groups(plan));
+    if (vl) job.groups->build(varlen_groups(env.world, vl->min_group, vl->max_group));
     job.groups->build(grad_groups(plan), Channel::kGrad);
   } catch (const std::exception& e) {
     return job.fail("could not form the job of " + std::to_string(env.world) + " ranks through " + env.master_addr +
                     ":" + std::to_string(env.master_port) + ": " + e.what());
+  }
+  std::unique_ptr<VarlenPlanner> planner;
+  if (vl && !o.resume) {
+    auto pr = start_planner(o, plan, *vl, 1);
+    if (!pr.ok()) return pr.error();
+    planner = std::move(pr).value();
   }
   int start_step = 0;
   try {
@@ -296,7 +345,19 @@ Status train(const TrainOptions& o) {
   GroupSet& groups = *job.groups;
   Comm& world = groups.world();
   if (rank == 0)
-    print_start(rep, o, plan, env.world, *data, opt.grad_sync(), device.is_cuda() ? "cuda" : "cpu", start_step);
+    print_start(rep, o, plan, env.world, *data, opt.grad_sync(), device.is_cuda() ? "cuda" : "cpu", start_step,
+                vl ? &*vl : nullptr);
+  // Variable-length steps: the stage packing each micro-batch; the planner (started before the model
+  // was built unless the run resumes) is planning the first steps on its own thread.
+  std::unique_ptr<VarlenStage> vstage;
+  if (vl) {
+    if (!planner) {
+      auto pr = start_planner(o, plan, *vl, start_step + 1);
+      if (!pr.ok()) return pr.error();
+      planner = std::move(pr).value();
+    }
+    vstage = std::make_unique<VarlenStage>(model, opt, groups, *data, *vl->batches);
+  }
 
   const LrSchedule lrs = lr_schedule(o);
   const auto actions = pipeline_actions(plan.train.schedule, plan.train.pp, model.stage(), plan.train.micro_batches);
@@ -313,21 +374,59 @@ Status train(const TrainOptions& o) {
       std::vector<CollectiveRecord> before;
       if (step == o.steps) before = groups.collectives();
       opt.zero_grad();
-      stage.step = step;
-      const double loss_sum = run_pipeline_step(actions, stage, links, static_cast<double>(tokens_per_step));
+      int64_t step_tokens = tokens_per_step, loss_tokens = tokens_per_step;
+      StepStats stats;
+      double loss_sum = 0;
+      if (vstage) {
+        // The step's plan (waiting for it only if the planner fell behind), the same on every rank.
+        auto next = planner->next();
+        if (!next.ok()) return bad_input(job, next.error());
+        const VarlenStep& vs = next.value();
+        if (Status c = check_varlen_step(vs, step, env.world, vl->min_group, vl->max_group,
+                                         vl->batches->per_step());
+            !c.ok())
+          return bad_input(job, c.error());
+        const double fp = varlen_fingerprint(vs);
+        at::Tensor f = at::tensor({fp, -fp}, at::kDouble);
+        world.allreduce_max(f);
+        if (f[0].item<double>() != fp || -f[1].item<double>() != fp)
+          return job.fail("variable-length step " + std::to_string(step) + ": the ranks' batch planners disagree");
+        loss_tokens = std::max<int64_t>(1, vstage->set_step(step, vs));
+        step_tokens = 0;
+        for (int64_t l : vstage->lengths()) step_tokens += l;
+        std::vector<PipeAction> acts;
+        for (int k = 0; k < vstage->micro_batches(); ++k)
+          acts.push_back({PipeAction::kForward, k}), acts.push_back({PipeAction::kBackward, k});
+        loss_sum = run_pipeline_step(acts, *vstage, links, static_cast<double>(loss_tokens));
+        stats.extra = Json{{"lengths", vstage->lengths()},
+                           {"micro_batches", varlen_step_json(vs, vstage->lengths())},
+                           {"plan_ms", vs.plan_ms},
+                           {"plan_wait_s", vs.waited_s}};
+        char tail[96];
+        std::snprintf(tail, sizeof tail, "  %zu docs in %d micro-batch%s  plan wait %.1f ms", vstage->lengths().size(),
+                      vstage->micro_batches(), vstage->micro_batches() > 1 ? "es" : "", vs.waited_s * 1e3);
+        stats.text_tail = tail;
+        if (step > start_step + 1 || o.steps == start_step + 1) tot.plan_wait_s += vs.waited_s;
+      } else {
+        stage.step = step;
+        loss_sum = run_pipeline_step(actions, stage, links, static_cast<double>(tokens_per_step));
+      }
       opt.sync_grads();
       if (step == o.steps) {
         tot.resident_grad_bytes = opt.resident_grad_bytes();
         tot.held = opt.held_bytes();
       }
       const double lr = lrs.at(step);
-      const auto [loss, norm] = optimizer_step(model, opt, world, loss_sum, tokens_per_step, o.clip, lr);
+      const auto [loss, norm] = optimizer_step(model, opt, world, loss_sum, loss_tokens, o.clip, lr);
       const double dt = seconds_since(t0);
       if (step == o.steps) tot.step_collectives = collectives_between(before, groups.collectives());
-      rep.step(StepStats{step, loss, norm, lr, static_cast<double>(tokens_per_step) / dt, dt});
+      stats.step = step, stats.loss = loss, stats.grad_norm = norm, stats.lr = lr;
+      stats.tokens_per_s = static_cast<double>(step_tokens) / dt, stats.step_time_s = dt;
+      rep.step(stats);
       tot.last_loss = loss;
       if (step > start_step + 1 || o.steps == start_step + 1)
-        tot.timed_s += dt, ++tot.timed_steps, tot.grad_wait_s += opt.grad_sync().stats().wait_s;
+        tot.timed_s += dt, ++tot.timed_steps, tot.grad_wait_s += opt.grad_sync().stats().wait_s,
+            tot.timed_tokens += step_tokens;
       if (!o.checkpoint_dir.empty() && (step == o.steps || (o.checkpoint_every > 0 && step % o.checkpoint_every == 0))) {
         Status cs = save_checkpoint(o.checkpoint_dir, step, model, opt, groups, plan_hash, o.keep_checkpoints);
         if (!cs.ok()) return job.fail(cs.error().message);

@@ -9,6 +9,7 @@
 #include <optional>
 
 #include "weft/runtime/comm.h"
+#include "varlen_stage.h"
 #include "weft/spec/presets.h"
 
 namespace weft::runtime {
@@ -63,7 +64,9 @@ Result<Plan> load_plan(const TrainOptions& o, const DistEnv& env) {
     const ModelSpec m = model ? *model : builtin_model();
     const int seq = o.seq > 0 ? o.seq : std::min(64, m.max_seq > 0 ? m.max_seq : 64);
     const int mb = o.micro_batches > 0 ? o.micro_batches : 1;
-    const int gb = o.global_batch > 0 ? o.global_batch : 8 * env.world * mb;
+    // --varlen: --global-batch counts documents, which the batch planner places (docs/varlen.md);
+    // the plan's batch only has to divide.
+    const int gb = o.varlen ? env.world * mb : o.global_batch > 0 ? o.global_batch : 8 * env.world * mb;
     auto p = data_parallel_plan(m, env.world, seq, gb, mb);
     if (!p.ok()) return p.error().with_context("without --plan (data parallel over WORLD_SIZE=" +
                                                std::to_string(env.world) + ")");
@@ -87,6 +90,50 @@ Result<std::unique_ptr<TokenSource>> open_data(const TrainOptions& o, const Plan
   if (f.value() == DataFormat::kSynthetic)
     return Result<std::unique_ptr<TokenSource>>(synthetic_source(plan.model.vocab, o.seed));
   return file_source(o.data, f.value(), plan.model.vocab, plan.train.seq + 1, o.seed);
+}
+
+Result<VarlenSetup> setup_varlen(const TrainOptions& o, const Plan& plan, const TokenSource& data, int world) {
+  auto bad = [](const std::string& m) { return Error{ErrorKind::kBadInput, m}; };
+  if (o.data.empty()) return bad("--varlen reads documents from a token file: give --data FILE and --eos ID");
+  if (o.eos < 0) return bad("--varlen: give --eos ID, the token that ends each document of --data");
+  if (o.eos >= plan.model.vocab)
+    return bad("--eos " + std::to_string(o.eos) + ": outside the model's vocabulary of " +
+               std::to_string(plan.model.vocab));
+  if (plan.train.pp * plan.train.vp != 1)
+    return bad("--varlen: the plan has " + std::to_string(plan.train.pp * plan.train.vp) +
+               " pipeline stages; variable-length steps run single-stage plans");
+  std::vector<const LayerStrategy*> all{&plan.embedding};
+  for (const LayerStrategy& l : plan.stages[0].layers) all.push_back(&l);
+  for (const LayerStrategy* l : all)
+    if (l->tp != 1 || l->ulysses != 1 || l->cp != 1)
+      return bad("--varlen: the plan has a layer with tp " + std::to_string(l->tp) + ", Ulysses " +
+                 std::to_string(l->ulysses) + " and context parallel " + std::to_string(l->cp) +
+                 "; the step's sequence groups replace them: give a plan of tp 1, Ulysses 1 and cp 1");
+  if (!o.varlen_planner) return bad("--varlen: this build of weft train has no batch planner");
+  VarlenSetup v;
+  const int most = varlen_max_group(plan, world);
+  v.min_group = o.min_group;
+  v.max_group = o.max_group > 0 ? o.max_group : most;
+  auto pow2 = [](int x) { return x > 0 && (x & (x - 1)) == 0; };
+  if (!pow2(v.min_group) || !pow2(v.max_group) || v.min_group > v.max_group)
+    return bad("--min-group " + std::to_string(v.min_group) + " / --max-group " + std::to_string(v.max_group) +
+               ": powers of two, the first at most the second");
+  if (v.max_group > most)
+    return bad("--max-group " + std::to_string(v.max_group) + ": at most " + std::to_string(most) +
+               " (a power of two no larger than the " + std::to_string(world) +
+               " ranks that divides every layer's attention heads)");
+  if (world % v.min_group != 0)
+    return bad("--min-group " + std::to_string(v.min_group) + " does not divide the " + std::to_string(world) + " ranks");
+  if (o.max_tokens_per_gpu < 0)
+    return bad("--max-tokens-per-gpu " + std::to_string(o.max_tokens_per_gpu) + ": must not be negative");
+  if (o.plan_ahead < 1) return bad("--plan-ahead " + std::to_string(o.plan_ahead) + ": must be at least 1");
+  auto docs = split_documents(data, o.eos);
+  if (!docs.ok()) return docs.error();
+  const int per_step = !o.plan.empty() ? plan.train.global_batch : o.global_batch > 0 ? o.global_batch : 8 * world;
+  auto b = DocumentBatches::make(docs.value(), per_step, plan.train.seq, o.seed);
+  if (!b.ok()) return b.error();
+  v.batches = std::move(b).value();
+  return v;
 }
 
 Result<at::Device> pick_device(const std::string& want, const DistEnv& env) {

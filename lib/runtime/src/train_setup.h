@@ -29,6 +29,15 @@ Result<Plan> load_plan(const TrainOptions& o, const DistEnv& env);
 // plan.train.seq + 1 tokens of the plan's vocabulary.
 Result<std::unique_ptr<TokenSource>> open_data(const TrainOptions& o, const Plan& plan);
 
+// weft train --varlen (docs/varlen.md "Running a step"): the documents of the token file, the
+// batches of each step and the allowed group sizes, checked against the plan (one stage, tp 1,
+// Ulysses 1, a batch planner given).
+struct VarlenSetup {
+  std::shared_ptr<const DocumentBatches> batches;
+  int min_group = 1, max_group = 1;
+};
+Result<VarlenSetup> setup_varlen(const TrainOptions& o, const Plan& plan, const TokenSource& data, int world);
+
 // --device: cpu; cuda:LOCAL_RANK; auto: cuda when a GPU is usable (and, with more than one rank,
 // the libtorch has NCCL), else cpu. A `cuda` request that cannot be met is an error naming why.
 Result<at::Device> pick_device(const std::string& want, const DistEnv& env);

@@ -82,9 +82,11 @@ Result<Table> make_table(const std::vector<std::int64_t>& lengths, const SeqCost
       return Error{ErrorKind::kNoFit,
                    "document " + std::to_string(i) + " of the batch (" + std::to_string(s) +
                        " tokens) fits no group: on the largest, " + std::to_string(d) + " GPUs, it needs " +
-                       gib(cost.bytes_per_token() * static_cast<double>(s) / d) + " of activations per GPU, " +
-                       "where a GPU has " + gib(cost.activation_budget_bytes()) +
-                       " beside its model states (lower --max-seq, or plan more GPUs)"};
+                       std::to_string((s + d - 1) / d) + " tokens (" +
+                       gib(cost.bytes_per_token() * static_cast<double>(s) / d) + ") of activations per GPU, " +
+                       "where a GPU holds " + std::to_string(static_cast<std::int64_t>(cost.capacity_tokens())) +
+                       " (" + gib(cost.activation_budget_bytes()) +
+                       ") beside its model states (shorten the documents, or allow larger groups)"};
     }
   }
   tb.order.resize(n);

@@ -197,4 +197,28 @@ Result<std::unique_ptr<SeqCost>> analytic_seq_cost(const ModelSpec& model, const
   return std::unique_ptr<SeqCost>(std::move(out));
 }
 
+namespace {
+
+class CappedSeqCost final : public SeqCost {
+ public:
+  CappedSeqCost(std::shared_ptr<const SeqCost> c, double tokens) : c_(std::move(c)), tokens_(tokens) {}
+  std::string name() const override { return c_->name(); }
+  double seq_time(double tokens, int d) const override { return c_->seq_time(tokens, d); }
+  double group_overhead(int d) const override { return c_->group_overhead(d); }
+  double capacity_tokens() const override { return std::min(tokens_, c_->capacity_tokens()); }
+  double bytes_per_token() const override { return c_->bytes_per_token(); }
+  double activation_budget_bytes() const override { return capacity_tokens() * c_->bytes_per_token(); }
+  int gpus() const override { return c_->gpus(); }
+
+ private:
+  std::shared_ptr<const SeqCost> c_;
+  double tokens_;
+};
+
+}  // namespace
+
+std::unique_ptr<SeqCost> capped_seq_cost(std::shared_ptr<const SeqCost> cost, double tokens) {
+  return std::make_unique<CappedSeqCost>(std::move(cost), tokens);
+}
+
 }  // namespace weft::varlen

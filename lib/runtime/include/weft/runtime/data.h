@@ -4,6 +4,8 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
+#include <mutex>
 #include <memory>
 #include <string>
 #include <vector>
@@ -32,6 +34,11 @@ class TokenSource {
   // >= the vocabulary.
   virtual void sample(std::int64_t step, std::int64_t index, std::int64_t len, std::int64_t* out) const = 0;
   virtual std::string describe() const = 0;
+  // Tokens in the file (0: a synthetic source, which has none).
+  virtual std::int64_t size() const { return 0; }
+  // Tokens [offset, offset + len) of the file, checked as sample() checks them (a synthetic source
+  // throws: it has no file).
+  virtual void read(std::int64_t offset, std::int64_t len, std::int64_t* out) const;
 };
 
 // A synthetic source: sample = (start + stride * i) mod vocab with start and stride drawn from a
@@ -44,6 +51,43 @@ std::unique_ptr<TokenSource> synthetic_source(std::int64_t vocab, std::uint64_t 
 // for the format.
 Result<std::unique_ptr<TokenSource>> file_source(const std::string& path, DataFormat f, std::int64_t vocab,
                                                  std::int64_t sample_len, std::uint64_t seed);
+
+// Documents of a token file (weft train --varlen, docs/varlen.md): a document ends with each `eos`
+// id, which it holds; the tokens after the last `eos` are one more document. The same split as
+// weft::varlen::document_lengths, so `weft varlen --data` plans the documents training reads.
+struct Documents {
+  std::vector<std::int64_t> start, length;
+};
+// Errors (kBadInput) for a source without a file, an eos outside the vocabulary, or no document.
+Result<Documents> split_documents(const TokenSource& src, std::int64_t eos);
+
+// The documents of each optimizer step: `per_step` documents of at most `max_len` tokens (longer
+// ones are left out and counted), in an order shuffled with `seed` afresh for every pass over the
+// file. batch(step) is a pure function of the step (1-based), so every rank and a resumed run
+// draw the same documents; it may be called from several threads.
+class DocumentBatches {
+ public:
+  // Errors (kBadInput) when no document fits in max_len or per_step < 1.
+  static Result<std::shared_ptr<const DocumentBatches>> make(const Documents& docs, int per_step,
+                                                             std::int64_t max_len, std::uint64_t seed);
+  std::vector<std::int64_t> batch(std::int64_t step) const;  // indices into the documents
+  std::vector<std::int64_t> lengths(std::int64_t step) const;
+  std::int64_t kept() const { return static_cast<std::int64_t>(kept_.size()); }
+  std::int64_t dropped() const { return dropped_; }
+  int per_step() const { return per_step_; }
+  const Documents& documents() const { return docs_; }
+
+ private:
+  DocumentBatches() = default;
+  const std::vector<std::int64_t>& epoch(std::int64_t e) const;  // the kept documents' order in pass e
+  Documents docs_;
+  std::vector<std::int64_t> kept_;
+  std::int64_t dropped_ = 0;
+  int per_step_ = 1;
+  std::uint64_t seed_ = 0;
+  mutable std::mutex mu_;
+  mutable std::map<std::int64_t, std::vector<std::int64_t>> epochs_;  // the last two passes used
+};
 
 // SplitMix64 step: the counter-based mixer used for init seeds and sample positions.
 std::uint64_t mix64(std::uint64_t x);

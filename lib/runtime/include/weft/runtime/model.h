@@ -101,11 +101,18 @@ class Model {
   // document per sample. Set before a micro-batch's forward; single-stage plans only (a recomputed
   // layer reads them again in its backward).
   Status set_documents(const at::Tensor& doc_ids);
+  // Variable-length steps (docs/varlen.md, "Running a step"): the sequence-parallel group this
+  // rank's next micro-batch runs on, replacing the plan's Ulysses groups in every layer; its
+  // samples' sequence is cut in group.size() blocks, block group.rank() here. nullptr: the plan's
+  // groups again. Plans with tp 1 and Ulysses 1 in every layer and one stage only. Keep it until
+  // the micro-batch's backward has run (a recomputed layer reads it again).
+  Status set_sequence_group(Comm* group);
   // First stage: tokens [b, t] of this rank's token block -> hidden states in the input layout.
   at::Tensor embed(const at::Tensor& tokens);
   // This stage's layers: from input_layout() to output_layout().
   at::Tensor forward_layers(at::Tensor x);
-  // Last stage: the summed token losses of this rank's targets [b, t] (identical over tp).
+  // Last stage: the summed token losses of this rank's targets [b, t] (identical over tp); with
+  // packed documents, targets < 0 (padding, a document's last token) count nothing.
   at::Tensor head_loss(const at::Tensor& x, const at::Tensor& targets);
 
   std::vector<Unit>& units() { return units_; }
@@ -137,6 +144,7 @@ class Model {
   int64_t vocab_start_ = 0;
   // set_documents(): the document of every token [b, seq] and its position in it (undefined: none).
   at::Tensor doc_ids_, doc_pos_;
+  Comm* seq_group_ = nullptr;  // set_sequence_group()
 };
 
 }  // namespace weft::runtime

@@ -5,12 +5,51 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
+#include <memory>
 #include <string>
+#include <vector>
 
 #include "weft/core/error.h"
 #include "weft/plan/plan.h"
 
 namespace weft::runtime {
+
+// Variable-length steps (`weft train --varlen`, docs/varlen.md "Running a step"): one step's
+// documents in micro-batches, each micro-batch's ranks cut into sequence-parallel groups.
+struct VarlenGroup {
+  int size = 1;                // ranks; a power of two
+  std::vector<int> docs;       // the documents it runs: indices into the step's batch
+};
+struct VarlenStep {
+  // Per micro-batch its groups, the largest first; their sizes sum to the world size, so group j
+  // holds the consecutive ranks after those of groups 0..j-1.
+  std::vector<std::vector<VarlenGroup>> micro_batches;
+  double plan_ms = 0;          // planning time of this batch
+  double waited_s = 0;         // how long the step waited for its plan
+};
+
+// Plans the batches of a run's steps, in order, ahead of training (the CLI puts weft::varlen's
+// batch planner on its own thread behind it; the runtime knows no cost model).
+class VarlenPlanner {
+ public:
+  virtual ~VarlenPlanner() = default;
+  // The next step's plan; an error for a batch that cannot be planned.
+  virtual Result<VarlenStep> next() = 0;
+};
+
+// What a planner is made from: the plan (model and cluster to cost), the document lengths of each
+// step (a pure function, callable from any thread), the steps to plan, and the group sizes and
+// per-GPU token cap of the options.
+struct VarlenPlannerInput {
+  const Plan* plan = nullptr;
+  std::function<std::vector<std::int64_t>(std::int64_t step)> lengths;
+  int first_step = 1, last_step = 1;
+  int min_group = 1, max_group = 1;
+  std::int64_t max_tokens_per_gpu = 0;  // 0: what the cost model's memory allows
+  int ahead = 2;                        // plans made ahead of the step that runs them
+};
+using VarlenPlannerFactory = std::function<Result<std::unique_ptr<VarlenPlanner>>(const VarlenPlannerInput&)>;
 
 struct TrainOptions {
   std::string plan;            // plan file; empty: a plan of pure data parallelism over WORLD_SIZE
@@ -47,6 +86,15 @@ struct TrainOptions {
                                     // after backward returns (same buckets, same results)
   std::string fault;           // testing: "RANK:STEP:MODE", MODE = exit | kill | hang | stop |
                                // sleep=SECONDS (the main thread pauses, its heartbeat goes on)
+  // Variable-length steps: documents of --data split at --eos, --global-batch documents per step
+  // (with --plan: the plan's), none longer than the sequence length (longer ones are left out and
+  // counted), each step's grouping from `varlen_planner`.
+  bool varlen = false;
+  std::int64_t eos = -1;
+  int min_group = 1, max_group = 0;    // sequence-group sizes (max 0: the most the world and heads allow)
+  std::int64_t max_tokens_per_gpu = 0; // planner's cap on one rank's tokens per micro-batch (0: none)
+  int plan_ahead = 2;
+  VarlenPlannerFactory varlen_planner;
 };
 
 // The plan `weft train` runs when no --plan is given: `model` on `world` ranks, pure data parallel

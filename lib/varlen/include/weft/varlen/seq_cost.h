@@ -83,4 +83,9 @@ struct AnalyticSeqOptions {
 Result<std::unique_ptr<SeqCost>> analytic_seq_cost(const ModelSpec& model, const ClusterSpec& cluster,
                                                    const AnalyticSeqOptions& o);
 
+// `cost` with at most `tokens` tokens of activations per GPU (a user's cap, e.g. `weft train
+// --max-tokens-per-gpu`, as Megatron's and FlexSP's token budgets): capacity_tokens() is the smaller
+// of the two, the activation budget scaled with it; times unchanged.
+std::unique_ptr<SeqCost> capped_seq_cost(std::shared_ptr<const SeqCost> cost, double tokens);
+
 }  // namespace weft::varlen
