@@ -103,6 +103,11 @@ void run_plan_lengths(const PlanFlags& f) {
   if (candidates.empty() || !candidates.front().fits)
     fail(Error{ErrorKind::kNoFit, "no tensor-parallel degree and recompute policy fits the documents" +
                                       (candidates.empty() ? std::string() : ": " + candidates.front().why)});
+  if (!f.out.empty()) {
+    const Plan plan = unwrap(varlen::distribution_plan(in.model, in.cluster, candidates.front(), f.global_batch,
+                                                       f.max_seq > 0 ? f.max_seq : batches.longest, o.dtype, o.planner));
+    check(write_plan_file(f.out, plan));
+  }
   auto sizes_text = [](const std::vector<int>& v) {
     std::string o;
     for (int x : v) o += (o.empty() ? "" : ",") + std::to_string(x);
@@ -153,6 +158,8 @@ void run_plan_lengths(const PlanFlags& f) {
   std::printf("\nbest: tp %d, recompute %s, groups of %s GPUs; %.3f s per step, %.0f tokens/s "
               "(`weft varlen` plans the concrete batches)\n",
               b.tp, to_string(b.recompute), sizes_text(b.group_gpus).c_str(), b.mean_step_s, b.tokens_per_s);
+  if (!f.out.empty()) std::printf("plan written to %s (weft train --plan %s --data TOKENS --eos ID runs it)\n",
+                                  f.out.c_str(), f.out.c_str());
 }
 
 void run_plan(const PlanFlags& f) {
@@ -398,7 +405,7 @@ void run_estimate(const EstimateFlags& f, const CLI::App& cmd) {
                              "--ep", "--vp", "--zero", "--recompute", "--sequence-parallel", "--schedule", "--dtype"})
       if (cmd.count(flag) > 0)
         bad(std::string(flag) + ": not used with --plan (the plan file fixes the strategy; edit it instead)");
-    p = unwrap(read_plan_file(f.plan));
+    p = unwrap(read_fixed_plan(f.plan, "estimate"));
     in = unwrap(load_inputs(f.in, &p.model, &p.cluster));
     p.model = in.model;
     p.cluster = in.cluster;

@@ -95,9 +95,9 @@ struct ReportFlags {
 
 void run_report(const ReportFlags& fl) {
   ReportInput in;
-  in.best = unwrap(read_plan_file(fl.plan));
-  for (const auto& a : fl.alternatives) in.alternatives.push_back(unwrap(read_plan_file(a)));
-  if (!fl.uniform.empty()) in.uniform = unwrap(read_plan_file(fl.uniform));
+  in.best = unwrap(read_fixed_plan(fl.plan, "report"));
+  for (const auto& a : fl.alternatives) in.alternatives.push_back(unwrap(read_fixed_plan(a, "report")));
+  if (!fl.uniform.empty()) in.uniform = unwrap(read_fixed_plan(fl.uniform, "report"));
   in.title = fl.title;
   auto cm = cost_for(fl.cost, in.best);
   in.cost = cm.get();
@@ -130,7 +130,7 @@ struct SimulateFlags {
 };
 
 void run_simulate(const SimulateFlags& fl) {
-  const Plan p = unwrap(read_plan_file(fl.plan));
+  const Plan p = unwrap(read_fixed_plan(fl.plan, "simulate"));
   auto cm = cost_for(fl.cost, p);
   const Estimate e = estimate(p, *cm);
   const auto timings = stage_timings(p, *cm);
@@ -163,7 +163,7 @@ struct ExportFlags {
 };
 
 void run_export(const ExportFlags& fl) {
-  const Plan p = unwrap(read_plan_file(fl.plan));
+  const Plan p = unwrap(read_fixed_plan(fl.plan, "export"));
   if (fl.target == "megatron") {
     const MegatronArgs a = unwrap(megatron_args(p));
     if (fl.format == "json") {

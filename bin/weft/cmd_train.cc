@@ -45,6 +45,7 @@ Result<std::unique_ptr<runtime::VarlenPlanner>> make_varlen_planner(const runtim
   ao.recompute = plan.stages.front().layers.front().recompute;
   ao.dtype = plan.train.dtype;
   ao.max_seq = plan.train.seq;
+  ao.tp = plan.embedding.tp;
   auto cost = varlen::analytic_seq_cost(plan.model, plan.cluster, ao);
   if (!cost.ok()) return cost.error().with_context("--varlen: the batch planner's cost model");
   std::shared_ptr<const varlen::SeqCost> c = std::move(cost).value();

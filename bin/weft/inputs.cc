@@ -211,4 +211,16 @@ Result<Inputs> load_inputs(const InputFlags& f, const ModelSpec* fallback_model,
   return in;
 }
 
+Result<Plan> read_fixed_plan(const std::string& path, const std::string& command) {
+  auto p = read_plan_file(path);
+  if (!p.ok()) return p.error();
+  if (p->train.varlen)
+    return Error{ErrorKind::kBadInput,
+                 path + ": a variable-length plan (train.varlen: " + std::to_string(p->train.global_batch) +
+                     " documents of at most " + std::to_string(p->train.seq) + " tokens per step, grouped per batch); `weft " +
+                     command + "` takes fixed-length plans. `weft varlen` costs its batches, `weft train --plan " + path +
+                     "` runs it"};
+  return p;
+}
+
 }  // namespace weft::cli

@@ -12,6 +12,7 @@
 #include "weft/cost/framework.h"
 #include "weft/cost/memory.h"
 #include "weft/galvatron/setup.h"
+#include "weft/plan/plan.h"
 #include "weft/spec/cluster.h"
 #include "weft/spec/model.h"
 
@@ -59,6 +60,10 @@ Result<Inputs> load_inputs(const InputFlags& f, const ModelSpec* fallback_model 
                            const ClusterSpec* fallback_cluster = nullptr);
 
 // The cost model for an already loaded model and cluster (a plan's), from the cost-model flags.
+// A plan file for a command that costs or exports fixed-length batches (estimate, report, simulate,
+// export): a variable-length plan (train.varlen) is refused, naming what handles it instead.
+Result<Plan> read_fixed_plan(const std::string& path, const std::string& command);
+
 Result<std::unique_ptr<CostModel>> load_cost_model(const InputFlags& f, const ModelSpec& m, const ClusterSpec& c);
 
 }  // namespace weft::cli

@@ -87,6 +87,42 @@ TEST(PlanJson, RejectsBadEnumAndUnknownKey) {
   EXPECT_NE(r2.error().message.find("plan.train.micro_batch: unknown field"), std::string::npos);
 }
 
+// train.varlen: written only when on, read back exactly; a variable-length plan has one stage,
+// Ulysses and cp 1 and power-of-two group sizes, and its batch (documents) need not divide by dp.
+TEST(PlanJson, VariableLengthSettings) {
+  Plan p = uniform_plan(LayerStrategy{.dp = 8, .zero = 3}, 1, 1);
+  EXPECT_FALSE(to_json(p).at("train").contains("varlen"));
+  p.train.varlen = true;
+  p.train.min_group = 2;
+  p.train.max_group = 8;
+  p.train.global_batch = 13;
+  ASSERT_TRUE(validate(p).ok()) << validate(p).error().message;
+  const Json j = to_json(p);
+  EXPECT_EQ(j.at("train").at("varlen"), (Json{{"min_group", 2}, {"max_group", 8}}));
+  auto back = plan_from_json(j);
+  ASSERT_TRUE(back.ok()) << back.error().message;
+  EXPECT_EQ(back.value(), p);
+  Json k = j;
+  k["train"]["varlen"]["groups"] = 3;
+  EXPECT_FALSE(plan_from_json(k).ok());
+  Plan bad = p;
+  bad.train.max_group = 6;
+  ASSERT_FALSE(validate(bad).ok());
+  EXPECT_NE(validate(bad).error().message.find("max_group 6"), std::string::npos);
+  bad = uniform_plan(LayerStrategy{.ulysses = 2, .dp = 4}, 1, 1);
+  bad.train.varlen = true;
+  ASSERT_FALSE(validate(bad).ok());
+  EXPECT_NE(validate(bad).error().message.find("ulysses 2 and cp 1 in a variable-length plan"), std::string::npos)
+      << validate(bad).error().message;
+  bad = uniform_plan(LayerStrategy{.dp = 8}, 2, 2);
+  bad.train.varlen = true;
+  ASSERT_FALSE(validate(bad).ok());
+  EXPECT_NE(validate(bad).error().message.find("must be 1"), std::string::npos) << validate(bad).error().message;
+  bad.train.micro_batches = 1;
+  ASSERT_FALSE(validate(bad).ok());
+  EXPECT_NE(validate(bad).error().message.find("one pipeline stage"), std::string::npos) << validate(bad).error().message;
+}
+
 TEST(Strategy, Labels) {
   EXPECT_EQ(label(LayerStrategy{.tp = 4, .sp = true, .dp = 2, .zero = 1}), "tp4+sp dp2 z1");
   EXPECT_EQ(label(LayerStrategy{.ulysses = 2, .cp = 2, .dp = 2, .recompute = Recompute::kFull}),

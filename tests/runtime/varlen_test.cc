@@ -55,10 +55,11 @@ struct VarlenRun {
   std::vector<std::vector<std::int64_t>> lengths;    // per step: its documents
 };
 
+// `p` with --varlen unless the plan says train.varlen itself.
 VarlenRun train_varlen(const Plan& p, const std::string& dir, const std::string& name, const std::string& data,
                        const std::string& extra = "") {
   VarlenRun v;
-  v.r = train_plan(p, dir, name, kSteps, " --varlen --data " + data + " --eos 0" + extra);
+  v.r = train_plan(p, dir, name, kSteps, (p.train.varlen ? "" : " --varlen") + (" --data " + data + " --eos 0") + extra);
   v.params = read_params(dir + "/" + name + ".params");
   std::istringstream in(v.r.output);
   for (std::string line; std::getline(in, line);) {
@@ -195,6 +196,27 @@ TEST_F(Varlen, LlamaWithSelectiveRecomputeEqualsOneProcess) {
   const VarlenRun v = expect_parity(varlen_plan(m, 4, strat(1, 4, 1, false, 2, Recompute::kSelective)),
                                     "llama_dp4", " --max-tokens-per-gpu 24");
   EXPECT_TRUE(uses_size(v, 4) || uses_size(v, 2));
+}
+
+// Tensor parallelism inside every sequence rank: 4 ranks as 2 units of tp 2, with and without
+// Megatron-SP; a group of 2 units runs its all-to-alls between the ranks of one tp index.
+TEST_F(Varlen, TensorParallelInsideTheGroupsEqualsOneProcess) {
+  VarlenRun v = expect_parity(varlen_plan(gpt(), 4, strat(2, 2)), "tp2", " --max-tokens-per-gpu 32");
+  EXPECT_TRUE(uses_size(v, 2)) << v.r.output;
+  v = expect_parity(varlen_plan(tiny_llama(2, 2), 4, strat(2, 2, 1, true, 1)), "tp2_sp_llama",
+                    " --max-tokens-per-gpu 32");
+  EXPECT_TRUE(uses_size(v, 2)) << v.r.output;
+}
+
+// A plan with train.varlen (as `weft plan --lengths --out` writes) runs variable-length steps
+// without the flag, with its group sizes (here at least 2 ranks).
+TEST_F(Varlen, AVariableLengthPlanRunsWithoutTheFlag) {
+  Plan p = varlen_plan(gpt(), 4, strat(1, 4, 1, false, 3));
+  p.train.varlen = true;
+  p.train.min_group = 2;
+  const VarlenRun v = expect_parity(p, "plan_varlen");
+  EXPECT_FALSE(uses_size(v, 1));
+  EXPECT_FALSE(v.sizes.empty());
 }
 
 // A run killed after its step-2 checkpoint and resumed draws the same documents, makes the same plans

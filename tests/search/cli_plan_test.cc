@@ -552,6 +552,40 @@ TEST(CliPlanLengths, RanksTpAndRecomputeForADistribution) {
     for (int g : x.at("group_gpus").get<std::vector<int>>()) EXPECT_EQ(g % x.at("tp").get<int>(), 0);
   }
   EXPECT_TRUE(c.front().at("fits").get<bool>());
+  // --out writes the best candidate as a variable-length plan weft train runs.
+  const std::string out = ::testing::TempDir() + "plan_lengths_out.json";
+  auto w = test::run_cli(register_plan_commands, {"plan", "--model", "llama-2-7b", "--cluster", "a100-80gb", "--gpus",
+                                                   "16", "--global-batch", "64", "--lengths", path, "--steps", "4",
+                                                   "--max-seq", "32768", "--out", out});
+  ASSERT_EQ(w.code, 0) << w.err;
+  EXPECT_NE(w.out.find("plan written to " + out), std::string::npos) << w.out;
+  auto p = read_plan_file(out);
+  ASSERT_TRUE(p.ok()) << p.error().message;
+  EXPECT_TRUE(p->train.varlen);
+  EXPECT_EQ(p->train.global_batch, 64);
+  EXPECT_EQ(p->train.seq, 32768);
+  EXPECT_EQ(p->train.pp, 1);
+  const int tp = c.front().at("tp").get<int>();
+  for (const LayerStrategy& l : p->stages.at(0).layers) {
+    EXPECT_EQ(l.tp, tp);
+    EXPECT_EQ(l.dp, 16 / tp);
+    EXPECT_EQ(l.zero, 3);
+    EXPECT_EQ(to_string(l.recompute), c.front().at("recompute").get<std::string>());
+  }
+  EXPECT_NEAR(p->predicted.step_time_s, c.front().at("mean_step_s").get<double>(), 1e-9);
+  // The batch need not divide by dp in a variable-length plan (documents, not samples); without
+  // train.varlen it must.
+  Plan odd = p.value();
+  odd.train.global_batch = 61;
+  EXPECT_TRUE(validate(odd).ok());
+  odd.train.varlen = false;
+  EXPECT_FALSE(validate(odd).ok());
+  // Commands that cost fixed-length batches refuse it, naming what handles it.
+  auto est = test::run_cli(register_plan_commands, {"estimate", "--plan", out});
+  EXPECT_EQ(est.code, 2);
+  EXPECT_NE(est.err.find("a variable-length plan (train.varlen: 64 documents of at most 32768 tokens"),
+            std::string::npos)
+      << est.err;
   auto none = test::run_cli(register_plan_commands,
                             {"plan", "--model", "llama-2-7b", "--cluster", "a100-80gb", "--gpus", "16", "--global-batch", "64"});
   EXPECT_EQ(none.code, 2);

@@ -73,6 +73,7 @@ Json to_json(const Plan& p) {
                 {"vp", p.train.vp},
                 {"schedule", to_string(p.train.schedule)},
                 {"dtype", to_string(p.train.dtype)}};
+  if (p.train.varlen) j["train"]["varlen"] = {{"min_group", p.train.min_group}, {"max_group", p.train.max_group}};
   j["embedding"] = to_json(p.embedding);
   Json stages = Json::array();
   const int S = p.devices_per_stage();
@@ -121,7 +122,14 @@ Result<Plan> plan_from_json(const Json& j, const std::string& path) {
     p.cluster = std::move(cluster).value();
 
     JsonObj t = o.obj("train");
-    t.reject_unknown({"seq", "global_batch", "micro_batches", "pp", "vp", "schedule", "dtype"});
+    t.reject_unknown({"seq", "global_batch", "micro_batches", "pp", "vp", "schedule", "dtype", "varlen"});
+    if (t.has("varlen")) {
+      JsonObj v = t.obj("varlen");
+      v.reject_unknown({"min_group", "max_group"});
+      p.train.varlen = true;
+      p.train.min_group = static_cast<int>(v.integer_or("min_group", 1));
+      p.train.max_group = static_cast<int>(v.integer_or("max_group", 0));
+    }
     p.train.seq = static_cast<int>(t.integer("seq"));
     p.train.global_batch = static_cast<int>(t.integer("global_batch"));
     p.train.micro_batches = static_cast<int>(t.integer("micro_batches"));

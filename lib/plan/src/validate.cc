@@ -22,9 +22,15 @@ void check_strategy(const std::string& where, const LayerStrategy& s, const Laye
                                          S(p.train.pp) + ")");
   require(s.zero >= 0 && s.zero <= 3, where + ".zero: must be 0..3, got " + S(s.zero));
   require(!s.sp || s.tp > 1, where + ".sp: Megatron sequence parallelism needs tp > 1 (tp=1)");
-  require(pmb % s.dp == 0, where + ".dp: " + S(s.dp) + " does not divide the " + S(pmb) +
-                               " samples of a micro-batch (global batch " + S(p.train.global_batch) + " / " +
-                               S(p.train.micro_batches) + " micro-batches)");
+  if (p.train.varlen) {
+    require(s.ulysses == 1 && s.cp == 1, where + ": ulysses " + S(s.ulysses) + " and cp " + S(s.cp) +
+                                             " in a variable-length plan (train.varlen), whose sequence groups "
+                                             "replace them: both must be 1");
+  } else {
+    require(pmb % s.dp == 0, where + ".dp: " + S(s.dp) + " does not divide the " + S(pmb) +
+                                 " samples of a micro-batch (global batch " + S(p.train.global_batch) + " / " +
+                                 S(p.train.micro_batches) + " micro-batches)");
+  }
   const long long seq = p.train.seq;
   require(seq % (static_cast<long long>(s.ulysses) * s.cp) == 0,
           where + ": ulysses*cp = " + S(s.ulysses * s.cp) + " does not divide sequence length " + S(seq));
@@ -68,8 +74,13 @@ void validate_or_throw(const Plan& p) {
           "train.seq: " + S(t.seq) + " exceeds the model's learned position table of " + S(p.model.max_seq));
   require(t.global_batch > 0, "train.global_batch: must be positive, got " + S(t.global_batch));
   require(t.micro_batches > 0, "train.micro_batches: must be positive, got " + S(t.micro_batches));
-  require(t.global_batch % t.micro_batches == 0, "train.micro_batches: " + S(t.micro_batches) +
-                                                     " does not divide global batch " + S(t.global_batch));
+  if (t.varlen)
+    require(t.micro_batches == 1, "train.micro_batches: " + S(t.micro_batches) +
+                                      " in a variable-length plan, whose batch planner picks each step's micro-batches: "
+                                      "must be 1");
+  else
+    require(t.global_batch % t.micro_batches == 0, "train.micro_batches: " + S(t.micro_batches) +
+                                                       " does not divide global batch " + S(t.global_batch));
   require(t.pp >= 1, "train.pp: must be >= 1, got " + S(t.pp));
   const int world = p.world_size();
   require(world % t.pp == 0, "train.pp: " + S(t.pp) + " does not divide " + S(world) + " GPUs");
@@ -84,6 +95,14 @@ void validate_or_throw(const Plan& p) {
                            to_string(t.schedule) + ")");
   }
   const int L = p.model.num_layers();
+  if (t.varlen) {
+    require(t.pp == 1 && t.vp == 1, "train.varlen: variable-length plans have one pipeline stage (pp " + S(t.pp) +
+                                        ", vp " + S(t.vp) + ")");
+    auto pow2 = [](int x) { return x > 0 && (x & (x - 1)) == 0; };
+    require(pow2(t.min_group) && (t.max_group == 0 || (pow2(t.max_group) && t.max_group >= t.min_group)),
+            "train.varlen: min_group " + S(t.min_group) + " and max_group " + S(t.max_group) +
+                " must be powers of two, min_group <= max_group (max_group 0: as many as the heads allow)");
+  }
   const int nstages = t.pp * t.vp;
   require(static_cast<int>(p.stages.size()) == nstages, "stages: " + S(p.stages.size()) + " stages listed but pp*vp = " +
                                                             S(t.pp) + "*" + S(t.vp) + " = " + S(nstages));

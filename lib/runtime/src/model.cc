@@ -243,17 +243,17 @@ Status Model::set_documents(const at::Tensor& doc_ids) {
 
 Status Model::set_sequence_group(Comm* group) {
   if (group && group->size() > 1) {
-    if (plan_.train.pp * plan_.train.vp != 1 || plan_.embedding.tp != 1 || plan_.embedding.ulysses != 1)
-      return Error{ErrorKind::kBadInput, "variable-length steps run plans of one stage with tp 1 and Ulysses 1"};
+    if (plan_.train.pp * plan_.train.vp != 1 || plan_.embedding.ulysses != 1)
+      return Error{ErrorKind::kBadInput, "variable-length steps run plans of one stage with Ulysses 1"};
     for (const LayerCtx& L : layers_) {
-      if (L.st.tp != 1 || L.st.ulysses != 1)
+      if (L.st.ulysses != 1 || L.st.tp != plan_.embedding.tp || (L.st.tp > 1 && L.st.sp != plan_.embedding.sp))
         return Error{ErrorKind::kBadInput, "variable-length steps: layer " + std::to_string(L.index) + " has tp " +
                                                std::to_string(L.st.tp) + " and Ulysses " + std::to_string(L.st.ulysses) +
-                                               "; the sequence groups replace Ulysses and need tp 1"};
+                                               "; the sequence groups replace Ulysses and need the embedding's tp and sp"};
       if (L.heads_local % group->size() != 0)
         return Error{ErrorKind::kBadInput, "variable-length steps: a sequence group of " + std::to_string(group->size()) +
                                                " ranks does not divide layer " + std::to_string(L.index) + "'s " +
-                                               std::to_string(L.heads_local) + " attention heads"};
+                                               std::to_string(L.heads_local) + " attention heads per tp rank"};
     }
   }
   seq_group_ = group;
@@ -279,7 +279,10 @@ at::Tensor Model::embed(const at::Tensor& tokens) {
     at::Tensor wpe = find_unit("wpe")->weights(&wpe_full)[0];
     if (e.sp && e.tp > 1) wpe = copy_to(wpe, *emb_tp_);
     const int64_t t = x.size(1);
-    const int64_t pos0 = (seq_group_ ? seq_group_->rank() : emb_layout_->seq_idx[stage_comm_->rank()]) * t;
+    // A sequence group's rank r holds block r of the sample; with Megatron-SP its tp ranks cut it again.
+    const int64_t pos0 = (seq_group_ ? seq_group_->rank() * (e.sp && e.tp > 1 ? e.tp : 1) + (e.sp && e.tp > 1 ? emb_co_.tp : 0)
+                                     : emb_layout_->seq_idx[stage_comm_->rank()]) *
+                         t;
     if (doc_pos_.defined())
       x = x + at::embedding(wpe, doc_pos_.narrow(1, pos0, t));
     else

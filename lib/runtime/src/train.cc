@@ -276,14 +276,22 @@ Result<std::unique_ptr<VarlenPlanner>> start_planner(const TrainOptions& o, cons
 
 }  // namespace
 
-Status train(const TrainOptions& o) {
+Status train(const TrainOptions& given) {
   auto env_r = read_dist_env();
   if (!env_r.ok()) return env_r.error();
   const DistEnv env = env_r.value();
-  if (Status s = check_options(o); !s.ok()) return s;
-  auto plan_r = load_plan(o, env);
+  if (Status s = check_options(given); !s.ok()) return s;
+  auto plan_r = load_plan(given, env);
   if (!plan_r.ok()) return plan_r.error();
   const Plan plan = std::move(plan_r).value();
+  // A variable-length plan (train.varlen, as `weft plan --lengths --out` writes) runs variable-length
+  // steps; its group sizes are the defaults of --min-group and --max-group.
+  TrainOptions o = given;
+  if (plan.train.varlen) {
+    o.varlen = true;
+    if (o.min_group == 1) o.min_group = plan.train.min_group;
+    if (o.max_group == 0) o.max_group = plan.train.max_group;
+  }
   auto fault_r = parse_fault(o.fault);
   if (!fault_r.ok()) return fault_r.error();
   const Fault fault = fault_r.value();
@@ -313,7 +321,7 @@ Status train(const TrainOptions& o) {
     job.groups = std::make_unique<GroupSet>(comm_config(env, o, device));
     if (env.world > 1) job.watchdog = std::make_unique<Watchdog>(*job.groups, o.timeout_s);
     job.groups->build(process_groups(plan));
-    if (vl) job.groups->build(varlen_groups(env.world, vl->min_group, vl->max_group));
+    if (vl) job.groups->build(varlen_groups(env.world, plan.embedding.tp, vl->min_group, vl->max_group));
     job.groups->build(grad_groups(plan), Channel::kGrad);
   } catch (const std::exception& e) {
     return job.fail("could not form the job of " + std::to_string(env.world) + " ranks through " + env.master_addr +
@@ -382,7 +390,7 @@ Status train(const TrainOptions& o) {
         auto next = planner->next();
         if (!next.ok()) return bad_input(job, next.error());
         const VarlenStep& vs = next.value();
-        if (Status c = check_varlen_step(vs, step, env.world, vl->min_group, vl->max_group,
+        if (Status c = check_varlen_step(vs, step, env.world / plan.embedding.tp, vl->min_group, vl->max_group,
                                          vl->batches->per_step());
             !c.ok())
           return bad_input(job, c.error());

@@ -104,11 +104,15 @@ Result<VarlenSetup> setup_varlen(const TrainOptions& o, const Plan& plan, const 
                " pipeline stages; variable-length steps run single-stage plans");
   std::vector<const LayerStrategy*> all{&plan.embedding};
   for (const LayerStrategy& l : plan.stages[0].layers) all.push_back(&l);
-  for (const LayerStrategy* l : all)
-    if (l->tp != 1 || l->ulysses != 1 || l->cp != 1)
-      return bad("--varlen: the plan has a layer with tp " + std::to_string(l->tp) + ", Ulysses " +
-                 std::to_string(l->ulysses) + " and context parallel " + std::to_string(l->cp) +
-                 "; the step's sequence groups replace them: give a plan of tp 1, Ulysses 1 and cp 1");
+  for (const LayerStrategy* l : all) {
+    if (l->ulysses != 1 || l->cp != 1)
+      return bad("--varlen: the plan has a layer with Ulysses " + std::to_string(l->ulysses) + " and context parallel " +
+                 std::to_string(l->cp) + "; the step's sequence groups replace them: give a plan of Ulysses 1 and cp 1");
+    if (l->tp != plan.embedding.tp || (l->tp > 1 && l->sp != plan.embedding.sp))
+      return bad("--varlen: the plan's layers differ in tp or sequence parallelism (" + std::to_string(l->tp) + " against the "
+                 "embedding's " + std::to_string(plan.embedding.tp) + "); variable-length steps need one tp and sp "
+                 "throughout");
+  }
   if (!o.varlen_planner) return bad("--varlen: this build of weft train has no batch planner");
   VarlenSetup v;
   const int most = varlen_max_group(plan, world);
@@ -120,10 +124,13 @@ Result<VarlenSetup> setup_varlen(const TrainOptions& o, const Plan& plan, const 
                ": powers of two, the first at most the second");
   if (v.max_group > most)
     return bad("--max-group " + std::to_string(v.max_group) + ": at most " + std::to_string(most) +
-               " (a power of two no larger than the " + std::to_string(world) +
-               " ranks that divides every layer's attention heads)");
-  if (world % v.min_group != 0)
-    return bad("--min-group " + std::to_string(v.min_group) + " does not divide the " + std::to_string(world) + " ranks");
+               " (a power of two no larger than the " + std::to_string(world / plan.embedding.tp) +
+               " sequence-parallel ranks that divides every layer's attention heads per tp rank)");
+  const int units = world / plan.embedding.tp;
+  if (units % v.min_group != 0)
+    return bad("--min-group " + std::to_string(v.min_group) + " does not divide the " + std::to_string(units) +
+               " sequence-parallel ranks (" + std::to_string(world) + " ranks / tp " + std::to_string(plan.embedding.tp) +
+               ")");
   if (o.max_tokens_per_gpu < 0)
     return bad("--max-tokens-per-gpu " + std::to_string(o.max_tokens_per_gpu) + ": must not be negative");
   if (o.plan_ahead < 1) return bad("--plan-ahead " + std::to_string(o.plan_ahead) + ": must be at least 1");

@@ -14,36 +14,39 @@ Status bad(const std::string& m) { return Error{ErrorKind::kBadInput, m}; }
 }  // namespace
 
 int varlen_max_group(const Plan& plan, int world) {
+  const int tp = plan.embedding.tp;
   int g = 1;
-  while (g * 2 <= world) {
+  while (g * 2 * tp <= world) {
     bool ok = true;
     for (int i = 0; i < plan.model.num_layers(); ++i)
-      if (plan.model.layer(i).heads % (g * 2) != 0) ok = false;
+      if ((plan.model.layer(i).heads / tp) % (g * 2) != 0) ok = false;
     if (!ok) break;
     g *= 2;
   }
   return g;
 }
 
-std::vector<std::vector<int>> varlen_groups(int world, int min_group, int max_group) {
+std::vector<std::vector<int>> varlen_groups(int world, int tp, int min_group, int max_group) {
   std::vector<std::vector<int>> out;
+  const int units = world / tp;
   for (int g = 1; g <= max_group; g *= 2) {
     if (g < min_group) continue;
-    for (int b = 0; b + g <= world; b += g) {
-      std::vector<int> r(g);
-      for (int j = 0; j < g; ++j) r[j] = b + j;
-      out.push_back(std::move(r));
-    }
+    for (int b = 0; b + g <= units; b += g)
+      for (int t = 0; t < tp; ++t) {
+        std::vector<int> r(g);
+        for (int j = 0; j < g; ++j) r[j] = (b + j) * tp + t;
+        out.push_back(std::move(r));
+      }
   }
   return out;
 }
 
-Status check_varlen_step(const VarlenStep& s, int step, int world, int min_group, int max_group, int docs) {
+Status check_varlen_step(const VarlenStep& s, int step, int units, int min_group, int max_group, int docs) {
   const std::string at = "variable-length step " + std::to_string(step);
   if (s.micro_batches.empty()) return bad(at + ": the plan has no micro-batch");
   std::vector<int> seen(docs, 0);
   for (size_t k = 0; k < s.micro_batches.size(); ++k) {
-    int sum = 0, prev = world;
+    int sum = 0, prev = units;
     for (const VarlenGroup& g : s.micro_batches[k]) {
       if (!power_of_two(g.size) || g.size < min_group || g.size > max_group || g.size > prev)
         return bad(at + ", micro-batch " + std::to_string(k) + ": group of " + std::to_string(g.size) +
@@ -58,9 +61,9 @@ Status check_varlen_step(const VarlenStep& s, int step, int world, int min_group
         ++seen[d];
       }
     }
-    if (sum != world)
+    if (sum != units)
       return bad(at + ", micro-batch " + std::to_string(k) + ": its groups hold " + std::to_string(sum) +
-                 " ranks, the job " + std::to_string(world));
+                 " sequence-parallel ranks, the job " + std::to_string(units));
   }
   for (int d = 0; d < docs; ++d)
     if (seen[d] != 1)
@@ -110,13 +113,14 @@ std::int64_t VarlenStage::set_step(int step, const VarlenStep& plan) {
     counted += docs.length[d] - 1;
   }
   parts_.clear();
-  const int rank = groups_.rank();
+  const int tp = m_.plan().embedding.tp;
+  const int unit = groups_.rank() / tp, tp_idx = groups_.rank() % tp;
   for (const auto& mb : plan.micro_batches) {
     int first = 0;
     for (const VarlenGroup& g : mb) {
-      if (rank >= first && rank < first + g.size) {
+      if (unit >= first && unit < first + g.size) {
         Part p;
-        for (int j = 0; j < g.size; ++j) p.ranks.push_back(first + j);
+        for (int j = 0; j < g.size; ++j) p.ranks.push_back((first + j) * tp + tp_idx);
         for (int d : g.docs) p.docs.push_back(batch[d]);
         parts_.push_back(std::move(p));
       }
@@ -131,11 +135,14 @@ at::Tensor VarlenStage::input(int k) {
   Comm& group = groups_.get(p.ranks);
   const Documents& docs = batches_.documents();
   const int g = group.size();
+  const LayerStrategy& e = m_.plan().embedding;
   std::int64_t total = 0;
   for (std::int64_t d : p.docs) total += docs.length[d];
   // At least one token per rank (a group may run no document: it still takes part in the step's
-  // collectives), and a multiple of the group size.
-  const std::int64_t T = std::max<std::int64_t>(g, (total + g - 1) / g * g);
+  // collectives), and a multiple of the group size (times tp with Megatron-SP, which cuts each
+  // rank's block again over its tp ranks).
+  const std::int64_t q = static_cast<std::int64_t>(g) * (e.sp && e.tp > 1 ? e.tp : 1);
+  const std::int64_t T = std::max<std::int64_t>(q, (total + q - 1) / q * q);
   std::vector<std::int64_t> tok(T, 0), tgt(T, -1), ids(T, -1);
   std::int64_t at = 0;
   for (size_t i = 0; i < p.docs.size(); ++i) {

@@ -19,18 +19,22 @@
 
 namespace weft::runtime {
 
+// Group sizes count sequence-parallel ranks ("units"): with the plan's tp, unit u is the tp
+// consecutive ranks from u x tp, and a group of g units runs its all-to-alls between the g ranks of
+// one tp index.
+
 // The largest group size a variable-length run may use: the largest power of two that is at most
-// the world and divides every layer's attention heads (Ulysses moves whole heads).
+// the units and divides every layer's attention heads per tp rank (Ulysses moves whole heads).
 int varlen_max_group(const Plan& plan, int world);
 
 // Every sequence group of a run, built before the first step: for each power-of-two size from
-// min_group to max_group, the aligned blocks of that many consecutive ranks.
-std::vector<std::vector<int>> varlen_groups(int world, int min_group, int max_group);
+// min_group to max_group, each aligned block of that many consecutive units, one group per tp index.
+std::vector<std::vector<int>> varlen_groups(int world, int tp, int min_group, int max_group);
 
 // Checks a step's plan against the run: every micro-batch's group sizes are allowed powers of two
-// summing to the world, and every document of the batch runs exactly once. Errors name the step,
+// summing to the units, and every document of the batch runs exactly once. Errors name the step,
 // the micro-batch and what is wrong.
-Status check_varlen_step(const VarlenStep& s, int step, int world, int min_group, int max_group, int docs);
+Status check_varlen_step(const VarlenStep& s, int step, int units, int min_group, int max_group, int docs);
 
 // A fingerprint of a step's plan (an all-reduce compares it between ranks before the step runs).
 double varlen_fingerprint(const VarlenStep& s);

@@ -66,4 +66,38 @@ Result<std::vector<DistributionCandidate>> plan_distribution(const ModelSpec& mo
   return out;
 }
 
+Result<Plan> distribution_plan(const ModelSpec& model, const ClusterSpec& cluster, const DistributionCandidate& c,
+                               int documents, std::int64_t max_seq, DType dtype, const PlannerOptions& planner) {
+  if (!c.fits) return Error{ErrorKind::kNoFit, "no plan to write: " + c.why};
+  Plan p;
+  p.model = model;
+  p.cluster = cluster;
+  p.train.seq = static_cast<int>(max_seq);
+  p.train.global_batch = documents;
+  p.train.micro_batches = 1;
+  p.train.pp = 1;
+  p.train.dtype = dtype;
+  p.train.varlen = true;
+  p.train.min_group = planner.min_group;
+  p.train.max_group = planner.max_group;
+  LayerStrategy s;
+  s.tp = c.tp;
+  s.sp = c.tp > 1;
+  s.dp = cluster.total_gpus() / c.tp;
+  s.zero = 3;
+  s.recompute = c.recompute;
+  LayerStrategy e = s;
+  e.recompute = Recompute::kNone;
+  p.embedding = e;
+  Stage st;
+  st.layers.assign(model.num_layers(), s);
+  p.stages.push_back(st);
+  p.predicted.step_time_s = c.mean_step_s;
+  p.predicted.tokens_per_s = c.tokens_per_s;
+  p.predicted.cost_model = "weft";
+  p.predicted.source = "analytic, variable-length batch planner (mean over sampled batches)";
+  if (Status v = validate(p); !v.ok()) return v.error();
+  return p;
+}
+
 }  // namespace weft::varlen

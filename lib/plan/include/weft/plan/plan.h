@@ -25,6 +25,12 @@ struct TrainSettings {
   int vp = 1;                  // virtual stages per device group (interleaved schedule)
   Schedule schedule = Schedule::k1F1B;
   DType dtype = DType::kBf16;  // compute dtype; fp32 master weights and Adam states
+  // Variable-length steps (docs/varlen.md; JSON "varlen": {"min_group", "max_group"}, absent when
+  // off): global_batch counts documents of at most seq tokens, and each step's micro-batches and
+  // sequence-parallel groups (min_group to max_group ranks of the layers' tp each; max 0: as many
+  // as the heads allow) come from the batch planner, so the batch need not divide by dp.
+  bool varlen = false;
+  int min_group = 1, max_group = 0;
   // Samples per micro-batch across the whole stage: global_batch / micro_batches. A layer with
   // data-parallel degree d processes pipeline_micro_batch() / d samples per device.
   int pipeline_micro_batch() const { return micro_batches > 0 ? global_batch / micro_batches : 0; }

@@ -103,9 +103,10 @@ class Model {
   Status set_documents(const at::Tensor& doc_ids);
   // Variable-length steps (docs/varlen.md, "Running a step"): the sequence-parallel group this
   // rank's next micro-batch runs on, replacing the plan's Ulysses groups in every layer; its
-  // samples' sequence is cut in group.size() blocks, block group.rank() here. nullptr: the plan's
-  // groups again. Plans with tp 1 and Ulysses 1 in every layer and one stage only. Keep it until
-  // the micro-batch's backward has run (a recomputed layer reads it again).
+  // samples' sequence is cut in group.size() blocks, block group.rank() here (with Megatron-SP
+  // cut again over tp). nullptr: the plan's groups again. One-stage plans with Ulysses 1 and the
+  // same tp and sp in every layer. Keep it until the micro-batch's backward has run (a recomputed
+  // layer reads it again).
   Status set_sequence_group(Comm* group);
   // First stage: tokens [b, t] of this rank's token block -> hidden states in the input layout.
   at::Tensor embed(const at::Tensor& tokens);

@@ -38,4 +38,11 @@ struct DistributionOptions {
 Result<std::vector<DistributionCandidate>> plan_distribution(const ModelSpec& model, const ClusterSpec& cluster,
                                                              const Batches& batches, const DistributionOptions& o);
 
+// The plan `weft train` runs for a candidate (`weft plan --lengths --out`): one stage, the
+// candidate's tp (with Megatron-SP when > 1) and recompute in every layer, ZeRO-3 over the rest of
+// the GPUs, train.varlen on with the planner's group sizes; `documents` per step of at most
+// `max_seq` tokens. Validated; the prediction holds the candidate's step time and throughput.
+Result<Plan> distribution_plan(const ModelSpec& model, const ClusterSpec& cluster, const DistributionCandidate& c,
+                               int documents, std::int64_t max_seq, DType dtype, const PlannerOptions& planner);
+
 }  // namespace weft::varlen
