@@ -116,7 +116,7 @@ void run_plan_lengths(const PlanFlags& f) {
   if (f.format == "json") {
     Json list = Json::array();
     for (const varlen::DistributionCandidate& c : candidates) {
-      Json j = {{"tp", c.tp}, {"recompute", to_string(c.recompute)}, {"fits", c.fits}};
+      Json j = {{"tp", c.tp}, {"recompute", to_string(c.recompute)}, {"zero", c.zero}, {"fits", c.fits}};
       if (c.fits) {
         j["mean_step_s"] = c.mean_step_s;
         j["tokens_per_s"] = c.tokens_per_s;
@@ -143,21 +143,22 @@ void run_plan_lengths(const PlanFlags& f) {
               f.global_batch, (f.lengths.empty() ? f.data : f.lengths).c_str());
   std::printf("%d sampled batches; longest document %lld tokens; %lld over --max-seq dropped\n", f.steps,
               static_cast<long long>(batches.longest), static_cast<long long>(batches.dropped));
-  std::printf("ZeRO-3 over every GPU; per step the batch planner picks the micro-batches and sequence-parallel "
+  std::printf("ZeRO over every GPU; per step the batch planner picks the micro-batches and sequence-parallel "
               "groups (Ulysses, context parallel beyond the heads) of mixed sizes\n\n");
-  std::printf("%4s %-10s %12s %12s %6s  %-24s %10s\n", "tp", "recompute", "step s", "tokens/s", "mbs",
+  std::printf("%4s %-10s %4s %12s %12s %6s  %-24s %10s\n", "tp", "recompute", "zero", "step s", "tokens/s", "mbs",
               "group sizes (GPUs)", "plan ms");
   for (const varlen::DistributionCandidate& c : candidates) {
     if (c.fits)
-      std::printf("%4d %-10s %12.3f %12.0f %6.1f  %-24s %10.1f\n", c.tp, to_string(c.recompute), c.mean_step_s,
-                  c.tokens_per_s, c.mean_micro_batches, sizes_text(c.group_gpus).c_str(), c.plan_ms_max);
+      std::printf("%4d %-10s %4d %12.3f %12.0f %6.1f  %-24s %10.1f\n", c.tp, to_string(c.recompute), c.zero,
+                  c.mean_step_s, c.tokens_per_s, c.mean_micro_batches, sizes_text(c.group_gpus).c_str(),
+                  c.plan_ms_max);
     else
-      std::printf("%4d %-10s  does not fit: %s\n", c.tp, to_string(c.recompute), c.why.c_str());
+      std::printf("%4d %-10s %4d  does not fit: %s\n", c.tp, to_string(c.recompute), c.zero, c.why.c_str());
   }
   const varlen::DistributionCandidate& b = candidates.front();
-  std::printf("\nbest: tp %d, recompute %s, groups of %s GPUs; %.3f s per step, %.0f tokens/s "
+  std::printf("\nbest: tp %d, recompute %s, ZeRO-%d, groups of %s GPUs; %.3f s per step, %.0f tokens/s "
               "(`weft varlen` plans the concrete batches)\n",
-              b.tp, to_string(b.recompute), sizes_text(b.group_gpus).c_str(), b.mean_step_s, b.tokens_per_s);
+              b.tp, to_string(b.recompute), b.zero, sizes_text(b.group_gpus).c_str(), b.mean_step_s, b.tokens_per_s);
   if (!f.out.empty()) std::printf("plan written to %s (weft train --plan %s --data TOKENS --eos ID runs it)\n",
                                   f.out.c_str(), f.out.c_str());
 }

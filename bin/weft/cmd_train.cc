@@ -46,6 +46,8 @@ Result<std::unique_ptr<runtime::VarlenPlanner>> make_varlen_planner(const runtim
   ao.dtype = plan.train.dtype;
   ao.max_seq = plan.train.seq;
   ao.tp = plan.embedding.tp;
+  // Plain data parallelism (ZeRO 0) reduces gradients once per step as ZeRO 1 and 2 do.
+  ao.zero = std::max(1, plan.stages.front().layers.front().zero);
   auto cost = varlen::analytic_seq_cost(plan.model, plan.cluster, ao);
   if (!cost.ok()) return cost.error().with_context("--varlen: the batch planner's cost model");
   std::shared_ptr<const varlen::SeqCost> c = std::move(cost).value();

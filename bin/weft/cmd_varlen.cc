@@ -28,6 +28,7 @@ struct VarlenFlags {
   std::string model, cluster = "a100-80gb";
   ClusterOverrides overrides;
   std::string cost_model = "weft", framework, recompute = "selective";
+  int zero = 3;
   int global_batch = 0, steps = 20, first_step = 0, min_group = 1, max_group = 0;
   long long max_seq = 0;
   unsigned long long seed = 0;
@@ -64,6 +65,7 @@ void run(const VarlenFlags& f) {
     varlen::AnalyticSeqOptions o;
     if (!f.framework.empty()) o.model = unwrap(framework_options(f.framework));
     o.recompute = unwrap(recompute_from_string(f.recompute));
+    o.zero = f.zero;
     o.max_seq = std::max<std::int64_t>(batches.longest, f.max_seq);
     cost = unwrap(varlen::analytic_seq_cost(m, cluster, o));
   }
@@ -218,6 +220,8 @@ void register_varlen_commands(CLI::App& app) {
       ->check(CLI::IsMember({"weft", "flexsp"}))
       ->capture_default_str();
   cmd->add_option("--framework", f->framework, "Framework traits of weft's model: " + framework_names());
+  cmd->add_option("--zero", f->zero, "ZeRO stage over every GPU costed by weft's model (1, 2 or 3)")
+      ->capture_default_str();
   cmd->add_option("--recompute", f->recompute, "Activation recompute costed by weft's model")
       ->check(CLI::IsMember({"none", "selective", "full"}))
       ->capture_default_str();

@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "weft/spec/presets.h"
+#include "weft/varlen/planner.h"
 #include "weft/varlen/seq_cost.h"
 
 namespace weft::varlen {
@@ -88,6 +89,38 @@ TEST(VarlenAnalytic, AgreesWithFlexspWhereTheyOverlap) {
   EXPECT_GT((*w)->capacity_tokens(), 1000);
   EXPECT_GT((*w)->group_overhead(8), 0);
   EXPECT_EQ((*w)->gpus(), 64);
+}
+
+}  // namespace
+}  // namespace weft::varlen
+
+namespace weft::varlen {
+namespace {
+
+// ZeRO-2 holds the parameters (less room for activations than ZeRO-3) and reduces gradients once
+// per step (a step overhead, and a smaller per-micro-batch overhead than ZeRO-3's gathers); a
+// step's time is its micro-batches' plus that once.
+TEST(VarlenAnalytic, ZeroTwoReducesOncePerStep) {
+  ClusterSpec c = *load_cluster("a100-80gb");
+  c.nodes = 2;
+  AnalyticSeqOptions o;
+  o.max_seq = 16384;
+  auto z3 = analytic_seq_cost(*load_model("llama-2-7b"), c, o);
+  o.zero = 2;
+  auto z2 = analytic_seq_cost(*load_model("llama-2-7b"), c, o);
+  ASSERT_TRUE(z3.ok() && z2.ok());
+  EXPECT_EQ((*z3)->step_overhead(), 0);
+  EXPECT_GT((*z2)->step_overhead(), 0);
+  EXPECT_LT((*z2)->capacity_tokens(), (*z3)->capacity_tokens());
+  EXPECT_LT((*z2)->group_overhead(1), (*z3)->group_overhead(1));
+  const std::vector<std::int64_t> batch = {4096, 900, 300, 2000, 120, 7000, 512, 64};
+  auto p = plan_step(batch, **z2);
+  ASSERT_TRUE(p.ok()) << p.error().message;
+  double mbs = 0;
+  for (const MicroBatch& mb : p->micro_batches) mbs += mb.time;
+  EXPECT_NEAR(p->time, mbs + (*z2)->step_overhead(), 1e-12 * p->time);
+  o.zero = 0;
+  EXPECT_FALSE(analytic_seq_cost(*load_model("llama-2-7b"), c, o).ok());
 }
 
 }  // namespace

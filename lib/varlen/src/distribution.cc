@@ -13,15 +13,18 @@ Result<std::vector<DistributionCandidate>> plan_distribution(const ModelSpec& mo
   std::vector<DistributionCandidate> out;
   for (int tp = 1; tp <= max_tp && cluster.total_gpus() % tp == 0; tp *= 2) {
     if (model.groups.empty() || model.groups.front().shape.heads % tp != 0) break;
+    for (int zero : o.zero)
     for (Recompute rc : o.recompute) {
       DistributionCandidate c;
       c.tp = tp;
       c.recompute = rc;
+      c.zero = zero;
       AnalyticSeqOptions so;
       so.model = o.model;
       so.recompute = rc;
       so.dtype = o.dtype;
       so.tp = tp;
+      so.zero = zero;
       so.max_seq = std::max<std::int64_t>(batches.longest, 4096);
       auto cost = analytic_seq_cost(model, cluster, so);
       if (!cost.ok()) {
@@ -84,7 +87,7 @@ Result<Plan> distribution_plan(const ModelSpec& model, const ClusterSpec& cluste
   s.tp = c.tp;
   s.sp = c.tp > 1;
   s.dp = cluster.total_gpus() / c.tp;
-  s.zero = 3;
+  s.zero = c.zero;
   s.recompute = c.recompute;
   LayerStrategy e = s;
   e.recompute = Recompute::kNone;

@@ -789,6 +789,7 @@ Result<StepPlan> plan_step(const std::vector<std::int64_t>& lengths, const SeqCo
   StepPlan p = plan_with(*tb, o, {});
   if (!std::isfinite(p.time))
     return Error{ErrorKind::kNoFit, "no grouping of the batch fits in memory"};
+  p.time += cost.step_overhead();
   return p;
 }
 
@@ -808,6 +809,7 @@ Result<StepPlan> plan_uniform(const std::vector<std::int64_t>& lengths, const Se
   StepPlan p = plan_with(*tb, one, {degree});
   if (!std::isfinite(p.time))
     return Error{ErrorKind::kNoFit, "no grouping of the batch into groups of " + std::to_string(degree) + " fits"};
+  p.time += cost.step_overhead();
   return p;
 }
 
@@ -823,6 +825,7 @@ Result<StepPlan> plan_adaptive(const std::vector<std::int64_t>& lengths, const S
     if (p.time < best.time) best = std::move(p);
   }
   if (!std::isfinite(best.time)) return Error{ErrorKind::kNoFit, "no group size fits the batch"};
+  best.time += cost.step_overhead();
   return best;
 }
 

@@ -90,7 +90,7 @@ class AnalyticSeqCost final : public SeqCost {
   int gpus_ = 0;
   std::vector<int> sizes_;
   std::vector<Curve> curves_;  // by size index
-  double capacity_ = 0, per_token_bytes_ = 0, budget_bytes_ = 0;
+  double capacity_ = 0, per_token_bytes_ = 0, budget_bytes_ = 0, step_overhead_ = 0;
 
   std::string name() const override { return name_; }
   const Curve& curve(int d) const {
@@ -119,6 +119,7 @@ class AnalyticSeqCost final : public SeqCost {
     return std::max(0.0, r) * s;
   }
   double group_overhead(int d) const override { return curve(d).overhead; }
+  double step_overhead() const override { return step_overhead_; }
   double capacity_tokens() const override { return capacity_; }
   double bytes_per_token() const override { return per_token_bytes_; }
   double activation_budget_bytes() const override { return budget_bytes_; }
@@ -136,7 +137,11 @@ Result<std::unique_ptr<SeqCost>> analytic_seq_cost(const ModelSpec& model, const
                                            std::to_string(cluster.total_gpus()) + " GPUs"};
   const int n = cluster.total_gpus() / tp;  // units of tp GPUs
   out->gpus_ = n;
-  out->name_ = "weft (" + model.name + (tp > 1 ? ", tp " + std::to_string(tp) : "") + ")";
+  out->name_ = "weft (" + model.name + (tp > 1 ? ", tp " + std::to_string(tp) : "") +
+               (o.zero != 3 ? ", ZeRO-" + std::to_string(o.zero) : "") + ")";
+  if (o.zero < 1 || o.zero > 3)
+    return Error{ErrorKind::kBadInput, "ZeRO stage " + std::to_string(o.zero) + ": variable-length plans shard over "
+                                       "every GPU with ZeRO 1, 2 or 3"};
   if (model.groups.empty()) return Error{ErrorKind::kBadInput, "--model " + model.name + ": no layers"};
   const LayerShape& shape = model.groups.front().shape;
   const AnalyticCostModel cm(o.model);
@@ -155,7 +160,7 @@ Result<std::unique_ptr<SeqCost>> analytic_seq_cost(const ModelSpec& model, const
     while (st.ulysses * 2 <= d && heads_ok(st.ulysses * 2)) st.ulysses *= 2;
     st.cp = d / st.ulysses;
     st.dp = n / d;
-    st.zero = 3;
+    st.zero = o.zero;
     st.recompute = o.recompute;
     TrainSettings t;
     t.seq = s;
@@ -180,7 +185,10 @@ Result<std::unique_ptr<SeqCost>> analytic_seq_cost(const ModelSpec& model, const
       const double per_mb = e->step_time.value() - b.optimizer.value();
       const double layers = b.compute.value() + b.recompute.value() + b.ulysses_comm.value() + b.cp_comm.value() +
                             b.embedding.value();
-      if (c.s.empty()) c.overhead = std::max(0.0, per_mb - layers);
+      // ZeRO 1/2 reduce gradients once per step: their exposed reduction is the step's overhead.
+      const double once = o.zero < 3 ? b.dp_exposed.value() : 0.0;
+      if (c.s.empty()) c.overhead = std::max(0.0, per_mb - layers - once);
+      if (c.s.empty() && d == 1) out->step_overhead_ = once;
       c.s.push_back(s);
       c.per_token.push_back(layers / s);
       if (d == 1 && s == s1) e1 = *e;
@@ -205,6 +213,7 @@ class CappedSeqCost final : public SeqCost {
   std::string name() const override { return c_->name(); }
   double seq_time(double tokens, int d) const override { return c_->seq_time(tokens, d); }
   double group_overhead(int d) const override { return c_->group_overhead(d); }
+  double step_overhead() const override { return c_->step_overhead(); }
   double capacity_tokens() const override { return std::min(tokens_, c_->capacity_tokens()); }
   double bytes_per_token() const override { return c_->bytes_per_token(); }
   double activation_budget_bytes() const override { return capacity_tokens() * c_->bytes_per_token(); }

@@ -17,6 +17,7 @@ namespace weft::varlen {
 struct DistributionCandidate {
   int tp = 1;
   Recompute recompute = Recompute::kNone;
+  int zero = 3;                 // ZeRO stage over every sequence-parallel rank
   bool fits = false;
   std::string why;              // when it does not fit: what does not
   double mean_step_s = 0;       // over the sampled batches
@@ -31,6 +32,9 @@ struct DistributionOptions {
   DType dtype = DType::kBf16;
   int max_tp = 0;                   // 0: GPUs per node
   std::vector<Recompute> recompute = {Recompute::kNone, Recompute::kSelective, Recompute::kFull};
+  // ZeRO-3 gathers parameters per micro-batch; ZeRO-2 holds them and reduces gradients once per
+  // step. ZeRO-1 is not ranked: it moves ZeRO-2's gradient bytes and holds more.
+  std::vector<int> zero = {3, 2};
   PlannerOptions planner;
 };
 
@@ -39,8 +43,8 @@ Result<std::vector<DistributionCandidate>> plan_distribution(const ModelSpec& mo
                                                              const Batches& batches, const DistributionOptions& o);
 
 // The plan `weft train` runs for a candidate (`weft plan --lengths --out`): one stage, the
-// candidate's tp (with Megatron-SP when > 1) and recompute in every layer, ZeRO-3 over the rest of
-// the GPUs, train.varlen on with the planner's group sizes; `documents` per step of at most
+// candidate's tp (with Megatron-SP when > 1), recompute and ZeRO stage (over the rest of the GPUs)
+// in every layer, train.varlen on with the planner's group sizes; `documents` per step of at most
 // `max_seq` tokens. Validated; the prediction holds the candidate's step time and throughput.
 Result<Plan> distribution_plan(const ModelSpec& model, const ClusterSpec& cluster, const DistributionCandidate& c,
                                int documents, std::int64_t max_seq, DType dtype, const PlannerOptions& planner);

@@ -27,7 +27,7 @@ struct MicroBatch {
 
 struct StepPlan {
   std::vector<MicroBatch> micro_batches;
-  double time = 0;             // the micro-batches' times summed
+  double time = 0;             // the micro-batches' times summed, plus the cost's step overhead
 };
 
 struct PlannerOptions {

@@ -27,6 +27,9 @@ class SeqCost {
   virtual double seq_time(double tokens, int d) const = 0;
   // Seconds a group spends per micro-batch whatever it runs (ZeRO-3 gathers and reductions, launch).
   virtual double group_overhead(int d) const = 0;
+  // Seconds a step spends once whatever its micro-batches (the exposed gradient reduction of ZeRO
+  // stages below 3, which reduce once per step); 0 for ZeRO-3 and FlexSP's model.
+  virtual double step_overhead() const { return 0; }
   // Tokens of activations one GPU holds under its memory limit.
   virtual double capacity_tokens() const = 0;
   // Bytes of activations per token and per GPU and the bytes a GPU has for them (error messages).
@@ -67,7 +70,8 @@ std::unique_ptr<SeqCost> flexsp_seq_cost(const FlexspConstants& c, int gpus, dou
 // compute, recompute, embedding and sequence-parallel traffic there, interpolated between those
 // lengths (time per token linear in log length between them, in length beyond them); a group's
 // overhead per micro-batch is what the plan spends beside those at the shortest length (host time
-// of launching the layers, ZeRO-3 gathers and reductions left exposed). Memory: the plan's peak at one GPU as a line in
+// of launching the layers, ZeRO-3 gathers and reductions left exposed; with ZeRO 1 or 2 the exposed
+// gradient reduction is the step's instead). Memory: the plan's peak at one GPU as a line in
 // the sequence length, against the model's budget.
 struct AnalyticSeqOptions {
   AnalyticOptions model;                       // framework traits (weft/cost/framework.h)
@@ -79,6 +83,11 @@ struct AnalyticSeqOptions {
   // Tensor parallelism (with sequence parallelism) inside every sequence-parallel rank: the planner
   // then sees gpus / tp units, a group of d units being d x tp GPUs.
   int tp = 1;
+  // ZeRO stage over every sequence-parallel rank. 3 (FlexSP's): parameters gathered per micro-batch,
+  // in the group overhead. 1 or 2: full parameters held (less room for activations), gradients
+  // reduced once per step: the exposed part of that reduction at the shortest length on one GPU
+  // (the least backward to hide it behind) is the step overhead.
+  int zero = 3;
 };
 Result<std::unique_ptr<SeqCost>> analytic_seq_cost(const ModelSpec& model, const ClusterSpec& cluster,
                                                    const AnalyticSeqOptions& o);
