@@ -14,6 +14,8 @@ namespace weft::varlen {
 namespace {
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
+// Exact searches tried for each move between micro-batches (planner.h exact_budget is for one).
+constexpr double kMoveExactBudget = 1e5;
 
 std::string gib(double bytes) {
   char buf[32];
@@ -731,8 +733,11 @@ StepPlan plan_with(const Table& tb, const PlannerOptions& o, const std::vector<i
     }
   }
   // Small batches: move single documents between micro-batches while that shortens the step (each
-  // move re-plans the two micro-batches it touches).
+  // move re-plans the two micro-batches it touches, exactly only where that is cheap: a move is
+  // tried thousands of times), then re-plan the micro-batches with the full exact budget.
   if (std::isfinite(best.time) && best.micro_batches.size() > 1 && tb.len.size() <= 32) {
+    PlannerOptions om = o;
+    om.exact_budget = std::min(o.exact_budget, kMoveExactBudget);
     auto docs_of = [](const MicroBatch& mb) {
       std::vector<int> d;
       for (const Group& g : mb.groups) d.insert(d.end(), g.docs.begin(), g.docs.end());
@@ -751,11 +756,11 @@ StepPlan plan_with(const Table& tb, const PlannerOptions& o, const std::vector<i
             for (int x : da)
               if (x != d) na.push_back(x);
             nb.push_back(d);
-            MicroBatch mb_b = plan_mb(tb, nb, o, only, cache);
+            MicroBatch mb_b = plan_mb(tb, nb, om, only, cache);
             if (!std::isfinite(mb_b.time)) continue;
             MicroBatch mb_a;
             if (!na.empty()) {
-              mb_a = plan_mb(tb, na, o, only, cache);
+              mb_a = plan_mb(tb, na, om, only, cache);
               if (!std::isfinite(mb_a.time)) continue;
             }
             if (mb_a.time + mb_b.time < before * (1 - 1e-9)) {
@@ -771,6 +776,11 @@ StepPlan plan_with(const Table& tb, const PlannerOptions& o, const std::vector<i
       }
       if (!moved) break;
     }
+    if (om.exact_budget < o.exact_budget)
+      for (MicroBatch& mb : best.micro_batches) {
+        MicroBatch again = plan_mb(tb, docs_of(mb), o, only, cache);
+        if (again.time < mb.time) best.time += again.time - mb.time, mb = std::move(again);
+      }
   }
   return best;
 }
