@@ -1,6 +1,6 @@
 // weft_bench_varlen: the batch planner on FlexSP's experiment (docs/varlen.md): FlexSP's published
 // cost model and 7B constants, its published Wikipedia document lengths
-// (data/reference/flexsp/wikipedia_lengths.txt.gz, read through zcat), 20 consecutive global
+// (data/reference/flexsp/wikipedia_lengths.txt), 20 consecutive global
 // batches in four settings; per setting the summed step time of weft's plans, of one group size for
 // every document (static: the smallest that fits the run's longest document) and of the best single
 // size per batch (adaptive), their ratios, and weft's planning time per step (median, max).
