@@ -134,6 +134,14 @@ void register_train_commands(CLI::App& app) {
       ->capture_default_str()
       ->group("Variable-length steps");
   o->varlen_planner = make_varlen_planner;
+  t->add_option("--straggler-margin", o->straggler_margin,
+                "A rank whose compute per step exceeds this times the ranks' median is a straggler")
+      ->capture_default_str();
+  t->add_option("--straggler-steps", o->straggler_steps, "...for this many steps in a row before it is named")
+      ->capture_default_str();
+  t->add_option("--slow", o->slow,
+                "Testing: RANK:FACTOR[:FROM_STEP] makes that rank's compute take FACTOR times as long (from that step)")
+      ->group("Testing");
   t->add_option("--fault", o->fault, "Testing: RANK:STEP:MODE makes that rank exit|kill|hang|stop|sleep=SECONDS at that step")
       ->group("Testing");
   t->callback([o] {

@@ -8,6 +8,7 @@
 #include "weft/runtime/buckets.h"
 #include "weft/runtime/data.h"
 #include "weft/runtime/schedule.h"
+#include "weft/runtime/straggler.h"
 #include "weft/runtime/support.h"
 #include "weft/varlen/lengths.h"
 
@@ -203,6 +204,56 @@ TEST(Documents, SplitAtEosAndDrawnPerStepOncePerPass) {
   ASSERT_FALSE(no_file.ok());
   EXPECT_NE(no_file.error().message.find("--data"), std::string::npos);
   std::filesystem::remove_all(dir);
+}
+
+TEST(Stragglers, SlowFlagParsesAndNamesWhatIsWrong) {
+  auto none = parse_slow("", 4);
+  ASSERT_TRUE(none.ok());
+  EXPECT_FALSE(none->applies(0, 1));
+  auto a = parse_slow("1:2.5", 4);
+  ASSERT_TRUE(a.ok()) << a.error().message;
+  EXPECT_EQ(a->rank, 1);
+  EXPECT_DOUBLE_EQ(a->factor, 2.5);
+  EXPECT_TRUE(a->applies(1, 1));
+  EXPECT_FALSE(a->applies(2, 1));
+  auto b = parse_slow("3:2:10", 4);
+  ASSERT_TRUE(b.ok());
+  EXPECT_FALSE(b->applies(3, 9));
+  EXPECT_TRUE(b->applies(3, 10));
+  for (const auto& [arg, want] : std::vector<std::pair<std::string, std::string>>{
+           {"4:2", "rank 4 is outside the job's 4 ranks"},
+           {"1:0.5", "FACTOR 0.5 must be at least 1"},
+           {"1:x", "FACTOR is not a number"},
+           {"1", "two or three fields"},
+           {"1:2:0", "FROM_STEP"}}) {
+    auto r = parse_slow(arg, 4);
+    ASSERT_FALSE(r.ok()) << arg;
+    EXPECT_EQ(r.error().kind, ErrorKind::kBadInput);
+    EXPECT_NE(r.error().message.find(want), std::string::npos) << r.error().message;
+  }
+}
+
+// Named once after `steps` slow steps in a row against the median, again once recovered; a single
+// slow step or a uniformly slower job names nobody.
+TEST(Stragglers, NamedAfterStepsInARowAndWhenBack) {
+  StragglerDetector d(StragglerOptions{1.25, 3});
+  EXPECT_TRUE(d.update(1, {1.0, 2.0, 1.0, 1.0}).empty());
+  EXPECT_TRUE(d.update(2, {1.0, 1.0, 1.0, 1.0}).empty());  // the run is broken
+  EXPECT_TRUE(d.update(3, {1.0, 2.0, 1.0, 1.1}).empty());
+  EXPECT_TRUE(d.update(4, {1.0, 2.0, 1.0, 1.1}).empty());
+  auto named = d.update(5, {1.0, 2.0, 1.0, 1.1});
+  ASSERT_EQ(named.size(), 1u);
+  EXPECT_NE(named[0].find("rank 1 is a straggler"), std::string::npos) << named[0];
+  EXPECT_EQ(d.stragglers(), std::set<int>{1});
+  EXPECT_TRUE(d.update(6, {1.0, 2.0, 1.0, 1.0}).empty());  // named once
+  EXPECT_TRUE(d.update(7, {3.0, 3.0, 3.0, 3.0}).empty());  // all slower: nobody stands out
+  EXPECT_TRUE(d.update(8, {1.0, 1.1, 1.0, 1.0}).empty());
+  auto back = d.update(9, {1.0, 1.1, 1.0, 1.0});
+  ASSERT_EQ(back.size(), 1u);
+  EXPECT_NE(back[0].find("rank 1 is no longer a straggler"), std::string::npos) << back[0];
+  EXPECT_TRUE(d.stragglers().empty());
+  StragglerDetector one;
+  EXPECT_TRUE(one.update(1, {5.0}).empty());  // one rank has no peers to compare with
 }
 
 TEST(TokenSource, FileErrorsNameTheFile) {

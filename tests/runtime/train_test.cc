@@ -340,6 +340,44 @@ TEST(RuntimeGradSync, Zero2HoldsOnlyTheGradientShard) {
   EXPECT_EQ(bytes[1], bytes[0]);
 }
 
+// ---- stragglers ----
+
+// A rank made three times slower (--slow) is named in the log after three steps, its compute time
+// per step (in every step's JSON and the summary's mean) stands out, and the losses are those of
+// the run without it, bit for bit.
+TEST(RuntimeStragglers, ASlowRankIsNamedAndChangesNothingElse) {
+  const Plan p = uniform(tiny_gpt(), 4, 1, strat(1, 4), {}, Schedule::k1F1B, 8, 2);
+  const std::string dir = temp_dir("stragglers");
+  const RunResult base = train_plan(p, dir, "base", 5);
+  const RunResult slow = train_plan(p, dir, "slow", 5, " --slow 1:3");
+  std::filesystem::remove_all(dir);
+  ASSERT_EQ(base.status, 0) << base.output;
+  ASSERT_EQ(slow.status, 0) << slow.output;
+  EXPECT_EQ(slow.losses, base.losses);
+  EXPECT_EQ(slow.grad_norms, base.grad_norms);
+  EXPECT_NE(slow.output.find("rank 1 is a straggler"), std::string::npos) << slow.output;
+  EXPECT_EQ(base.output.find("is a straggler"), std::string::npos) << base.output;
+  // Every step's JSON carries every rank's compute time.
+  int steps = 0;
+  std::istringstream in(slow.output);
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind("[0] ", 0) == 0) line = line.substr(4);
+    if (line.rfind("{\"step\"", 0) != 0) continue;
+    const Json j = Json::parse(line);
+    ASSERT_EQ(j.at("compute_s").size(), 4u) << line;
+    ++steps;
+  }
+  EXPECT_EQ(steps, 5);
+  ASSERT_TRUE(slow.summary.contains("mean_compute_s")) << slow.output;
+  const auto c = slow.summary["mean_compute_s"].get<std::vector<double>>();
+  ASSERT_EQ(c.size(), 4u);
+  for (int r : {0, 2, 3}) EXPECT_GT(c[1], 2.0 * c[r]) << "rank " << r << ": " << slow.summary.dump();
+  // Out of range: refused before anything connects.
+  const RunResult bad = run(driver() + train_flags(2) + " --slow 3:2");
+  EXPECT_EQ(bad.status, 2) << bad.output;
+  EXPECT_NE(bad.output.find("rank 3 is outside the job's 1 ranks"), std::string::npos) << bad.output;
+}
+
 // ---- failures ----
 
 TEST(RuntimeFailure, LauncherStopsEveryoneWhenARankDies) {

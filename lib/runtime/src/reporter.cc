@@ -19,6 +19,16 @@ void Reporter::line(const std::string& s) {
   std::fflush(stdout);
 }
 
+void Reporter::note(const std::string& s) {
+  if (!active_) return;
+  if (o_.format == "json") {
+    std::fprintf(stderr, "%s\n", s.c_str());
+    std::fflush(stderr);
+    return;
+  }
+  line(s);
+}
+
 void Reporter::step(const StepStats& s) {
   if (!active_) return;
   if (o_.format == "json") {

@@ -22,6 +22,8 @@ class Reporter {
   Reporter(const TrainOptions& o, int total, bool active);
   // One line of text on stdout (clearing the progress bar first).
   void line(const std::string& s);
+  // A notice while training: on stdout with --format text, on stderr with json (stdout stays JSON).
+  void note(const std::string& s);
   // After each step: a JSON object (--format json), or a text line on the first, the last and
   // every log_every-th step, and the progress bar.
   void step(const StepStats& s);

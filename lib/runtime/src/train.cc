@@ -10,11 +10,13 @@
 #include <cmath>
 #include <cstdio>
 #include <optional>
+#include <thread>
 #include <set>
 #include <sstream>
 #include <utility>
 
 #include "fault.h"
+#include "weft/runtime/straggler.h"
 #include "reporter.h"
 #include "state.h"
 #include "train_setup.h"
@@ -171,29 +173,84 @@ class TrainStage : public PipelineStage {
   int64_t bl_, tl_;
 };
 
-// After a step's passes and the gradient reduction: the job's mean token loss and gradient norm
-// (one all-reduce), then the AdamW update with the gradients clipped to `clip` (<= 0: not clipped).
-std::pair<double, double> optimizer_step(Model& model, Optimizer& opt, Comm& world, double loss_sum, int64_t tokens,
-                                 double clip, double lr) {
-  at::Tensor stats = at::zeros({2}, at::kDouble);
+// A stage with its passes timed: the rank's compute time of a step is what its forward passes
+// (input, layers, loss) and backward passes (begin_backward to end_backward) take. Under --slow it
+// sleeps after each backward pass for (factor - 1) times the compute since the previous one, which
+// then counts as compute too.
+class TimedStage : public PipelineStage {
+ public:
+  explicit TimedStage(PipelineStage& s) : s_(s) {}
+  double factor = 1;     // this step's --slow factor on this rank
+  double compute_s = 0;  // this step's, reset by the caller
+
+  bool first_stage() const override { return s_.first_stage(); }
+  bool last_stage() const override { return s_.last_stage(); }
+  at::Tensor input(int k) override { return timed([&] { return s_.input(k); }); }
+  at::Tensor input_buffer() override { return s_.input_buffer(); }
+  at::Tensor forward(const at::Tensor& x) override { return timed([&] { return s_.forward(x); }); }
+  at::Tensor loss(const at::Tensor& y, int k) override { return timed([&] { return s_.loss(y, k); }); }
+  void begin_backward(bool last) override {
+    t0_ = Clock::now();
+    s_.begin_backward(last);
+  }
+  void end_backward() override {
+    s_.end_backward();
+    pending_ += seconds_since(t0_);
+    if (factor > 1) {
+      const auto t = Clock::now();
+      std::this_thread::sleep_for(std::chrono::duration<double>((factor - 1) * pending_));
+      pending_ += seconds_since(t);
+    }
+    compute_s += pending_;
+    pending_ = 0;
+  }
+
+ private:
+  template <class F>
+  at::Tensor timed(F f) {
+    const auto t = Clock::now();
+    at::Tensor r = f();
+    pending_ += seconds_since(t);
+    return r;
+  }
+  PipelineStage& s_;
+  Clock::time_point t0_;
+  double pending_ = 0;  // compute since the last backward pass ended
+};
+
+struct StepResult {
+  double loss = 0, norm = 0;
+  std::vector<double> compute_s;  // per rank
+};
+
+// After a step's passes and the gradient reduction: the job's mean token loss, gradient norm and
+// every rank's compute time (one all-reduce), then the AdamW update with the gradients clipped to
+// `clip` (<= 0: not clipped).
+StepResult optimizer_step(Model& model, Optimizer& opt, Comm& world, double loss_sum, int64_t tokens, double clip,
+                          double lr, double compute_s) {
+  at::Tensor stats = at::zeros({2 + world.size()}, at::kDouble);
   stats[0] = model.counts_loss() ? loss_sum : 0.0;
   stats[1] = opt.local_norm_sq();
+  stats[2 + world.rank()] = compute_s;
   world.allreduce_sum(stats);
   const double loss = stats[0].item<double>() / static_cast<double>(tokens);
   const double norm = std::sqrt(stats[1].item<double>());
+  StepResult r{loss, norm, {}};
+  for (int i = 0; i < world.size(); ++i) r.compute_s.push_back(stats[2 + i].item<double>());
   double scale = 1.0;
   if (clip > 0) {
     const double coef = clip / (norm + 1e-6);
     if (coef < 1.0) scale = coef;
   }
   opt.step(lr, scale);
-  return {loss, norm};
+  return r;
 }
 
 // What the summary reports, added up over the steps (the first step of a run is not timed).
 struct Totals {
   double timed_s = 0, grad_wait_s = 0, last_loss = 0, plan_wait_s = 0;
   int64_t timed_tokens = 0;
+  std::vector<double> compute_s;  // per rank, summed over the timed steps
   int timed_steps = 0;
   int64_t resident_grad_bytes = 0;
   HeldBytes held;  // after the last step's gradient synchronisation
@@ -249,6 +306,9 @@ Json summary(const TrainOptions& o, const Totals& t, const GradSyncStats& gs, in
               {"collectives_per_step", t.step_collectives},
               {"ranks", std::move(ranks)}};
   if (o.varlen) j["mean_plan_wait_s"] = t.timed_steps > 0 ? t.plan_wait_s / t.timed_steps : 0.0;
+  std::vector<double> compute = t.compute_s;
+  for (double& c : compute) c /= std::max(1, t.timed_steps);
+  j["mean_compute_s"] = compute;
   return j;
 }
 
@@ -295,6 +355,14 @@ Status train(const TrainOptions& given) {
   auto fault_r = parse_fault(o.fault);
   if (!fault_r.ok()) return fault_r.error();
   const Fault fault = fault_r.value();
+  auto slow_r = parse_slow(o.slow, env.world);
+  if (!slow_r.ok()) return slow_r.error();
+  const SlowRank slow = slow_r.value();
+  if (!(o.straggler_margin > 1) || o.straggler_steps < 1)
+    return Error{ErrorKind::kBadInput, "--straggler-margin " + std::to_string(o.straggler_margin) +
+                                           " / --straggler-steps " + std::to_string(o.straggler_steps) +
+                                           ": the margin must be above 1 and the steps at least 1"};
+  StragglerDetector stragglers(StragglerOptions{o.straggler_margin, o.straggler_steps});
   auto data_r = open_data(o, plan);
   if (!data_r.ok()) return data_r.error();
   const std::unique_ptr<TokenSource> data = std::move(data_r).value();
@@ -384,7 +452,7 @@ Status train(const TrainOptions& given) {
       opt.zero_grad();
       int64_t step_tokens = tokens_per_step, loss_tokens = tokens_per_step;
       StepStats stats;
-      double loss_sum = 0;
+      double loss_sum = 0, compute_s = 0;
       if (vstage) {
         // The step's plan (waiting for it only if the planner fell behind), the same on every rank.
         auto next = planner->next();
@@ -405,7 +473,10 @@ Status train(const TrainOptions& given) {
         std::vector<PipeAction> acts;
         for (int k = 0; k < vstage->micro_batches(); ++k)
           acts.push_back({PipeAction::kForward, k}), acts.push_back({PipeAction::kBackward, k});
-        loss_sum = run_pipeline_step(acts, *vstage, links, static_cast<double>(loss_tokens));
+        TimedStage timed(*vstage);
+        timed.factor = slow.applies(rank, step) ? slow.factor : 1.0;
+        loss_sum = run_pipeline_step(acts, timed, links, static_cast<double>(loss_tokens));
+        compute_s = timed.compute_s;
         stats.extra = Json{{"lengths", vstage->lengths()},
                            {"micro_batches", varlen_step_json(vs, vstage->lengths())},
                            {"plan_ms", vs.plan_ms},
@@ -417,7 +488,10 @@ Status train(const TrainOptions& given) {
         if (step > start_step + 1 || o.steps == start_step + 1) tot.plan_wait_s += vs.waited_s;
       } else {
         stage.step = step;
-        loss_sum = run_pipeline_step(actions, stage, links, static_cast<double>(tokens_per_step));
+        TimedStage timed(stage);
+        timed.factor = slow.applies(rank, step) ? slow.factor : 1.0;
+        loss_sum = run_pipeline_step(actions, timed, links, static_cast<double>(tokens_per_step));
+        compute_s = timed.compute_s;
       }
       opt.sync_grads();
       if (step == o.steps) {
@@ -425,12 +499,20 @@ Status train(const TrainOptions& given) {
         tot.held = opt.held_bytes();
       }
       const double lr = lrs.at(step);
-      const auto [loss, norm] = optimizer_step(model, opt, world, loss_sum, loss_tokens, o.clip, lr);
+      const StepResult res = optimizer_step(model, opt, world, loss_sum, loss_tokens, o.clip, lr, compute_s);
+      const double loss = res.loss, norm = res.norm;
       const double dt = seconds_since(t0);
       if (step == o.steps) tot.step_collectives = collectives_between(before, groups.collectives());
       stats.step = step, stats.loss = loss, stats.grad_norm = norm, stats.lr = lr;
       stats.tokens_per_s = static_cast<double>(step_tokens) / dt, stats.step_time_s = dt;
+      if (!stats.extra.is_object()) stats.extra = Json::object();
+      stats.extra["compute_s"] = res.compute_s;
       rep.step(stats);
+      for (const std::string& line : stragglers.update(step, res.compute_s)) rep.note(line);
+      if (step > start_step + 1 || o.steps == start_step + 1) {
+        tot.compute_s.resize(res.compute_s.size(), 0.0);
+        for (size_t r = 0; r < res.compute_s.size(); ++r) tot.compute_s[r] += res.compute_s[r];
+      }
       tot.last_loss = loss;
       if (step > start_step + 1 || o.steps == start_step + 1)
         tot.timed_s += dt, ++tot.timed_steps, tot.grad_wait_s += opt.grad_sync().stats().wait_s,

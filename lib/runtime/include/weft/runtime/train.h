@@ -89,6 +89,12 @@ struct TrainOptions {
   // Variable-length steps: documents of --data split at --eos, --global-batch documents per step
   // (with --plan: the plan's), none longer than the sequence length (longer ones are left out and
   // counted), each step's grouping from `varlen_planner`.
+  // Stragglers (weft/runtime/straggler.h): a rank slower than straggler_margin x the ranks' median
+  // compute time for straggler_steps steps in a row is named; `slow` ("RANK:FACTOR[:FROM_STEP]",
+  // testing) makes one rank slow on purpose.
+  double straggler_margin = 1.25;
+  int straggler_steps = 3;
+  std::string slow;
   bool varlen = false;
   std::int64_t eos = -1;
   int min_group = 1, max_group = 0;    // sequence-group sizes (max 0: the most the world and heads allow)
