@@ -7,6 +7,7 @@
 namespace weft {
 namespace {
 
+using testing::message_of;
 using testing::uniform_plan;
 
 TEST(PlanJson, RoundTripsExactly) {
@@ -121,6 +122,38 @@ TEST(PlanJson, VariableLengthSettings) {
   bad.train.micro_batches = 1;
   ASSERT_FALSE(validate(bad).ok());
   EXPECT_NE(validate(bad).error().message.find("one pipeline stage"), std::string::npos) << validate(bad).error().message;
+}
+
+// train.dp_shares: uneven data-parallel shares, written only when given, checked against dp, the
+// micro-batch and one activation layout for every layer.
+TEST(PlanJson, UnevenDataParallelShares) {
+  Plan p = uniform_plan(LayerStrategy{.dp = 8}, 1, 8, 128);  // 16 samples per micro-batch
+  EXPECT_FALSE(to_json(p).at("train").contains("dp_shares"));
+  p.train.dp_shares = {1, 1, 2, 2, 2, 2, 3, 3};
+  ASSERT_TRUE(validate(p).ok()) << validate(p).error().message;
+  auto back = plan_from_json(to_json(p));
+  ASSERT_TRUE(back.ok()) << back.error().message;
+  EXPECT_EQ(back.value(), p);
+  Json k = to_json(p);
+  k["train"]["dp_shares"] = "uneven";
+  EXPECT_FALSE(plan_from_json(k).ok());
+  Plan bad = p;
+  bad.train.dp_shares = {1, 1, 2, 2, 2, 2, 3, 4};
+  EXPECT_NE(message_of(validate(bad)).find("train.dp_shares: sum to 17 but a micro-batch holds 16 samples"),
+            std::string::npos)
+      << message_of(validate(bad));
+  bad.train.dp_shares = {2, 2, 2, 2, 2, 2, 4};
+  EXPECT_NE(message_of(validate(bad)).find("8 replicas but train.dp_shares lists 7 shares"), std::string::npos)
+      << message_of(validate(bad));
+  bad.train.dp_shares = {0, 2, 2, 2, 2, 2, 3, 3};
+  EXPECT_NE(message_of(validate(bad)).find("train.dp_shares[0]: must be positive"), std::string::npos)
+      << message_of(validate(bad));
+  bad = p;
+  bad.stages[0].layers[1] = LayerStrategy{.tp = 2, .dp = 4};
+  bad.train.dp_shares = {4, 4, 4, 4};
+  EXPECT_NE(message_of(validate(bad)).find("every layer must lay out its activations as the embedding does"),
+            std::string::npos)
+      << message_of(validate(bad));
 }
 
 TEST(Strategy, Labels) {

@@ -7,6 +7,27 @@ namespace {
 
 TEST(RuntimeParity, DataParallel2) { expect_parity(uniform(tiny_gpt(), 2, 1, strat(1, 2)), "dp2"); }
 
+// Uneven data-parallel shares (train.dp_shares): each replica takes its share of every micro-batch,
+// and the loss divided by the global batch's tokens makes the summed gradient the one-process one.
+Plan with_shares(Plan p, std::vector<int> shares) {
+  p.train.dp_shares = std::move(shares);
+  return p;
+}
+TEST(RuntimeParity, UnevenSharesDp2) {
+  expect_parity(with_shares(uniform(tiny_gpt(), 2, 1, strat(1, 2)), {3, 1}), "shares_dp2");
+}
+TEST(RuntimeParity, UnevenSharesZero3Dp4) {
+  expect_parity(with_shares(uniform(tiny_llama(), 4, 1, strat(1, 4, 1, false, 3), {}, Schedule::k1F1B, 16, 2),
+                            {1, 2, 4, 1}),
+                "shares_zero3_dp4");
+}
+TEST(RuntimeParity, UnevenSharesTp2SpDp2) {
+  expect_parity(with_shares(uniform(tiny_gpt(), 4, 1, strat(2, 2, 1, true)), {3, 1}), "shares_tp2_dp2");
+}
+TEST(RuntimeParity, UnevenSharesPipeline2Dp2) {
+  expect_parity(with_shares(uniform(tiny_gpt(), 4, 2, strat(1, 2, 1, false, 1)), {1, 3}), "shares_pp2_dp2");
+}
+
 TEST(RuntimeParity, Zero1Dp2) { expect_parity(uniform(tiny_gpt(), 2, 1, strat(1, 2, 1, false, 1)), "zero1"); }
 TEST(RuntimeParity, Zero2Dp2) { expect_parity(uniform(tiny_gpt(), 2, 1, strat(1, 2, 1, false, 2)), "zero2"); }
 TEST(RuntimeParity, Zero3Dp2) { expect_parity(uniform(tiny_llama(), 2, 1, strat(1, 2, 1, false, 3)), "zero3"); }

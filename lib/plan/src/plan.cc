@@ -74,6 +74,7 @@ Json to_json(const Plan& p) {
                 {"schedule", to_string(p.train.schedule)},
                 {"dtype", to_string(p.train.dtype)}};
   if (p.train.varlen) j["train"]["varlen"] = {{"min_group", p.train.min_group}, {"max_group", p.train.max_group}};
+  if (!p.train.dp_shares.empty()) j["train"]["dp_shares"] = p.train.dp_shares;
   j["embedding"] = to_json(p.embedding);
   Json stages = Json::array();
   const int S = p.devices_per_stage();
@@ -122,7 +123,15 @@ Result<Plan> plan_from_json(const Json& j, const std::string& path) {
     p.cluster = std::move(cluster).value();
 
     JsonObj t = o.obj("train");
-    t.reject_unknown({"seq", "global_batch", "micro_batches", "pp", "vp", "schedule", "dtype", "varlen"});
+    t.reject_unknown({"seq", "global_batch", "micro_batches", "pp", "vp", "schedule", "dtype", "varlen", "dp_shares"});
+    if (t.has("dp_shares")) {
+      const Json& v = t.json().at("dp_shares");
+      if (!v.is_array()) t.fail("dp_shares", "must be an array of positive integers");
+      for (const Json& x : v) {
+        if (!x.is_number_integer()) t.fail("dp_shares", "must be an array of positive integers");
+        p.train.dp_shares.push_back(x.get<int>());
+      }
+    }
     if (t.has("varlen")) {
       JsonObj v = t.obj("varlen");
       v.reject_unknown({"min_group", "max_group"});

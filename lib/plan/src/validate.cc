@@ -3,6 +3,7 @@
 #include <string>
 
 #include "weft/core/format.h"
+#include "weft/plan/geometry.h"
 #include "weft/plan/plan.h"
 
 namespace weft {
@@ -26,6 +27,10 @@ void check_strategy(const std::string& where, const LayerStrategy& s, const Laye
     require(s.ulysses == 1 && s.cp == 1, where + ": ulysses " + S(s.ulysses) + " and cp " + S(s.cp) +
                                              " in a variable-length plan (train.varlen), whose sequence groups "
                                              "replace them: both must be 1");
+  } else if (!p.train.dp_shares.empty()) {
+    require(static_cast<int>(p.train.dp_shares.size()) == s.dp,
+            where + ".dp: " + S(s.dp) + " replicas but train.dp_shares lists " + S(p.train.dp_shares.size()) +
+                " shares");
   } else {
     require(pmb % s.dp == 0, where + ".dp: " + S(s.dp) + " does not divide the " + S(pmb) +
                                  " samples of a micro-batch (global batch " + S(p.train.global_batch) + " / " +
@@ -102,6 +107,27 @@ void validate_or_throw(const Plan& p) {
     require(pow2(t.min_group) && (t.max_group == 0 || (pow2(t.max_group) && t.max_group >= t.min_group)),
             "train.varlen: min_group " + S(t.min_group) + " and max_group " + S(t.max_group) +
                 " must be powers of two, min_group <= max_group (max_group 0: as many as the heads allow)");
+  }
+  if (!t.dp_shares.empty()) {
+    require(!t.varlen, "train.dp_shares: a variable-length plan (train.varlen) places its documents per step; "
+                       "drop dp_shares");
+    long long sum = 0;
+    for (size_t i = 0; i < t.dp_shares.size(); ++i) {
+      require(t.dp_shares[i] > 0, "train.dp_shares[" + S(i) + "]: must be positive, got " + S(t.dp_shares[i]));
+      sum += t.dp_shares[i];
+    }
+    require(sum == t.pipeline_micro_batch(), "train.dp_shares: sum to " + S(sum) + " but a micro-batch holds " +
+                                                 S(t.pipeline_micro_batch()) + " samples (global batch " +
+                                                 S(t.global_batch) + " / " + S(t.micro_batches) + " micro-batches)");
+    const int S0 = p.devices_per_stage();
+    if (S0 > 0) {
+      const ActivationLayout want = layout_of(p.embedding, S0);
+      for (size_t st = 0; st < p.stages.size(); ++st)
+        for (size_t i = 0; i < p.stages[st].layers.size(); ++i)
+          require(layout_of(p.stages[st].layers[i], S0) == want,
+                  "stages[" + S(st) + "].layers[" + S(i) + "]: with train.dp_shares every layer must lay out its "
+                  "activations as the embedding does (the same tp, sp, ulysses, cp and dp)");
+    }
   }
   const int nstages = t.pp * t.vp;
   require(static_cast<int>(p.stages.size()) == nstages, "stages: " + S(p.stages.size()) + " stages listed but pp*vp = " +

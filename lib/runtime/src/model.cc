@@ -6,6 +6,7 @@
 #include <limits>
 #include <map>
 #include <numeric>
+#include <tuple>
 
 #include "weft/core/assert.h"
 #include "weft/runtime/data.h"
@@ -192,14 +193,32 @@ Unit* Model::find_unit(const std::string& name) {
 const ActivationLayout& Model::input_layout() const { return first_stage() ? *emb_layout_ : *prev_layout_; }
 const ActivationLayout& Model::output_layout() const { return *layers_.back().layout; }
 
+namespace {
+
+// Rows [first, first + second) of a micro-batch held by data-parallel block `idx` of `parts`.
+std::pair<int64_t, int64_t> batch_rows(const Plan& p, int parts, int idx) {
+  const std::vector<int>& shares = p.train.dp_shares;
+  if (shares.empty()) {
+    const int64_t rows = p.train.pipeline_micro_batch() / parts;
+    return {idx * rows, rows};
+  }
+  int64_t offset = 0;
+  for (int i = 0; i < idx; ++i) offset += shares[i];
+  return {offset, shares[idx]};
+}
+
+}  // namespace
+
 std::vector<int64_t> Model::input_shape() const {
   const ActivationLayout& l = input_layout();
-  const int64_t B = plan_.train.pipeline_micro_batch();
-  return {B / l.batch_parts, plan_.train.seq / l.seq_parts, plan_.model.hidden};
+  const int64_t rows = batch_rows(plan_, l.batch_parts, l.batch_idx[stage_comm_->rank()]).second;
+  return {rows, plan_.train.seq / l.seq_parts, plan_.model.hidden};
 }
 
 TokenBlock Model::token_block() const {
-  return {plan_.embedding.dp, emb_co_.dp, plan_.embedding.ulysses, emb_co_.ulysses};
+  TokenBlock b{plan_.embedding.dp, emb_co_.dp, plan_.embedding.ulysses, emb_co_.ulysses};
+  std::tie(b.batch_offset, b.batch_rows) = batch_rows(plan_, b.batch_parts, b.batch_idx);
+  return b;
 }
 
 int64_t Model::local_param_count() const {

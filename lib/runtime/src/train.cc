@@ -140,7 +140,7 @@ class TrainStage : public PipelineStage {
  public:
   TrainStage(Model& m, Optimizer& opt, const TokenSource& data, const Plan& plan)
       : m_(m), opt_(opt), data_(data), seq_(plan.train.seq), pmb_(plan.train.pipeline_micro_batch()),
-        blk_(m.token_block()), bl_(pmb_ / blk_.batch_parts), tl_(seq_ / blk_.seq_parts) {}
+        blk_(m.token_block()), bl_(blk_.batch_rows), tl_(seq_ / blk_.seq_parts) {}
   int step = 0;  // the step whose micro-batches input() and loss() read
 
   bool first_stage() const override { return m_.first_stage(); }
@@ -160,7 +160,7 @@ class TrainStage : public PipelineStage {
     at::Tensor t = at::empty({bl_, tl_}, at::kLong);
     std::vector<int64_t> buf(seq_ + 1);
     for (int64_t j = 0; j < bl_; ++j) {
-      data_.sample(step, k * pmb_ + blk_.batch_idx * bl_ + j, seq_ + 1, buf.data());
+      data_.sample(step, k * pmb_ + blk_.batch_offset + j, seq_ + 1, buf.data());
       std::copy_n(buf.data() + blk_.seq_idx * tl_ + (targets ? 1 : 0), tl_, t[j].data_ptr<int64_t>());
     }
     return t.to(m_.device());

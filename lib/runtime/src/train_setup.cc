@@ -113,6 +113,9 @@ Result<VarlenSetup> setup_varlen(const TrainOptions& o, const Plan& plan, const 
                  "embedding's " + std::to_string(plan.embedding.tp) + "); variable-length steps need one tp and sp "
                  "throughout");
   }
+  if (!plan.train.dp_shares.empty())
+    return bad("--varlen: the plan gives its data-parallel replicas uneven shares (train.dp_shares); variable-length "
+               "steps place their documents per step: drop dp_shares");
   if (!o.varlen_planner) return bad("--varlen: this build of weft train has no batch planner");
   VarlenSetup v;
   const int most = varlen_max_group(plan, world);

@@ -31,6 +31,11 @@ struct TrainSettings {
   // as the heads allow) come from the batch planner, so the batch need not divide by dp.
   bool varlen = false;
   int min_group = 1, max_group = 0;
+  // Uneven data parallelism (slower or smaller devices take fewer samples; JSON "dp_shares", absent
+  // when even): the samples of a micro-batch each data-parallel replica takes, in replica order;
+  // they sum to pipeline_micro_batch(), and every layer and the embedding then share one dp and
+  // one activation layout. Empty: pipeline_micro_batch() / dp each.
+  std::vector<int> dp_shares;
   // Samples per micro-batch across the whole stage: global_batch / micro_batches. A layer with
   // data-parallel degree d processes pipeline_micro_batch() / d samples per device.
   int pipeline_micro_batch() const { return micro_batches > 0 ? global_batch / micro_batches : 0; }

@@ -71,9 +71,11 @@ struct LayerCtx {
   int64_t heads_local = 0, kv_local = 0, ffn_local = 0;
 };
 
-// Which rows of a micro-batch's tokens this rank reads: batch block / sequence block.
+// Which rows of a micro-batch's tokens this rank reads: batch block / sequence block. The block
+// of batch_idx is rows [batch_offset, batch_offset + batch_rows) (uneven with train.dp_shares).
 struct TokenBlock {
   int batch_parts = 1, batch_idx = 0, seq_parts = 1, seq_idx = 0;
+  int64_t batch_offset = 0, batch_rows = 0;
 };
 
 class Model {
