@@ -299,9 +299,10 @@ at::Tensor Model::embed(const at::Tensor& tokens) {
     if (e.sp && e.tp > 1) wpe = copy_to(wpe, *emb_tp_);
     const int64_t t = x.size(1);
     // A sequence group's rank r holds block r of the sample; with Megatron-SP its tp ranks cut it again.
-    const int64_t pos0 = (seq_group_ ? seq_group_->rank() * (e.sp && e.tp > 1 ? e.tp : 1) + (e.sp && e.tp > 1 ? emb_co_.tp : 0)
-                                     : emb_layout_->seq_idx[stage_comm_->rank()]) *
-                         t;
+    const bool sp = e.sp && e.tp > 1;
+    const int64_t block = seq_group_ ? seq_group_->rank() * (sp ? e.tp : 1) + (sp ? emb_co_.tp : 0)
+                                     : emb_layout_->seq_idx[stage_comm_->rank()];
+    const int64_t pos0 = block * t;
     if (doc_pos_.defined())
       x = x + at::embedding(wpe, doc_pos_.narrow(1, pos0, t));
     else

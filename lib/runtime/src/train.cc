@@ -181,7 +181,7 @@ class TimedStage : public PipelineStage {
  public:
   explicit TimedStage(PipelineStage& s) : s_(s) {}
   double factor = 1;     // this step's --slow factor on this rank
-  double compute_s = 0;  // this step's, reset by the caller
+  double compute_s = 0;  // added up while it lives (one step)
 
   bool first_stage() const override { return s_.first_stage(); }
   bool last_stage() const override { return s_.last_stage(); }
@@ -450,9 +450,15 @@ Status train(const TrainOptions& given) {
       std::vector<CollectiveRecord> before;
       if (step == o.steps) before = groups.collectives();
       opt.zero_grad();
+      // Steps after the run's first are timed into the summary (a one-step run: its only step).
+      const bool timed_step = step > start_step + 1 || o.steps == start_step + 1;
       int64_t step_tokens = tokens_per_step, loss_tokens = tokens_per_step;
       StepStats stats;
-      double loss_sum = 0, compute_s = 0;
+      double plan_wait_s = 0;
+      // The stage and schedule of the step: a variable-length step's come from its plan.
+      PipelineStage* inner = &stage;
+      const std::vector<PipeAction>* step_actions = &actions;
+      std::vector<PipeAction> varlen_actions;
       if (vstage) {
         // The step's plan (waiting for it only if the planner fell behind), the same on every rank.
         auto next = planner->next();
@@ -470,13 +476,10 @@ Status train(const TrainOptions& given) {
         loss_tokens = std::max<int64_t>(1, vstage->set_step(step, vs));
         step_tokens = 0;
         for (int64_t l : vstage->lengths()) step_tokens += l;
-        std::vector<PipeAction> acts;
-        for (int k = 0; k < vstage->micro_batches(); ++k)
-          acts.push_back({PipeAction::kForward, k}), acts.push_back({PipeAction::kBackward, k});
-        TimedStage timed(*vstage);
-        timed.factor = slow.applies(rank, step) ? slow.factor : 1.0;
-        loss_sum = run_pipeline_step(acts, timed, links, static_cast<double>(loss_tokens));
-        compute_s = timed.compute_s;
+        // One stage: F0 B0 F1 B1 ..., each micro-batch's group and documents set until its backward ran.
+        varlen_actions = pipeline_actions(Schedule::k1F1B, 1, 0, vstage->micro_batches());
+        step_actions = &varlen_actions;
+        inner = vstage.get();
         stats.extra = Json{{"lengths", vstage->lengths()},
                            {"micro_batches", varlen_step_json(vs, vstage->lengths())},
                            {"plan_ms", vs.plan_ms},
@@ -485,21 +488,20 @@ Status train(const TrainOptions& given) {
         std::snprintf(tail, sizeof tail, "  %zu docs in %d micro-batch%s  plan wait %.1f ms", vstage->lengths().size(),
                       vstage->micro_batches(), vstage->micro_batches() > 1 ? "es" : "", vs.waited_s * 1e3);
         stats.text_tail = tail;
-        if (step > start_step + 1 || o.steps == start_step + 1) tot.plan_wait_s += vs.waited_s;
+        plan_wait_s = vs.waited_s;
       } else {
         stage.step = step;
-        TimedStage timed(stage);
-        timed.factor = slow.applies(rank, step) ? slow.factor : 1.0;
-        loss_sum = run_pipeline_step(actions, timed, links, static_cast<double>(tokens_per_step));
-        compute_s = timed.compute_s;
       }
+      TimedStage timed(*inner);
+      timed.factor = slow.applies(rank, step) ? slow.factor : 1.0;
+      const double loss_sum = run_pipeline_step(*step_actions, timed, links, static_cast<double>(loss_tokens));
       opt.sync_grads();
       if (step == o.steps) {
         tot.resident_grad_bytes = opt.resident_grad_bytes();
         tot.held = opt.held_bytes();
       }
       const double lr = lrs.at(step);
-      const StepResult res = optimizer_step(model, opt, world, loss_sum, loss_tokens, o.clip, lr, compute_s);
+      const StepResult res = optimizer_step(model, opt, world, loss_sum, loss_tokens, o.clip, lr, timed.compute_s);
       const double loss = res.loss, norm = res.norm;
       const double dt = seconds_since(t0);
       if (step == o.steps) tot.step_collectives = collectives_between(before, groups.collectives());
@@ -509,14 +511,13 @@ Status train(const TrainOptions& given) {
       stats.extra["compute_s"] = res.compute_s;
       rep.step(stats);
       for (const std::string& line : stragglers.update(step, res.compute_s)) rep.note(line);
-      if (step > start_step + 1 || o.steps == start_step + 1) {
+      tot.last_loss = loss;
+      if (timed_step) {
+        tot.timed_s += dt, ++tot.timed_steps, tot.grad_wait_s += opt.grad_sync().stats().wait_s;
+        tot.timed_tokens += step_tokens, tot.plan_wait_s += plan_wait_s;
         tot.compute_s.resize(res.compute_s.size(), 0.0);
         for (size_t r = 0; r < res.compute_s.size(); ++r) tot.compute_s[r] += res.compute_s[r];
       }
-      tot.last_loss = loss;
-      if (step > start_step + 1 || o.steps == start_step + 1)
-        tot.timed_s += dt, ++tot.timed_steps, tot.grad_wait_s += opt.grad_sync().stats().wait_s,
-            tot.timed_tokens += step_tokens;
       if (!o.checkpoint_dir.empty() && (step == o.steps || (o.checkpoint_every > 0 && step % o.checkpoint_every == 0))) {
         Status cs = save_checkpoint(o.checkpoint_dir, step, model, opt, groups, plan_hash, o.keep_checkpoints);
         if (!cs.ok()) return job.fail(cs.error().message);

@@ -121,8 +121,7 @@ Result<VarlenSetup> setup_varlen(const TrainOptions& o, const Plan& plan, const 
   const int most = varlen_max_group(plan, world);
   v.min_group = o.min_group;
   v.max_group = o.max_group > 0 ? o.max_group : most;
-  auto pow2 = [](int x) { return x > 0 && (x & (x - 1)) == 0; };
-  if (!pow2(v.min_group) || !pow2(v.max_group) || v.min_group > v.max_group)
+  if (!power_of_two(v.min_group) || !power_of_two(v.max_group) || v.min_group > v.max_group)
     return bad("--min-group " + std::to_string(v.min_group) + " / --max-group " + std::to_string(v.max_group) +
                ": powers of two, the first at most the second");
   if (v.max_group > most)

@@ -5,9 +5,9 @@
 
 namespace weft::runtime {
 
-namespace {
-
 bool power_of_two(int x) { return x > 0 && (x & (x - 1)) == 0; }
+
+namespace {
 
 Status bad(const std::string& m) { return Error{ErrorKind::kBadInput, m}; }
 

@@ -23,6 +23,8 @@ namespace weft::runtime {
 // consecutive ranks from u x tp, and a group of g units runs its all-to-alls between the g ranks of
 // one tp index.
 
+bool power_of_two(int x);
+
 // The largest group size a variable-length run may use: the largest power of two that is at most
 // the units and divides every layer's attention heads per tp rank (Ulysses moves whole heads).
 int varlen_max_group(const Plan& plan, int world);

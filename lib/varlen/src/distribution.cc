@@ -13,53 +13,54 @@ Result<std::vector<DistributionCandidate>> plan_distribution(const ModelSpec& mo
   std::vector<DistributionCandidate> out;
   for (int tp = 1; tp <= max_tp && cluster.total_gpus() % tp == 0; tp *= 2) {
     if (model.groups.empty() || model.groups.front().shape.heads % tp != 0) break;
-    for (int zero : o.zero)
-    for (Recompute rc : o.recompute) {
-      DistributionCandidate c;
-      c.tp = tp;
-      c.recompute = rc;
-      c.zero = zero;
-      AnalyticSeqOptions so;
-      so.model = o.model;
-      so.recompute = rc;
-      so.dtype = o.dtype;
-      so.tp = tp;
-      so.zero = zero;
-      so.max_seq = std::max<std::int64_t>(batches.longest, 4096);
-      auto cost = analytic_seq_cost(model, cluster, so);
-      if (!cost.ok()) {
-        c.why = cost.error().message;
-        out.push_back(std::move(c));
-        continue;
-      }
-      double total = 0, tokens = 0, mbs = 0;
-      std::set<int> sizes;
-      bool ok = true;
-      for (const std::vector<std::int64_t>& b : batches.steps) {
-        const auto t0 = std::chrono::steady_clock::now();
-        auto p = plan_step(b, **cost, o.planner);
-        const auto t1 = std::chrono::steady_clock::now();
-        if (!p.ok()) {
-          c.why = p.error().message;
-          ok = false;
-          break;
+    for (int zero : o.zero) {
+      for (Recompute rc : o.recompute) {
+        DistributionCandidate c;
+        c.tp = tp;
+        c.recompute = rc;
+        c.zero = zero;
+        AnalyticSeqOptions so;
+        so.model = o.model;
+        so.recompute = rc;
+        so.dtype = o.dtype;
+        so.tp = tp;
+        so.zero = zero;
+        so.max_seq = std::max<std::int64_t>(batches.longest, 4096);
+        auto cost = analytic_seq_cost(model, cluster, so);
+        if (!cost.ok()) {
+          c.why = cost.error().message;
+          out.push_back(std::move(c));
+          continue;
         }
-        c.plan_ms_max = std::max(c.plan_ms_max, std::chrono::duration<double, std::milli>(t1 - t0).count());
-        total += p->time;
-        mbs += static_cast<double>(p->micro_batches.size());
-        for (std::int64_t s : b) tokens += static_cast<double>(s);
-        for (const MicroBatch& mb : p->micro_batches)
-          for (const Group& g : mb.groups) sizes.insert(g.size * tp);
+        double total = 0, tokens = 0, mbs = 0;
+        std::set<int> sizes;
+        bool ok = true;
+        for (const std::vector<std::int64_t>& b : batches.steps) {
+          const auto t0 = std::chrono::steady_clock::now();
+          auto p = plan_step(b, **cost, o.planner);
+          const auto t1 = std::chrono::steady_clock::now();
+          if (!p.ok()) {
+            c.why = p.error().message;
+            ok = false;
+            break;
+          }
+          c.plan_ms_max = std::max(c.plan_ms_max, std::chrono::duration<double, std::milli>(t1 - t0).count());
+          total += p->time;
+          mbs += static_cast<double>(p->micro_batches.size());
+          for (std::int64_t s : b) tokens += static_cast<double>(s);
+          for (const MicroBatch& mb : p->micro_batches)
+            for (const Group& g : mb.groups) sizes.insert(g.size * tp);
+        }
+        if (ok) {
+          const double n = static_cast<double>(batches.steps.size());
+          c.fits = true;
+          c.mean_step_s = total / n;
+          c.tokens_per_s = tokens / total;
+          c.mean_micro_batches = mbs / n;
+          c.group_gpus.assign(sizes.begin(), sizes.end());
+        }
+        out.push_back(std::move(c));
       }
-      if (ok) {
-        const double n = static_cast<double>(batches.steps.size());
-        c.fits = true;
-        c.mean_step_s = total / n;
-        c.tokens_per_s = tokens / total;
-        c.mean_micro_batches = mbs / n;
-        c.group_gpus.assign(sizes.begin(), sizes.end());
-      }
-      out.push_back(std::move(c));
     }
   }
   std::stable_sort(out.begin(), out.end(), [](const DistributionCandidate& a, const DistributionCandidate& b) {
