@@ -9,6 +9,7 @@
 #include "commands.h"
 #include "weft/core/format.h"
 #include "weft/spec/counts.h"
+#include "weft/spec/mixed.h"
 #include "weft/spec/presets.h"
 
 namespace weft::cli {
@@ -139,7 +140,8 @@ void print_cluster_table() {
   }
   std::printf("\nGPUS per node. BF16, FP8: peak dense TFLOP/s (- = not supported). INTRA, INTER:\n"
               "GB/s per GPU per direction inside / between nodes.\n"
-              "`weft clusters --show NAME [--format json]` prints one preset.\n");
+              "`weft clusters --show NAME [--format json]` prints one preset, and\n"
+              "`--show a100-80gb:2,h100-80gb:2` a mixed cluster of node groups.\n");
 }
 
 Json cluster_summary(const std::string& name, const ClusterSpec& c) {
@@ -168,9 +170,29 @@ void print_cluster_detail(const ClusterSpec& c) {
               num(c.inter.latency_us).c_str());
 }
 
+// A mixed cluster (weft/spec/mixed.h): its groups in GPU order, the link between them, stragglers.
+void print_mixed_detail(const MixedCluster& m) {
+  std::printf("%s: %d GPUs in %zu node groups\n", m.name.c_str(), m.total_gpus(), m.groups.size());
+  for (size_t g = 0; g < m.groups.size(); ++g) {
+    const int first = m.first_gpu(static_cast<int>(g));
+    std::printf("\ngroup %zu, GPUs %d-%d: ", g, first, first + m.groups[g].total_gpus() - 1);
+    print_cluster_detail(m.groups[g]);
+  }
+  std::printf("\nbetween groups: %s GB/s per GPU per direction, %s us per hop\n", num(m.between.gbps).c_str(),
+              num(m.between.latency_us).c_str());
+  for (int g = 0; g < m.total_gpus(); ++g)
+    if (m.slowdown_of(g) != 1.0) std::printf("straggler: GPU %d computes %sx slower\n", g, num(m.slowdown_of(g)).c_str());
+}
+
 void run_clusters(const SpecFlags& f) {
   if (!f.show.empty()) {
-    const ClusterSpec c = unwrap(load_cluster(f.show));
+    const MixedCluster m = unwrap(load_mixed_cluster(f.show));
+    if (m.groups.size() > 1 || !m.slowdown.empty()) {
+      if (f.format == "json") std::cout << to_json(m).dump(2) << "\n";
+      else print_mixed_detail(m);
+      return;
+    }
+    const ClusterSpec& c = m.groups[0];
     if (f.format == "json") std::cout << to_json(c).dump(2) << "\n";
     else print_cluster_detail(c);
     return;
