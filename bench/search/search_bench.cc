@@ -1,5 +1,5 @@
 // Search wall time on the five cases of docs/search.md ("Speed"), with weft's analytic cost model,
-// one thread. Built with Google Benchmark when it is installed (then the usual --benchmark_* flags
+// one thread; then the mixed-device cases of docs/search.md §9 (hetero_search). Built with Google Benchmark when it is installed (then the usual --benchmark_* flags
 // apply), otherwise as a plain program; either way it ends with a summary table that includes the
 // ratio to Galvatron's own search time on its own Llama-2-7B / 8-GPU settings (118-125 s and 282-300 s
 // measured on this machine class, data/reference/galvatron/README.md).
@@ -13,7 +13,9 @@
 #include <vector>
 
 #include "weft/cost/analytic.h"
+#include "weft/search/hetero.h"
 #include "weft/search/search.h"
+#include "weft/spec/mixed.h"
 #include "weft/spec/presets.h"
 
 #ifdef WEFT_HAVE_BENCHMARK
@@ -128,6 +130,70 @@ void summary(int reps) {
   }
 }
 
+// Mixed devices (docs/search.md §9): hetero_search, its wall time (it runs its three homogeneous
+// searches on threads) and the step against its two baselines.
+struct MixedCase {
+  const char* name;
+  const char* model;
+  const char* cluster;  // --cluster as given
+  const char* straggler;  // --straggler, or ""
+  int seq, batch;
+};
+const MixedCase kMixed[] = {
+    {"llama-2-7b/8xA100+8xH100", "llama-2-7b", "a100-80gb:1,h100-80gb:1", "", 4096, 64},
+    {"llama-2-70b/512xA100+512xH100", "llama-2-70b", "a100-80gb:64,h100-80gb:64", "", 4096, 1024},
+    {"llama-2-7b/8xH100, GPU 1 2x slow", "llama-2-7b", "h100-80gb", "1:2", 4096, 64},
+};
+
+void mixed_summary(int reps) {
+  std::printf("\n%-34s %8s %8s %10s %10s %10s  %s\n", "mixed devices", "median_s", "best_s", "step_s", "uniform_s",
+              "subset_s", "best plan");
+  const weft::AnalyticCostModel cm;
+  for (const MixedCase& c : kMixed) {
+    auto m = weft::load_model(c.model);
+    auto d = weft::load_mixed_cluster(c.cluster);
+    if (!m.ok() || !d.ok()) {
+      std::fprintf(stderr, "cannot load %s / %s\n", c.model, c.cluster);
+      std::exit(1);
+    }
+    weft::MixedCluster dev = *d;
+    if (dev.groups.size() == 1) {  // a one-kind preset: a node of 8
+      weft::ClusterOverrides o;
+      o.gpus = 8;
+      dev.groups[0] = *weft::apply_overrides(dev.groups[0], o);
+    }
+    if (*c.straggler && !weft::add_straggler(dev, c.straggler).ok()) std::exit(1);
+    weft::SearchOptions opt;
+    opt.seq = c.seq;
+    opt.global_batch = c.batch;
+    std::vector<double> t;
+    weft::HeteroResult last;
+    for (int i = 0; i < reps; ++i) {
+      const auto t0 = std::chrono::steady_clock::now();
+      auto r = weft::hetero_search(*m, dev, cm, opt);
+      t.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+      if (!r.ok()) {
+        std::fprintf(stderr, "%s: %s\n", c.name, r.error().message.c_str());
+        std::exit(1);
+      }
+      last = std::move(r).value();
+    }
+    std::sort(t.begin(), t.end());
+    std::string best = "nothing fits";
+    double step = 0;
+    if (!last.top.empty()) {
+      const weft::Plan& p = last.top.front();
+      step = p.predicted.step_time_s;
+      char buf[160];
+      std::snprintf(buf, sizeof buf, "pp%d m%d %s", p.train.pp, p.train.micro_batches,
+                    p.train.dp_shares.empty() ? "even shares" : "uneven shares");
+      best = buf;
+    }
+    std::printf("%-34s %8.4f %8.4f %10.3f %10.3f %10.3f  %s\n", c.name, t[t.size() / 2], t.front(), step,
+                last.uniform_s, last.fastest_subset_s, best.c_str());
+  }
+}
+
 }  // namespace
 
 #ifdef WEFT_HAVE_BENCHMARK
@@ -153,12 +219,14 @@ int main(int argc, char** argv) {
   benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();
   summary(5);
+  mixed_summary(3);
   return 0;
 }
 #else
 int main(int argc, char** argv) {
   const int reps = argc > 1 ? std::max(1, std::atoi(argv[1])) : 5;
   summary(reps);
+  mixed_summary(std::max(1, reps / 2));
   return 0;
 }
 #endif

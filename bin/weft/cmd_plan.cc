@@ -16,6 +16,7 @@
 #include "weft/cost/estimate.h"
 #include "weft/plan/plan.h"
 #include "weft/plan/runtime_support.h"
+#include "weft/search/hetero.h"
 #include "weft/search/search.h"
 #include "weft/search/uniform.h"
 #include "weft/spec/counts.h"
@@ -53,6 +54,55 @@ Json plan_entry(const Plan& p, const Estimate& e) {
 }
 
 // --- weft plan --------------------------------------------------------------------------------
+
+[[noreturn]] void bad(const std::string& m) { fail(Error{ErrorKind::kBadInput, m}); }
+
+Json device_groups_json(const HeteroEstimate& e) {
+  Json a = Json::array();
+  for (const DeviceGroupUse& g : e.groups)
+    a.push_back(Json{{"name", g.name},
+                     {"gpu", g.gpu},
+                     {"first_rank", g.first_rank},
+                     {"ranks", g.ranks},
+                     {"slowest", g.slowest},
+                     {"layers", g.layers},
+                     {"samples_per_micro_batch", g.samples},
+                     {"time_s", g.time_s},
+                     {"memory_gib", g.memory_gib},
+                     {"memory_budget_gib", g.budget_gib}});
+  return a;
+}
+
+// printf into a string (the table rows below have many fields).
+template <typename... A>
+std::string row(const char* format, A... args) {
+  char buf[512];
+  std::snprintf(buf, sizeof buf, format, args...);
+  return buf;
+}
+
+std::string device_groups_table(const Plan& p, const HeteroEstimate& e) {
+  std::string out = row("%-22s %-24s %-9s %7s %6s %8s %10s %16s\n", "device group", "GPU", "ranks", "slowest",
+                        "layers", "samples", "busy/step", "memory GiB");
+  for (const DeviceGroupUse& g : e.groups) {
+    out += row("%-22s %-24s %-9s %6.2fx %6d %8d %10s %7.1f / %-6.1f\n", g.name.c_str(), g.gpu.c_str(),
+               (S(g.first_rank) + "-" + S(g.first_rank + g.ranks - 1)).c_str(), g.slowest, g.layers, g.samples,
+               duration_text(g.time_s).c_str(), g.memory_gib, g.budget_gib);
+  }
+  out += "samples: of each micro-batch of " + S(p.train.pipeline_micro_batch()) +
+         ", per stage its groups run; busy/step: the busiest data-parallel replica of a stage on it\n";
+  if (!p.train.dp_shares.empty()) {
+    std::string shares;
+    for (int x : p.train.dp_shares) shares += (shares.empty() ? "" : ":") + S(x);
+    out += "data-parallel shares (train.dp_shares): " + shares + "\n";
+  }
+  return out;
+}
+
+std::string baseline_text(double best, double other) {
+  if (other <= 0) return "does not fit";
+  return duration_text(other) + " (" + printf_str("%.2fx", other / best) + " the time)";
+}
 
 struct PlanFlags {
   InputFlags in;
@@ -163,6 +213,76 @@ void run_plan_lengths(const PlanFlags& f) {
                                   f.out.c_str(), f.out.c_str());
 }
 
+// weft plan on mixed or straggling devices (weft/search/hetero.h).
+void run_plan_mixed(const PlanFlags& f, const Inputs& in, const SearchOptions& opt, std::vector<std::string> notes,
+                    bool runtime_only) {
+  const MixedCluster& dev = *in.mixed;
+  if (f.galvatron_space) bad("--galvatron-space: Galvatron plans one kind of device; drop it for a mixed cluster");
+  if (!f.report.empty()) bad("--report: the HTML report draws one kind of device; not yet for a mixed cluster");
+  if (!f.galvatron_out.empty()) bad("--galvatron-out: Galvatron runs one kind of device; not for a mixed cluster");
+  for (const ClusterSpec& g : dev.groups) check(check_dtype(g.gpu, opt.dtype, "--dtype"));
+  HeteroResult r = unwrap(hetero_search(in.model, dev, in.cost(), opt));
+  if (r.top.empty()) {
+    std::string msg = "nothing fits on these devices";
+    double least = 1e300;
+    for (const ClusterSpec& g : dev.groups) least = std::min(least, g.gpu.memory_gib);
+    if (r.closest)
+      msg += ": the plan needing the least memory needs " + printf_str("%.1f", r.min_memory_gib) +
+             " GiB per GPU and the smallest devices hold " + printf_str("%.1f", least) + " GiB";
+    if (runtime_only) msg += "; searched only what weft's runtime runs (--all-strategies searches more)";
+    fail(Error{ErrorKind::kNoFit, msg});
+  }
+  const Plan& best = r.top.front();
+  const HeteroEstimate& eb = r.top_estimates.front();
+  if (!f.out.empty()) check(write_plan_file(f.out, best));
+  auto or_null = [](double x) { return x > 0 ? Json(x) : Json(nullptr); };
+  if (f.format == "json") {
+    Json j = plan_entry(best, eb.total);
+    j["device_groups"] = device_groups_json(eb);
+    j["baselines"] = {{"uniform_s", or_null(r.uniform_s)},
+                      {"fastest_subset_s", or_null(r.fastest_subset_s)},
+                      {"fastest_subset", r.fastest_subset_label},
+                      {"uniform", r.uniform ? to_json(*r.uniform) : Json(nullptr)}};
+    Json top = Json::array();
+    for (size_t i = 0; i < r.top.size(); ++i) {
+      Json e = plan_entry(r.top[i], r.top_estimates[i].total);
+      e["device_groups"] = device_groups_json(r.top_estimates[i]);
+      top.push_back(std::move(e));
+    }
+    j["top"] = std::move(top);
+    j["search"] = {{"wall_s", r.stats.wall_s}, {"configurations", r.stats.configurations},
+                   {"searched", r.stats.searched}, {"placements", r.placements}};
+    add_notes(j, notes);
+    std::printf("%s\n", j.dump(2).c_str());
+    notes_to_stderr(notes);
+    return;
+  }
+  std::string groups;
+  for (const ClusterSpec& g : dev.groups)
+    groups += (groups.empty() ? "" : " + ") + S(g.total_gpus()) + " x " + g.gpu.name;
+  std::printf("weft plan: %s on %s (%s)\n", in.model.name.c_str(), dev.name.c_str(), groups.c_str());
+  for (int g = 0; g < dev.total_gpus(); ++g)
+    if (dev.slowdown_of(g) != 1.0) std::printf("straggler: GPU %d computes %sx slower\n", g, num(dev.slowdown_of(g)).c_str());
+  std::printf("seq %d, global batch %d, %s; cost model %s (%s)\n", f.seq, f.global_batch, to_string(best.train.dtype),
+              in.cost().name().c_str(), in.cost().source().c_str());
+  std::printf("searched %lld configurations, placed %lld plans on the devices, in %s\n", r.stats.configurations,
+              r.placements, duration_text(r.stats.wall_s).c_str());
+  std::fputs(notes_text(notes).c_str(), stdout);
+  std::printf("\n");
+  std::fputs(device_groups_table(best, eb).c_str(), stdout);
+  std::printf("\nstep %s; the best uniform plan (ignoring the differences) on these devices: %s; the best plan on "
+              "the fastest homogeneous subset (%s): %s\n\n",
+              duration_text(eb.total.step_time.value()).c_str(),
+              baseline_text(eb.total.step_time.value(), r.uniform_s).c_str(), r.fastest_subset_label.c_str(),
+              baseline_text(eb.total.step_time.value(), r.fastest_subset_s).c_str());
+  std::optional<Estimate> eu;
+  if (r.uniform) eu = hetero_estimate(*r.uniform, in.cost()).total;
+  std::fputs(plan_table(best, eb.total, r.uniform, eu, in.margin).c_str(), stdout);
+  std::printf("\n");
+  std::fputs(layers_table(best).c_str(), stdout);
+  if (!f.out.empty()) std::printf("\nplan written to %s\n", f.out.c_str());
+}
+
 void run_plan(const PlanFlags& f) {
   if (!f.lengths.empty() || !f.data.empty()) return run_plan_lengths(f);
   if (f.seq < 0) fail(Error{ErrorKind::kBadInput, "--seq: required (or give --lengths FILE)"});
@@ -223,6 +343,7 @@ void run_plan(const PlanFlags& f) {
       printed = true;
     };
   }
+  if (in.mixed) return run_plan_mixed(f, in, opt, notes, runtime_only);
   // Galvatron's model in Galvatron's space: its task loop, each plan scored with its exact accounting.
   SearchResult r = unwrap(galvatron::search_with(in.setup, in.model, in.cluster, opt, f.galvatron_space));
   if (printed) std::fprintf(stderr, "\r%60s\r", "");
@@ -313,7 +434,6 @@ struct EstimateFlags {
   std::string out;
 };
 
-[[noreturn]] void bad(const std::string& m) { fail(Error{ErrorKind::kBadInput, m}); }
 
 // Checks the hand-given strategy against the model before building the plan, so messages name the
 // flag: "--tp: tp=3 does not divide 32 attention heads".
@@ -428,8 +548,15 @@ void run_estimate(const EstimateFlags& f, const CLI::App& cmd) {
     notes.push_back("weft train cannot run this plan yet (" + runs.error().message +
                     "); the estimate is for planning only");
   }
+  // Mixed or straggling devices: the plan placed on them (as given, in the cluster's order) and costed
+  // unit by unit (weft/search/hetero.h).
+  if (in.mixed && !p.devices) {
+    std::vector<int> order(in.mixed->groups.size());
+    for (size_t g = 0; g < order.size(); ++g) order[g] = static_cast<int>(g);
+    p = place(std::move(p), *in.mixed, order);
+  }
   // Galvatron's model: its exact accounting (the plan's own task and buffer).
-  const Estimate e = unwrap(galvatron::estimate_with(in.setup, p));
+  const Estimate e = p.devices ? hetero_estimate(p, in.cost()).total : unwrap(galvatron::estimate_with(in.setup, p));
   annotate(p, e, in.cost());
   if (!f.out.empty()) check(write_plan_file(f.out, p));
   if (f.format == "json") {

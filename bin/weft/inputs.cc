@@ -13,7 +13,11 @@ namespace weft::cli {
 
 void add_input_flags(CLI::App* cmd, InputFlags& f) {
   cmd->add_option("--model", f.model, "Model: preset name, weft model JSON, or Hugging Face config.json");
-  cmd->add_option("--cluster", f.cluster, "Cluster: preset name or cluster JSON");
+  cmd->add_option("--cluster", f.cluster,
+                  "Cluster: preset name, cluster JSON (node groups of several GPU kinds allowed), or presets with "
+                  "nodes each, e.g. a100-80gb:2,h100-80gb:2");
+  cmd->add_option("--straggler", f.stragglers,
+                  "GPU:FACTOR, repeatable: that GPU (global index) computes FACTOR times slower, e.g. 1:2.0");
   cmd->add_option("--gpus", f.overrides.gpus, "Total GPUs (nodes = GPUs / GPUs per node)");
   cmd->add_option("--gpus-per-node", f.overrides.gpus_per_node, "GPUs per node (overrides the cluster)");
   cmd->add_option("--intra-node-gbps", f.overrides.intra_gbps, "Intra-node bandwidth, GB/s per GPU per direction");
@@ -174,10 +178,23 @@ Result<Inputs> load_inputs(const InputFlags& f, const ModelSpec* fallback_model,
   } else {
     return Error{ErrorKind::kBadInput, "--model: required (a preset name from `weft models`, or a file)"};
   }
+  std::optional<MixedCluster> groups;  // a cluster of several node groups, as given
   if (!f.cluster.empty()) {
-    auto c = load_cluster(f.cluster);
-    if (!c.ok()) return c.error();
-    in.cluster = std::move(c).value();
+    auto m = load_mixed_cluster(f.cluster);
+    if (!m.ok()) return m.error();
+    if (m->groups.size() > 1 || !m->slowdown.empty()) {
+      const ClusterOverrides& o = f.overrides;
+      if (o.gpus || o.gpus_per_node || o.intra_gbps || o.inter_gbps || o.memory_gb)
+        return Error{ErrorKind::kBadInput, "--cluster " + f.cluster + ": a cluster of " +
+                                               std::to_string(m->groups.size()) +
+                                               " node groups sets GPUs, links and memory per group; --gpus, "
+                                               "--gpus-per-node, --intra-node-gbps, --inter-node-gbps and "
+                                               "--memory-gb apply to one kind only (edit the groups instead)"};
+      groups = *m;
+      in.cluster = m->as_uniform();
+    } else {
+      in.cluster = m->groups[0];
+    }
   } else if (fallback_cluster) {
     in.cluster = *fallback_cluster;
   } else if (!f.hardware_profile.empty()) {  // the machine `weft profile hardware` measured
@@ -194,9 +211,28 @@ Result<Inputs> load_inputs(const InputFlags& f, const ModelSpec* fallback_model,
   } else {
     return Error{ErrorKind::kBadInput, "--cluster: required (a preset name from `weft clusters`, or a file)"};
   }
-  auto c = apply_overrides(in.cluster, f.overrides);
-  if (!c.ok()) return c.error();
-  in.cluster = std::move(c).value();
+  if (!groups) {
+    auto c = apply_overrides(in.cluster, f.overrides);
+    if (!c.ok()) return c.error();
+    in.cluster = std::move(c).value();
+  }
+  if (groups || !f.stragglers.empty()) {
+    MixedCluster m = groups ? *groups : mixed_of(in.cluster);
+    for (const std::string& s : f.stragglers) {
+      Status st = add_straggler(m, s);
+      if (!st.ok()) return st.error();
+    }
+    if (m.heterogeneous()) {
+      if (f.cost_model == "galvatron" || !f.galvatron_profiles.empty() || !f.galvatron_model.empty())
+        return Error{ErrorKind::kBadInput, "--cost-model galvatron: Galvatron's model costs one kind of device; "
+                                           "mixed or straggling devices are planned with weft's model"};
+      if (m.groups.size() > 1 && (!f.model_profile.empty() || !f.hardware_profile.empty()))
+        return Error{ErrorKind::kBadInput, "--cluster " + f.cluster + ": measured profiles describe one kind of "
+                                           "device; plan node groups of several kinds with weft's analytic model "
+                                           "(drop --model-profile / --hardware-profile)"};
+      in.mixed = std::move(m);
+    }
+  }
   auto analytic = analytic_flags(f);
   if (!analytic.ok()) return analytic.error();
   in.framework = analytic->framework;
@@ -208,6 +244,7 @@ Result<Inputs> load_inputs(const InputFlags& f, const ModelSpec* fallback_model,
   if (!setup.ok()) return setup.error();
   in.setup = std::move(setup).value();
   in.cluster = in.setup.cluster;  // weft's model from Galvatron's profiles: link figures from the measurements
+  if (in.mixed && in.mixed->groups.size() == 1) in.mixed->groups[0] = in.cluster;
   return in;
 }
 

@@ -5,6 +5,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include <CLI/CLI.hpp>
 
@@ -14,6 +15,7 @@
 #include "weft/galvatron/setup.h"
 #include "weft/plan/plan.h"
 #include "weft/spec/cluster.h"
+#include "weft/spec/mixed.h"
 #include "weft/spec/model.h"
 
 namespace weft::cli {
@@ -37,6 +39,8 @@ struct InputFlags {
   // Memory per GPU kept free beyond the modelled reserves (weft/cost/memory.h, MemoryMargin): "10%"
   // or "4GiB"; empty = the default (kDefaultMemoryMarginPercent of the device).
   std::string memory_margin;        // --memory-margin
+  // --straggler GPU:FACTOR, repeatable: GPU computes FACTOR times slower (weft/spec/mixed.h).
+  std::vector<std::string> stragglers;
 };
 
 // Adds the flags above to cmd. `need_model` false for commands where a plan supplies them.
@@ -44,7 +48,10 @@ void add_input_flags(CLI::App* cmd, InputFlags& f);
 
 struct Inputs {
   ModelSpec model;
-  ClusterSpec cluster;
+  ClusterSpec cluster;                   // the one-kind view (MixedCluster::as_uniform()) when mixed
+  // Several node groups (--cluster a100-80gb:2,h100-80gb:2 or a file with "groups") or stragglers
+  // (--straggler): the devices as they are (weft/search/hetero.h plans and costs on them).
+  std::optional<MixedCluster> mixed;
   galvatron::CostModelSetup setup;       // the cost model (galvatron::make_cost_model)
   std::optional<Framework> framework;    // --framework, when given
   // The margin weft's models keep free (--memory-margin or its default); none under Galvatron's

@@ -592,5 +592,81 @@ TEST(CliPlanLengths, RanksTpAndRecomputeForADistribution) {
   EXPECT_NE(none.err.find("--seq: required (or give --lengths FILE)"), std::string::npos) << none.err;
 }
 
+// Mixed and straggling devices (docs/search.md §9): the JSON keeps step_time_s and baselines
+// {uniform_s, fastest_subset_s} (relied on), the plan carries its devices, and bad input names the
+// field and the numbers.
+TEST(CliPlan, MixedClusterReportsDeviceGroupsAndBaselines) {
+  const std::string out = tmp("mixed_plan.json");
+  CliRun r = run({"plan", "--model", "llama-2-7b", "--cluster", "a100-80gb:1,h100-80gb:1", "--seq", "4096",
+                  "--global-batch", "64", "--format", "json", "--out", out});
+  ASSERT_EQ(r.code, 0) << r.err;
+  const Json j = Json::parse(r.out);
+  const double step = j.at("step_time_s").get<double>();
+  ASSERT_TRUE(j.at("baselines").at("uniform_s").is_number()) << j["baselines"].dump();
+  ASSERT_TRUE(j.at("baselines").at("fastest_subset_s").is_number()) << j["baselines"].dump();
+  EXPECT_LT(step, j["baselines"]["uniform_s"].get<double>());
+  EXPECT_LT(step, j["baselines"]["fastest_subset_s"].get<double>());
+  EXPECT_EQ(j["baselines"]["fastest_subset"], "8 x H100-SXM5-80GB");
+  ASSERT_EQ(j.at("device_groups").size(), 2u);
+  int ranks = 0;
+  for (const Json& g : j["device_groups"]) {
+    ranks += g.at("ranks").get<int>();
+    EXPECT_LE(g.at("memory_gib").get<double>(), g.at("memory_budget_gib").get<double>());
+  }
+  EXPECT_EQ(ranks, 16);
+  auto plan = read_plan_file(out);
+  ASSERT_TRUE(plan.ok()) << plan.error().message;
+  ASSERT_TRUE(plan->devices.has_value());
+  EXPECT_EQ(plan->devices->cluster.groups.size(), 2u);
+  EXPECT_EQ(plan->world_size(), 16);
+  // weft estimate costs the written plan on its devices: the same step time.
+  CliRun e = run({"estimate", "--plan", out, "--format", "json"});
+  ASSERT_EQ(e.code, 0) << e.err;
+  EXPECT_NEAR(Json::parse(e.out).at("step_time_s").get<double>(), step, 1e-9 * step);
+  std::filesystem::remove(out);
+  // The table names each group and both baselines.
+  CliRun t = run({"plan", "--model", "llama-2-7b", "--cluster", "a100-80gb:1,h100-80gb:1", "--seq", "4096",
+                  "--global-batch", "64"});
+  ASSERT_EQ(t.code, 0) << t.err;
+  for (const char* want : {"device group", "A100-SXM4-80GB", "H100-SXM5-80GB", "the best uniform plan",
+                           "fastest homogeneous subset (8 x H100-SXM5-80GB)"})
+    EXPECT_NE(t.out.find(want), std::string::npos) << want << "\n" << t.out;
+}
+
+TEST(CliPlan, StragglerGivesTheSlowGpuLessWork) {
+  CliRun r = run({"plan", "--model", "llama-2-7b", "--cluster", "h100-80gb", "--gpus", "8", "--straggler", "1:2",
+                  "--seq", "4096", "--global-batch", "64", "--format", "json"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  const Json j = Json::parse(r.out);
+  EXPECT_GT(j["baselines"]["uniform_s"].get<double>() / j["step_time_s"].get<double>(), 1.3) << j["baselines"].dump();
+  const Json& devices = j["plan"]["devices"];
+  EXPECT_EQ(devices["slowdown"][1], 2.0);
+}
+
+TEST(CliPlan, MixedAndStragglerBadInputNamesTheFieldAndNumbers) {
+  const std::vector<std::pair<std::vector<std::string>, std::string>> cases{
+      {{"--cluster", "h100-80gb", "--gpus", "8", "--straggler", "8:2"},
+       "--straggler: GPU 8 is out of range (the cluster has GPUs 0-7)"},
+      {{"--cluster", "h100-80gb", "--gpus", "8", "--straggler", "1:0"}, "the factor must be > 0, got 0"},
+      {{"--cluster", "h100-80gb", "--gpus", "8", "--straggler", "1:-2"}, "the factor must be > 0, got -2"},
+      {{"--cluster", "a100-80gb:1,q100:1"}, "unknown preset \"q100\""},
+      {{"--cluster", "a100-80gb:1,h100-80gb:0"}, "nodes must be a positive integer"},
+      {{"--cluster", "a100-80gb:1,h100-80gb:1", "--gpus", "8"}, "apply to one kind only"},
+      {{"--cluster", "a100-80gb:1,h100-80gb:1", "--cost-model", "galvatron"}, "weft's model"}};
+  for (const auto& [flags, want] : cases) {
+    std::vector<std::string> args{"plan", "--model", "llama-2-7b", "--seq", "4096", "--global-batch", "64"};
+    args.insert(args.end(), flags.begin(), flags.end());
+    CliRun r = run(args);
+    EXPECT_EQ(r.code, 2) << want << "\n" << r.err;
+    EXPECT_NE(r.err.find(want), std::string::npos) << r.err;
+  }
+  // Node groups that cannot hold the model in any plan: the least memory it would need.
+  CliRun nofit = run({"plan", "--model", "llama-2-70b", "--cluster", "v100-32gb:1,a100-40gb:1", "--seq", "4096",
+                      "--global-batch", "64", "--dtype", "fp16"});
+  EXPECT_EQ(nofit.code, 3) << nofit.err;
+  EXPECT_NE(nofit.err.find("needs"), std::string::npos) << nofit.err;
+  EXPECT_NE(nofit.err.find("GiB per GPU and the smallest devices hold 32.0 GiB"), std::string::npos) << nofit.err;
+}
+
 }  // namespace
 }  // namespace weft::cli

@@ -2,14 +2,17 @@
 
 #include <algorithm>
 
+#include "weft/core/assert.h"
 #include "weft/spec/counts.h"
 
 namespace weft {
 
-StageContext stage_context(const Plan& p, int s) {
+StageContext stage_context(const Plan& p, int s) { return stage_context(p, s, p.cluster); }
+
+StageContext stage_context(const Plan& p, int s, const ClusterSpec& cluster) {
   StageContext ctx;
   ctx.model = &p.model;
-  ctx.cluster = &p.cluster;
+  ctx.cluster = &cluster;
   ctx.train = p.train;
   ctx.stage = s;
   ctx.num_stages = static_cast<int>(p.stages.size());
@@ -18,6 +21,12 @@ StageContext stage_context(const Plan& p, int s) {
 }
 
 std::vector<StageSums> stage_sums(const Plan& p, const CostModel& cm) {
+  return stage_sums(p, cm, std::vector<ClusterSpec>(p.stages.size(), p.cluster));
+}
+
+std::vector<StageSums> stage_sums(const Plan& p, const CostModel& cm, const std::vector<ClusterSpec>& clusters) {
+  WEFT_ASSERT(clusters.size() == p.stages.size(), "stage_sums: one cluster per stage");
+  auto stage_context = [&](const Plan& pl, int s) { return weft::stage_context(pl, s, clusters[s]); };
   const int n = static_cast<int>(p.stages.size());
   std::vector<StageSums> out(n);
   // p2p at the boundary after stage s, paid by both neighbours.
@@ -70,6 +79,23 @@ double CostModel::recompute_flops(const LayerShape& s, Recompute r, double batch
   return 0;
 }
 
+void set_throughput(Estimate& e, const Plan& p, const CostModel& cm, double peak_flops) {
+  const double tokens = static_cast<double>(p.train.global_batch) * p.train.seq;
+  const double step = e.step_time.value();
+  if (step <= 0) return;
+  e.tokens_per_s = tokens / step;
+  const double flops = model_step_flops(p.model, p.train.global_batch, p.train.seq);
+  double recomputed = 0;
+  for (const Stage& st : p.stages)
+    for (int i = 0; i < st.num_layers(); ++i)
+      recomputed += cm.recompute_flops(p.model.layer(st.first_layer + i), st.layers[i].recompute,
+                                       p.train.global_batch, p.train.seq);
+  e.model_tflops_per_gpu = flops / step / p.world_size() / 1e12;
+  e.hardware_tflops_per_gpu = (flops + recomputed) / step / p.world_size() / 1e12;
+  e.mfu = peak_flops > 0 ? flops / step / peak_flops : 0;
+  e.hfu = peak_flops > 0 ? (flops + recomputed) / step / peak_flops : 0;
+}
+
 Estimate estimate(const Plan& p, const CostModel& cm) {
   Estimate e;
   const std::vector<StageSums> sums = stage_sums(p, cm);
@@ -93,24 +119,7 @@ Estimate estimate(const Plan& p, const CostModel& cm) {
   }
   for (Bytes b : group_mem) e.peak_memory = std::max(e.peak_memory, b);
 
-  const double tokens = static_cast<double>(p.train.global_batch) * p.train.seq;
-  const double step = e.step_time.value();
-  if (step > 0) {
-    e.tokens_per_s = tokens / step;
-    const double flops = model_step_flops(p.model, p.train.global_batch, p.train.seq);
-    double recomputed = 0;
-    for (const Stage& st : p.stages)
-      for (int i = 0; i < st.num_layers(); ++i)
-        recomputed += cm.recompute_flops(p.model.layer(st.first_layer + i), st.layers[i].recompute,
-                                         p.train.global_batch, p.train.seq);
-    const double per_gpu = flops / step / p.world_size();
-    const double hw_per_gpu = (flops + recomputed) / step / p.world_size();
-    e.model_tflops_per_gpu = per_gpu / 1e12;
-    e.hardware_tflops_per_gpu = hw_per_gpu / 1e12;
-    const double peak = p.cluster.gpu.peak(p.train.dtype).value();
-    e.mfu = peak > 0 ? per_gpu / peak : 0;
-    e.hfu = peak > 0 ? hw_per_gpu / peak : 0;
-  }
+  set_throughput(e, p, cm, p.cluster.gpu.peak(p.train.dtype).value() * p.world_size());
   return e;
 }
 

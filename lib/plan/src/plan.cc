@@ -102,6 +102,11 @@ Json to_json(const Plan& p) {
                     {"source", p.predicted.source}};
   j["model"] = std::move(model);
   j["cluster"] = std::move(cluster);
+  if (p.devices) {
+    Json d = to_json(p.devices->cluster);
+    d["gpu_of_rank"] = p.devices->gpu_of_rank;
+    j["devices"] = std::move(d);
+  }
   return j;
 }
 
@@ -109,7 +114,7 @@ Result<Plan> plan_from_json(const Json& j, const std::string& path) {
   return catch_errors([&]() -> Result<Plan> {
     JsonObj o(j, path);
     o.reject_unknown({"format_version", "model", "model_hash", "cluster", "cluster_hash", "train", "embedding", "stages",
-                      "predicted"});
+                      "predicted", "devices"});
     Plan p;
     p.format_version = static_cast<int>(o.integer("format_version"));
     if (p.format_version != kPlanFormatVersion)
@@ -121,6 +126,24 @@ Result<Plan> plan_from_json(const Json& j, const std::string& path) {
     auto cluster = cluster_from_json(o.obj("cluster").json(), o.field("cluster"));
     if (!cluster.ok()) return cluster.error();
     p.cluster = std::move(cluster).value();
+    if (o.has("devices")) {
+      Json d = o.json().at("devices");
+      if (!d.is_object()) o.fail("devices", "must be an object");
+      PlanDevices dev;
+      if (d.contains("gpu_of_rank")) {
+        if (!d["gpu_of_rank"].is_array()) o.fail("devices", "gpu_of_rank must be an array of GPU indices");
+        for (const Json& x : d["gpu_of_rank"]) {
+          if (!x.is_number_integer()) o.fail("devices", "gpu_of_rank must be an array of GPU indices");
+          dev.gpu_of_rank.push_back(x.get<int>());
+        }
+        d.erase("gpu_of_rank");
+      }
+      if (!d.contains("groups")) o.fail("devices", "missing groups (the node groups in rank order)");
+      auto m = mixed_cluster_from_json(d, o.field("devices"));
+      if (!m.ok()) return m.error();
+      dev.cluster = std::move(m).value();
+      p.devices = std::move(dev);
+    }
 
     JsonObj t = o.obj("train");
     t.reject_unknown({"seq", "global_batch", "micro_batches", "pp", "vp", "schedule", "dtype", "varlen", "dp_shares"});

@@ -129,6 +129,20 @@ void validate_or_throw(const Plan& p) {
                   "activations as the embedding does (the same tp, sp, ulysses, cp and dp)");
     }
   }
+  if (p.devices) {
+    const int n = p.devices->cluster.total_gpus();
+    require(n == world, "devices: the node groups hold " + S(n) + " GPUs but the plan runs " + S(world) + " ranks");
+    const auto& g = p.devices->gpu_of_rank;
+    require(static_cast<int>(g.size()) == world,
+            "devices.gpu_of_rank: " + S(g.size()) + " entries for " + S(world) + " ranks");
+    std::vector<char> seen(world, 0);
+    for (size_t r = 0; r < g.size(); ++r) {
+      require(g[r] >= 0 && g[r] < world && !seen[g[r]],
+              "devices.gpu_of_rank[" + S(r) + "]: " + S(g[r]) + " is out of range or repeated (a permutation of 0-" +
+                  S(world - 1) + " is needed)");
+      seen[g[r]] = 1;
+    }
+  }
   const int nstages = t.pp * t.vp;
   require(static_cast<int>(p.stages.size()) == nstages, "stages: " + S(p.stages.size()) + " stages listed but pp*vp = " +
                                                             S(t.pp) + "*" + S(t.vp) + " = " + S(nstages));

@@ -35,9 +35,16 @@ struct Estimate {
 // Per-stage sums of plan p under cm (layers + transitions inside the stage + stage extras + p2p at
 // both boundaries), the input of CostModel::step(); also used by the schedule simulator.
 std::vector<StageSums> stage_sums(const Plan& p, const CostModel& cm);
-// The context of stage s of plan p.
+// The same with stage s on the devices clusters[s] (one per stage; a plan over mixed or slowed
+// devices costs each stage, or each data-parallel replica of it, on its own kind: weft/search/hetero.h).
+std::vector<StageSums> stage_sums(const Plan& p, const CostModel& cm, const std::vector<ClusterSpec>& clusters);
+// The context of stage s of plan p (on p.cluster, or on `cluster`, which must outlive the context).
 StageContext stage_context(const Plan& p, int s);
+StageContext stage_context(const Plan& p, int s, const ClusterSpec& cluster);
 
+// Fills e's tokens/s, model and hardware TFLOP/s per GPU, MFU and HFU from e.step_time, for devices
+// whose peaks in the plan's dtype add up to peak_flops (FLOP/s, all GPUs together).
+void set_throughput(Estimate& e, const Plan& p, const CostModel& cm, double peak_flops);
 // Costs plan p (which must pass validate()). Does not modify the plan.
 Estimate estimate(const Plan& p, const CostModel& cm);
 // Writes the estimate's figures into p.predicted and each stage's predicted fields.

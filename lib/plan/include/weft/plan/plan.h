@@ -10,6 +10,7 @@
 #include "weft/core/json.h"
 #include "weft/plan/strategy.h"
 #include "weft/spec/cluster.h"
+#include "weft/spec/mixed.h"
 #include "weft/spec/model.h"
 
 namespace weft {
@@ -72,10 +73,22 @@ struct Stage {
   bool operator==(const Stage&) const = default;
 };
 
+// The devices of a plan for a mixed or straggling cluster (JSON "devices", absent otherwise):
+// the node groups in the plan's rank order (rank r runs on the r-th GPU of `cluster`, with its
+// slowdown) and, per rank, the index of that GPU in the cluster as the user gave it (the search may
+// order the groups differently). The runtime runs any placement; `weft launch` and the user's
+// launcher give rank r the GPU gpu_of_rank[r]. Plan::cluster is then cluster.as_uniform().
+struct PlanDevices {
+  MixedCluster cluster;
+  std::vector<int> gpu_of_rank;
+  bool operator==(const PlanDevices&) const = default;
+};
+
 struct Plan {
   int format_version = kPlanFormatVersion;
   ModelSpec model;
   ClusterSpec cluster;
+  std::optional<PlanDevices> devices;
   TrainSettings train;
   // Embedding, LM head and loss: tp (vocab parallel), dp, zero; on the first and last stage.
   LayerStrategy embedding;

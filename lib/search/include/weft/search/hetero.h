@@ -1,0 +1,103 @@
+// Plans for mixed and straggling devices (docs/search.md, "Mixed and slow devices").
+//
+// A plan over a MixedCluster (weft/spec/mixed.h) is an ordinary plan (its structure, per-layer
+// strategies, stages and train.dp_shares) with PlanDevices: which GPU each rank runs on. It is costed
+// unit by unit: a unit is one data-parallel replica of one pipeline stage (the whole stage when its
+// layers lay activations out differently), on the slowest of its devices, with that replica's share
+// of each micro-batch; a replica's step is its pipeline over its units (CostModel::step), and the
+// step waits for the slowest replica. Tensor parallelism stays inside a unit, so inside a node of one
+// kind.
+//
+// The search: weft's homogeneous search on the cluster's one-kind view (MixedCluster::as_uniform())
+// proposes structures; each is then placed on the real devices: the node groups in every order
+// (which kind runs the first stages), stage boundaries re-cut by a partition DP over the units'
+// own layer times and memory, data-parallel shares that balance the replicas (integer min-max water
+// filling over a per-replica linear time model, checked exactly), and fewer, larger micro-batches
+// where shares need the granularity. Every placed plan is costed exactly and ranked.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "weft/cost/cost_model.h"
+#include "weft/cost/estimate.h"
+#include "weft/plan/plan.h"
+#include "weft/search/search.h"
+#include "weft/search/search_options.h"
+#include "weft/spec/mixed.h"
+
+namespace weft {
+
+// What one node group of a placed plan does (the report's per-group table).
+struct DeviceGroupUse {
+  std::string name;           // the group's cluster name
+  std::string gpu;            // its GPU
+  int first_rank = 0, ranks = 0;
+  double slowest = 1.0;       // the largest slowdown among its GPUs
+  int layers = 0;             // layers its pipeline stages hold (summed over its stages)
+  int samples = 0;            // samples per micro-batch its data-parallel replicas take, summed
+  double time_s = 0;          // busiest unit on it: compute time per step
+  double memory_gib = 0;      // peak per device
+  double budget_gib = 0;      // what its devices may fill
+};
+
+struct HeteroEstimate {
+  Estimate total;                      // step time, throughput, MFU over the nominal peaks, fits
+  std::vector<Seconds> replica_time;   // per data-parallel replica (one when layouts differ)
+  std::vector<DeviceGroupUse> groups;  // in the plan's rank order
+};
+
+// Costs plan p on its devices (p.devices; without them, on p.cluster as estimate() does).
+HeteroEstimate hetero_estimate(const Plan& p, const CostModel& cm);
+// Writes the figures into p.predicted and the stages' predictions (each stage: its slowest unit).
+void annotate(Plan& p, const HeteroEstimate& e, const CostModel& cm);
+
+struct HeteroResult {
+  std::vector<Plan> top;               // placed plans, best first (annotated); empty if none fits
+  std::vector<HeteroEstimate> top_estimates;
+  // The best plan of the homogeneous search that ignores the differences (even shares, its own
+  // stages, the cluster's own order), costed on the real devices; absent if it does not fit them.
+  std::optional<Plan> uniform;
+  double uniform_s = 0;
+  // The best plan on the largest homogeneous subset of the fastest devices (same global batch);
+  // absent if none fits there.
+  std::optional<Plan> fastest_subset;
+  double fastest_subset_s = 0;
+  std::string fastest_subset_label;    // e.g. "16 x H100-SXM5-80GB"
+  SearchStats stats;                   // of the homogeneous search, with wall_s of the whole
+  long long placements = 0;            // placed plans costed
+  // When nothing fits: the homogeneous search's closest plan and the memory it would need.
+  std::optional<Plan> closest;
+  double min_memory_gib = 0;
+};
+
+// Searches plans for `model` on the mixed devices `devices`. Errors as search() does, and for a
+// cluster of one kind with no slowdown (use search()).
+Result<HeteroResult> hetero_search(const ModelSpec& model, const MixedCluster& devices, const CostModel& cm,
+                                   const SearchOptions& opt);
+
+// Per rank: the work plan p gives it per step, in sample-layers (the samples its replica computes
+// per step times the layers of its stages): what the runtime's straggler check and --adapt compare
+// each rank's measured compute with (only ratios between ranks matter).
+std::vector<double> rank_work(const Plan& p);
+
+// Plan p re-balanced for measured `slowdown` per rank (1 = full speed), as Malleus re-balances on
+// measured speeds: its structure kept (strategies, stages, placement, micro-batches), the
+// data-parallel shares set so each replica's samples x its slowest rank's slowdown is as even as
+// integers allow (min-max, one sample at a time). No parameter or optimizer state changes ranks.
+// predicted_s / current_s: the slowest replica's samples x slowdown per micro-batch, new and running
+// (the compute-bound step in units of one full-speed sample; only their ratio is meant); the cost
+// model checks the new plan's memory (kNoFit naming the numbers when it does not fit).
+struct Rebalanced {
+  Plan plan;
+  HeteroEstimate estimate;
+  double predicted_s = 0, current_s = 0;
+};
+Result<Rebalanced> rebalance(const Plan& p, const std::vector<double>& slowdown, const CostModel& cm);
+
+// The plan p placed on `devices` with the node groups in `order` (indices into devices.groups):
+// p.devices set, p.cluster = the placed devices' as_uniform(). No re-cutting, no shares.
+Plan place(Plan p, const MixedCluster& devices, const std::vector<int>& order);
+
+}  // namespace weft

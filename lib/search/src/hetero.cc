@@ -1,0 +1,694 @@
+// Plans for mixed and straggling devices: costing unit by unit, placing homogeneous structures on
+// the real devices (group order, stage boundaries, data-parallel shares) and the two baselines.
+// weft/search/hetero.h describes the method.
+#include "weft/search/hetero.h"
+
+#include <algorithm>
+#include <array>
+#include <chrono>
+#include <future>
+#include <limits>
+#include <map>
+#include <numeric>
+
+#include "weft/core/assert.h"
+#include "weft/core/format.h"
+#include "weft/plan/geometry.h"
+
+namespace weft {
+
+namespace {
+
+MixedCluster devices_of(const Plan& p) { return p.devices ? p.devices->cluster : mixed_of(p.cluster); }
+
+// Every layer and the embedding lay activations out alike (the condition for train.dp_shares).
+// (Equal layout keys give equal layouts, weft/plan/geometry.h: each distinct key's layout is built
+// once, not every layer's rank by rank.)
+bool single_layout(const Plan& p) {
+  const int S = p.devices_per_stage();
+  const ActivationLayout want = layout_of(p.embedding, S);
+  std::vector<LayoutKey> same{layout_key(p.embedding)}, differ;
+  for (const Stage& st : p.stages)
+    for (const LayerStrategy& l : st.layers) {
+      const LayoutKey k = layout_key(l);
+      if (std::find(same.begin(), same.end(), k) != same.end()) continue;
+      if (std::find(differ.begin(), differ.end(), k) != differ.end()) return false;
+      if (layout_of(l, S) == want) same.push_back(k);
+      else return false;
+    }
+  return true;
+}
+
+// How the plan's devices split into units: replicas per stage group (1 when layouts differ).
+int unit_replicas(const Plan& p) {
+  if (!p.train.dp_shares.empty()) return static_cast<int>(p.train.dp_shares.size());
+  return p.embedding.dp > 1 && single_layout(p) ? p.embedding.dp : 1;
+}
+
+// The links between nodes a stage's units are costed with: the slowest inter-node link of the
+// groups the stage's ranks touch, and the link between groups when it spans several.
+LinkSpec stage_inter(const MixedCluster& d, int first, int count) {
+  const int g0 = d.group_of(first), g1 = d.group_of(first + count - 1);
+  const ClusterSpec& home = d.groups[g0];
+  LinkSpec l = home.nodes > 1 || home.inter.gbps > 0 ? home.inter : home.intra;
+  for (int g = g0 + 1; g <= g1; ++g) {
+    const ClusterSpec& o = d.groups[g];
+    if (o.inter.gbps > 0 && o.inter.gbps < l.gbps) l = o.inter;
+  }
+  if (g1 != g0 && (l.gbps <= 0 || d.between.gbps < l.gbps)) l = d.between;
+  if (l.gbps <= 0) l = home.intra;
+  return l;
+}
+
+// The ClusterSpec one unit is costed on: the slowest of its ranks' GPUs with the least memory among
+// them, the links of the groups it touches (the link between groups where it spans several), and
+// its stage's links between nodes (stage_inter). Groups are contiguous rank ranges, so a unit spans
+// the groups of its first and last rank.
+ClusterSpec unit_cluster(const MixedCluster& d, const ClusterSpec& view, DType dtype, int first, int count,
+                         const LinkSpec& inter) {
+  ClusterSpec c = view;
+  const int g0 = d.group_of(first), g1 = d.group_of(first + count - 1);
+  const ClusterSpec& home = d.groups[g0];
+  c.gpus_per_node = home.gpus_per_node;
+  const int world = d.total_gpus();
+  c.nodes = world % c.gpus_per_node == 0 ? world / c.gpus_per_node : 1;
+  if (world % c.gpus_per_node != 0) c.gpus_per_node = world;
+  c.gpu = home.gpu;
+  double mem = c.gpu.memory_gib;
+  for (int g = g0 + 1; g <= g1; ++g) {
+    const GpuSpec& o = d.groups[g].gpu;
+    if (o.peak(dtype).value() < c.gpu.peak(dtype).value()) c.gpu = o;
+    mem = std::min(mem, o.memory_gib);
+  }
+  c.gpu.memory_gib = mem;
+  // Inside a node: tensor-parallel and sequence groups never leave a node, so a unit spanning groups
+  // keeps the slowest of their node links; what crosses groups goes over `inter`.
+  c.intra = home.intra;
+  for (int g = g0 + 1; g <= g1; ++g)
+    if (d.groups[g].intra.gbps < c.intra.gbps) c.intra = d.groups[g].intra;
+  c.inter = inter;
+  return c;
+}
+
+std::string unit_key(const ClusterSpec& c) {
+  return c.gpu.name + "|" + num(c.gpu.memory_gib) + "|" + num(c.gpu.tflops_bf16) + "|" + num(c.gpu.tflops_fp32) +
+         "|" + num(c.intra.gbps) + "|" + num(c.inter.gbps) + "|" + std::to_string(c.gpus_per_node);
+}
+
+// The units of plan p: units[g][j] is replica j of stage group g.
+struct Units {
+  int pp = 1, replicas = 1, size = 1;  // size: ranks per unit
+  std::vector<std::vector<ClusterSpec>> cluster;
+  std::vector<std::vector<double>> slow;  // the largest slowdown among a unit's GPUs
+  std::vector<std::string> signature;  // per replica: its units' keys over the stage groups
+};
+
+Units units_of(const Plan& p, const MixedCluster& d) {
+  Units u;
+  u.pp = std::max(1, p.train.pp);
+  u.replicas = unit_replicas(p);
+  const int S = p.devices_per_stage();
+  u.size = S / u.replicas;
+  const ClusterSpec view = d.as_uniform();
+  u.cluster.assign(u.pp, {});
+  u.slow.assign(u.pp, {});
+  u.signature.assign(u.replicas, "");
+  for (int g = 0; g < u.pp; ++g) {
+    const LinkSpec inter = stage_inter(d, g * S, S);
+    // Units alike (one group, no slowdown) share their cluster and key: build each distinct one once.
+    std::map<std::pair<int, int>, int> built;  // (first group, last group) -> its index in keys
+    std::vector<std::string> keys;             // each distinct unit's key
+    std::vector<int> first_of;                 // the replica whose unit was built for it
+    for (int j = 0; j < u.replicas; ++j) {
+      const int first = g * S + j * u.size;
+      double slow = 1.0;
+      for (int r = first; r < first + u.size && !d.slowdown.empty(); ++r) slow = std::max(slow, d.slowdown_of(r));
+      const std::pair<int, int> span{d.group_of(first), d.group_of(first + u.size - 1)};
+      auto it = built.find(span);
+      if (it == built.end()) {
+        u.cluster[g].push_back(unit_cluster(d, view, p.train.dtype, first, u.size, inter));
+        keys.push_back(unit_key(u.cluster[g].back()));
+        it = built.emplace(span, static_cast<int>(keys.size()) - 1).first;
+      } else {
+        u.cluster[g].push_back(u.cluster[g][first_of[it->second]]);
+      }
+      if (first_of.size() < keys.size()) first_of.push_back(j);
+      u.slow[g].push_back(slow);
+      u.signature[j] += keys[it->second] + (slow == 1.0 ? std::string(";") : "x" + num(slow) + ";");
+    }
+  }
+  return u;
+}
+
+struct ReplicaCost {
+  StepCost step;
+  std::vector<StageSums> sums;
+  std::vector<Bytes> group_mem, budget;  // per stage group
+  bool fits = true;
+};
+
+// Replica j of plan p taking `share` samples of each micro-batch (0: the even share).
+ReplicaCost replica_cost(const Plan& p, const Units& u, const CostModel& cm, int j, int share) {
+  Plan q = p;
+  q.train.dp_shares.clear();
+  if (share > 0) q.train.global_batch = share * u.replicas * q.train.micro_batches;
+  std::vector<ClusterSpec> clusters;
+  for (size_t s = 0; s < q.stages.size(); ++s) clusters.push_back(u.cluster[s % u.pp][j]);
+  ReplicaCost rc;
+  rc.sums = stage_sums(q, cm, clusters);
+  // A slowed unit's passes (compute and the communication inside them) take `slow` times as long,
+  // as a throttled GPU or the runtime's --slow hook makes them.
+  for (size_t s = 0; s < rc.sums.size(); ++s) {
+    const double f = u.slow[s % u.pp][j];
+    if (f == 1.0) continue;
+    rc.sums[s].fwd = rc.sums[s].fwd * f;
+    rc.sums[s].bwd = rc.sums[s].bwd * f;
+  }
+  rc.step = cm.step(q.train, rc.sums);
+  rc.group_mem.assign(u.pp, Bytes(0));
+  rc.budget.assign(u.pp, Bytes(0));
+  for (size_t s = 0; s < rc.sums.size(); ++s) rc.group_mem[s % u.pp] += rc.sums[s].memory.total();
+  for (int g = 0; g < u.pp; ++g) {
+    rc.budget[g] = cm.memory_budget(u.cluster[g][j]);
+    rc.fits = rc.fits && rc.group_mem[g] <= rc.budget[g];
+  }
+  return rc;
+}
+
+int share_of(const Plan& p, const Units& u, int j) {
+  if (!p.train.dp_shares.empty()) return p.train.dp_shares[j];
+  return u.replicas > 1 ? p.train.pipeline_micro_batch() / u.replicas : 0;
+}
+
+double nominal_peak_sum(const MixedCluster& d, DType dtype) {
+  double s = 0;
+  for (const ClusterSpec& g : d.groups) s += g.gpu.peak(dtype).value() * g.total_gpus();
+  return s;
+}
+
+// A replica's step time and whether it fits, as a function of its share: exact at a geometric grid
+// of shares (1, 2, 3, 4, 6, 8, 12, ...), linear between them.
+struct ShareCurve {
+  std::vector<int> at;
+  std::vector<double> time;
+  std::vector<char> fits;
+  double operator()(int b) const {
+    size_t i = 1;
+    while (i < at.size() && at[i] < b) ++i;
+    if (i >= at.size()) return time.back();
+    const double f = static_cast<double>(b - at[i - 1]) / (at[i] - at[i - 1]);
+    return time[i - 1] + f * (time[i] - time[i - 1]);
+  }
+  // The largest share whose sampled neighbours both fit.
+  int most() const {
+    int m = 0;
+    for (size_t i = 0; i < at.size() && fits[i]; ++i) m = at[i];
+    return m;
+  }
+};
+
+ShareCurve share_curve(const Plan& p, const Units& u, const CostModel& cm, int j, int largest) {
+  ShareCurve c;
+  for (int b = 1; b <= largest;) {
+    const ReplicaCost rc = replica_cost(p, u, cm, j, b);
+    c.at.push_back(b);
+    c.time.push_back(rc.step.step_time.value());
+    c.fits.push_back(rc.fits ? 1 : 0);
+    if (b == largest) break;
+    b = std::min(largest, b < 4 ? b + 1 : b + b / 2);
+  }
+  return c;
+}
+
+// Balances the replicas: integer shares summing to the micro-batch that minimise the slowest
+// replica's step (min-max water filling over each distinct replica's share curve, one sample at a
+// time to the replica that would finish first), within each replica's memory. Kept only if the
+// exact estimate beats even shares.
+void fit_shares(Plan& p, const MixedCluster& d, const CostModel& cm) {
+  p.train.dp_shares.clear();
+  const int dp = p.embedding.dp;
+  const int P = p.train.pipeline_micro_batch();
+  if (dp <= 1 || P <= dp || !single_layout(p)) return;
+  const Units u = units_of(p, d);
+  const int largest = P - (dp - 1);
+  std::map<std::string, ShareCurve> curves;
+  std::vector<const ShareCurve*> curve(dp);
+  for (int j = 0; j < dp; ++j) {
+    auto it = curves.find(u.signature[j]);
+    if (it == curves.end()) it = curves.emplace(u.signature[j], share_curve(p, u, cm, j, largest)).first;
+    curve[j] = &it->second;
+  }
+  std::vector<int> x(dp, 1);
+  for (int left = P - dp; left > 0; --left) {
+    int best = -1;
+    double bt = 0;
+    for (int j = 0; j < dp; ++j) {
+      if (x[j] + 1 > curve[j]->most()) continue;
+      const double t = (*curve[j])(x[j] + 1);
+      if (best < 0 || t < bt) best = j, bt = t;
+    }
+    if (best < 0) return;  // the micro-batch does not fit the replicas: even shares stay
+    ++x[best];
+  }
+  if (std::all_of(x.begin(), x.end(), [&](int v) { return v == x[0]; })) return;  // even
+  Plan q = p;
+  q.train.dp_shares = x;
+  const HeteroEstimate uneven = hetero_estimate(q, cm);
+  if (!uneven.total.fits) return;
+  if (P % dp == 0) {
+    const HeteroEstimate even = hetero_estimate(p, cm);
+    if (even.total.fits && even.total.step_time <= uneven.total.step_time) return;
+  }
+  p.train.dp_shares = std::move(x);
+}
+
+// Re-cuts the stage boundaries: each stage's layers by a partition DP minimising the slowest unit's
+// per-micro-batch time, within every unit's memory.
+void recut(Plan& p, const MixedCluster& d, const CostModel& cm) {
+  const int pp = p.train.pp;
+  if (pp <= 1 || p.train.vp != 1) return;
+  const int L = p.model.num_layers();
+  std::vector<LayerStrategy> strat;
+  for (const Stage& st : p.stages) strat.insert(strat.end(), st.layers.begin(), st.layers.end());
+  const Units u = units_of(p, d);
+  // Distinct units per stage: (cluster, share).
+  struct Col {
+    std::vector<double> t, m;  // prefix sums over layers of time per micro-batch and memory
+    double extra_t = 0, extra_m = 0, budget = 0;
+  };
+  std::vector<std::vector<Col>> cols(pp);
+  for (int s = 0; s < pp; ++s) {
+    std::map<std::string, int> seen;
+    for (int j = 0; j < u.replicas; ++j) {
+      const int share = share_of(p, u, j);
+      const std::string key = unit_key(u.cluster[s][j]) + "x" + num(u.slow[s][j]) + "#" + std::to_string(share);
+      if (seen.count(key)) continue;
+      seen[key] = 1;
+      Plan q = p;
+      q.train.dp_shares.clear();
+      if (share > 0) q.train.global_batch = share * u.replicas * q.train.micro_batches;
+      const ClusterSpec& cl = u.cluster[s][j];
+      const StageContext sc = stage_context(q, s, cl);
+      LayerContext lc;
+      static_cast<StageContext&>(lc) = sc;
+      Col col;
+      col.t.assign(L + 1, 0);
+      col.m.assign(L + 1, 0);
+      double t = 0, mem = 0;
+      for (int l = 0; l < L; ++l) {
+        // A layer of the same shape under the same strategy as the one before costs the same (the
+        // cost model's contract, weft/search/search.h), with no transition between them.
+        if (l == 0 || !(strat[l] == strat[l - 1]) || !(p.model.layer(l) == p.model.layer(l - 1))) {
+          lc.layer = l;
+          const LayerCost c = cm.layer(lc, strat[l]);
+          t = (c.fwd + c.bwd).value();
+          if (l > 0) t += cm.transition(lc, strat[l - 1], strat[l]).value();
+          t *= u.slow[s][j];
+          mem = c.mem().value();
+        }
+        col.t[l + 1] = col.t[l] + t;
+        col.m[l + 1] = col.m[l] + mem;
+      }
+      const LayerCost e = cm.stage_extra(sc, p.embedding);
+      col.extra_t = (e.fwd + e.bwd).value() * u.slow[s][j];
+      col.extra_m = e.mem().value();
+      col.budget = cm.memory_budget(cl).value();
+      cols[s].push_back(std::move(col));
+    }
+  }
+  const double inf = std::numeric_limits<double>::infinity();
+  // best[s][b]: the least bottleneck of stages 0..s covering layers [0, b).
+  std::vector<std::vector<double>> best(pp, std::vector<double>(L + 1, inf));
+  std::vector<std::vector<int>> from(pp, std::vector<int>(L + 1, -1));
+  auto stage_time = [&](int s, int a, int b) {
+    double worst = 0;
+    for (const Col& c : cols[s]) {
+      if (c.m[b] - c.m[a] + c.extra_m > c.budget) return inf;
+      worst = std::max(worst, c.t[b] - c.t[a] + c.extra_t);
+    }
+    return worst;
+  };
+  for (int b = 1; b <= L - (pp - 1); ++b) best[0][b] = stage_time(0, 0, b);
+  for (int s = 1; s < pp; ++s)
+    for (int b = s + 1; b <= L - (pp - 1 - s); ++b)
+      for (int a = s; a < b; ++a) {
+        if (best[s - 1][a] == inf) continue;
+        const double t = std::max(best[s - 1][a], stage_time(s, a, b));
+        if (t < best[s][b]) best[s][b] = t, from[s][b] = a;
+      }
+  if (best[pp - 1][L] == inf) return;  // nothing fits: keep the structure's own cut
+  std::vector<int> cut(pp + 1, 0);
+  cut[pp] = L;
+  for (int s = pp - 1; s > 0; --s) cut[s] = from[s][cut[s + 1]];
+  for (int s = 0; s < pp; ++s) {
+    Stage& st = p.stages[s];
+    st.first_layer = cut[s];
+    st.layers.assign(strat.begin() + cut[s], strat.begin() + cut[s + 1]);
+    st.predicted = {};
+  }
+}
+
+std::vector<std::vector<int>> group_orders(int n) {
+  std::vector<int> o(n);
+  std::iota(o.begin(), o.end(), 0);
+  std::vector<std::vector<int>> out;
+  do {
+    out.push_back(o);
+  } while (std::next_permutation(o.begin(), o.end()) && out.size() < 24);
+  return out;
+}
+
+struct SubsetResult {
+  std::optional<Plan> plan;
+  double step_s = 0;
+  std::string label;
+};
+
+// The best plan on the largest homogeneous subset of the fastest devices: the fastest group's GPUs at
+// full speed, whole nodes or one partial node, a count that divides the batch.
+SubsetResult fastest_subset(const ModelSpec& model, const MixedCluster& devices, const CostModel& cm,
+                            const SearchOptions& opt) {
+  SubsetResult out;
+  int fastest = 0;
+  auto speed = [&](int g) { return devices.groups[g].gpu.peak(opt.dtype).value(); };
+  for (int g = 1; g < static_cast<int>(devices.groups.size()); ++g)
+    if (speed(g) > speed(fastest)) fastest = g;
+  const ClusterSpec& fg = devices.groups[fastest];
+  int n = 0;
+  for (int r = devices.first_gpu(fastest); r < devices.first_gpu(fastest) + fg.total_gpus(); ++r)
+    n += devices.slowdown_of(r) <= 1.0 ? 1 : 0;
+  for (; n >= 1; --n) {
+    ClusterSpec sub = fg;
+    if (n % fg.gpus_per_node == 0) sub.nodes = n / fg.gpus_per_node;
+    else if (n < fg.gpus_per_node) sub.nodes = 1, sub.gpus_per_node = n;
+    else continue;
+    if (opt.global_batch % n != 0 && n > 1) continue;
+    SearchOptions so = opt;
+    so.top_k = 1;
+    so.pp_degrees.clear();
+    so.progress = nullptr;
+    auto r = search(model, sub, cm, so);
+    if (!r.ok()) continue;
+    out.label = std::to_string(n) + " x " + fg.gpu.name;
+    if (!r->top.empty()) {
+      out.plan = r->top[0];
+      out.step_s = r->top[0].predicted.step_time_s;
+    }
+    break;
+  }
+  return out;
+}
+
+}  // namespace
+
+Plan place(Plan p, const MixedCluster& devices, const std::vector<int>& order) {
+  MixedCluster placed;
+  placed.name = devices.name;
+  placed.between = devices.between;
+  PlanDevices pd;
+  for (int g : order) {
+    placed.groups.push_back(devices.groups[g]);
+    const int first = devices.first_gpu(g), n = devices.groups[g].total_gpus();
+    for (int r = 0; r < n; ++r) {
+      pd.gpu_of_rank.push_back(first + r);
+      if (!devices.slowdown.empty()) placed.slowdown.push_back(devices.slowdown[first + r]);
+    }
+  }
+  pd.cluster = placed;
+  p.cluster = placed.as_uniform();
+  p.devices = std::move(pd);
+  return p;
+}
+
+HeteroEstimate hetero_estimate(const Plan& p, const CostModel& cm) {
+  const MixedCluster d = devices_of(p);
+  const Units u = units_of(p, d);
+  HeteroEstimate he;
+  Estimate& e = he.total;
+  const int nst = static_cast<int>(p.stages.size());
+  e.stages.assign(nst, StageEstimate{});
+  std::vector<std::vector<double>> unit_time(u.pp, std::vector<double>(u.replicas, 0));
+  std::vector<std::vector<Bytes>> unit_mem(u.pp, std::vector<Bytes>(u.replicas, Bytes(0)));
+  std::vector<std::vector<Bytes>> unit_budget(u.pp, std::vector<Bytes>(u.replicas, Bytes(0)));
+  std::map<std::string, ReplicaCost> memo;
+  e.fits = true;
+  int slowest = 0;
+  for (int j = 0; j < u.replicas; ++j) {
+    const int share = share_of(p, u, j);
+    const std::string key = u.signature[j] + "#" + std::to_string(share);
+    auto it = memo.find(key);
+    if (it == memo.end()) it = memo.emplace(key, replica_cost(p, u, cm, j, share)).first;
+    const ReplicaCost& rc = it->second;
+    he.replica_time.push_back(rc.step.step_time);
+    if (rc.step.step_time > he.replica_time[slowest]) slowest = j;
+    e.fits = e.fits && rc.fits;
+    for (int s = 0; s < nst; ++s) {
+      StageEstimate& se = e.stages[s];
+      const Seconds t = s < static_cast<int>(rc.step.stage_time.size()) ? rc.step.stage_time[s] : Seconds(0);
+      se.time = std::max(se.time, t);
+      if (rc.sums[s].memory.total() > se.memory.total()) se.memory = rc.sums[s].memory;
+      const int g = s % u.pp;
+      se.fits = se.fits && rc.group_mem[g] <= rc.budget[g];
+      unit_time[g][j] += t.value();
+    }
+    for (int g = 0; g < u.pp; ++g) {
+      unit_mem[g][j] = rc.group_mem[g];
+      unit_budget[g][j] = rc.budget[g];
+      e.peak_memory = std::max(e.peak_memory, rc.group_mem[g]);
+      e.memory_budget = e.memory_budget.value() == 0 ? rc.budget[g] : std::min(e.memory_budget, rc.budget[g]);
+    }
+  }
+  {
+    const std::string key = u.signature[slowest] + "#" + std::to_string(share_of(p, u, slowest));
+    const ReplicaCost& rc = memo.at(key);
+    e.step_time = rc.step.step_time;
+    e.breakdown = rc.step.time;
+  }
+  set_throughput(e, p, cm, nominal_peak_sum(d, p.train.dtype));
+  // Per node group.
+  const int S = p.devices_per_stage();
+  for (size_t g = 0; g < d.groups.size(); ++g) {
+    DeviceGroupUse use;
+    use.name = d.groups[g].name;
+    use.gpu = d.groups[g].gpu.name;
+    use.first_rank = d.first_gpu(static_cast<int>(g));
+    use.ranks = d.groups[g].total_gpus();
+    for (int r = use.first_rank; r < use.first_rank + use.ranks; ++r) use.slowest = std::max(use.slowest, d.slowdown_of(r));
+    std::vector<int> stage_groups;
+    for (int sg = 0; sg < u.pp; ++sg) {
+      const int a = sg * S, b = (sg + 1) * S;
+      if (b <= use.first_rank || a >= use.first_rank + use.ranks) continue;
+      stage_groups.push_back(sg);
+      for (int s = sg; s < nst; s += u.pp) use.layers += p.stages[s].num_layers();
+      for (int j = 0; j < u.replicas; ++j) {
+        const int ua = a + j * u.size;
+        if (ua + u.size <= use.first_rank || ua >= use.first_rank + use.ranks) continue;
+        use.samples += u.replicas > 1 ? share_of(p, u, j) : p.train.pipeline_micro_batch();
+        use.time_s = std::max(use.time_s, unit_time[sg][j]);
+        use.memory_gib = std::max(use.memory_gib, to_gib(unit_mem[sg][j]));
+        use.budget_gib = use.budget_gib == 0 ? to_gib(unit_budget[sg][j]) : std::min(use.budget_gib, to_gib(unit_budget[sg][j]));
+      }
+    }
+    if (!stage_groups.empty()) use.samples /= static_cast<int>(stage_groups.size());
+    he.groups.push_back(use);
+  }
+  return he;
+}
+
+void annotate(Plan& p, const HeteroEstimate& e, const CostModel& cm) { annotate(p, e.total, cm); }
+
+std::vector<double> rank_work(const Plan& p) {
+  const MixedCluster d = devices_of(p);
+  const Units u = units_of(p, d);
+  const int S = p.devices_per_stage();
+  std::vector<double> out(p.world_size(), 0);
+  for (int j = 0; j < u.replicas; ++j) {
+    const double samples = static_cast<double>(u.replicas > 1 ? share_of(p, u, j) : p.train.pipeline_micro_batch()) *
+                           p.train.micro_batches;
+    for (size_t s = 0; s < p.stages.size(); ++s) {
+      const int g = static_cast<int>(s) % u.pp;
+      for (int r = g * S + j * u.size; r < g * S + (j + 1) * u.size; ++r) out[r] += samples * p.stages[s].num_layers();
+    }
+  }
+  return out;
+}
+
+Result<Rebalanced> rebalance(const Plan& p, const std::vector<double>& slowdown, const CostModel& cm) {
+  if (static_cast<int>(slowdown.size()) != p.world_size())
+    return Error{ErrorKind::kBadInput, "rebalance: " + std::to_string(slowdown.size()) + " slowdowns for " +
+                                           std::to_string(p.world_size()) + " ranks"};
+  for (double f : slowdown)
+    if (!(f > 0)) return Error{ErrorKind::kBadInput, "rebalance: slowdowns must be positive"};
+  Plan base = p;
+  if (!base.devices) {
+    PlanDevices pd;
+    pd.cluster = mixed_of(p.cluster);
+    pd.gpu_of_rank.resize(p.world_size());
+    std::iota(pd.gpu_of_rank.begin(), pd.gpu_of_rank.end(), 0);
+    base.devices = pd;
+  }
+  base.devices->cluster.slowdown = slowdown;
+  const Units u = units_of(base, base.devices->cluster);
+  const int P = base.train.pipeline_micro_batch();
+  // Compute of replica j per sample: its slowest rank's slowdown (its ranks wait for each other).
+  std::vector<double> slow(u.replicas, 1.0);
+  for (int g = 0; g < u.pp; ++g)
+    for (int j = 0; j < u.replicas; ++j) slow[j] = std::max(slow[j], u.slow[g][j]);
+  auto makespan = [&](const std::vector<int>& x) {
+    double t = 0;
+    for (int j = 0; j < u.replicas; ++j) t = std::max(t, x[j] * slow[j]);
+    return t;
+  };
+  std::vector<int> now(u.replicas);
+  for (int j = 0; j < u.replicas; ++j) now[j] = u.replicas > 1 ? share_of(base, u, j) : P;
+  Rebalanced out;
+  out.current_s = makespan(now);
+  std::vector<int> x = now;
+  if (u.replicas > 1 && P >= u.replicas && single_layout(base)) {
+    // One sample at a time to the replica that would finish it first (min-max, exact for this model).
+    x.assign(u.replicas, 1);
+    for (int left = P - u.replicas; left > 0; --left) {
+      int best = 0;
+      for (int j = 1; j < u.replicas; ++j)
+        if ((x[j] + 1) * slow[j] < (x[best] + 1) * slow[best] - 1e-12) best = j;
+      ++x[best];
+    }
+  }
+  Plan q = base;
+  const bool even = std::all_of(x.begin(), x.end(), [&](int v) { return v == x[0]; });
+  if (even && P % u.replicas == 0) q.train.dp_shares.clear();
+  else q.train.dp_shares = x;
+  if (std::all_of(slowdown.begin(), slowdown.end(), [](double f) { return f == 1.0; }) && !p.devices)
+    q.devices.reset();  // nothing slowed: the plan as the homogeneous runtime plan it was
+  Status st = validate(q);
+  if (!st.ok()) return st.error();
+  out.estimate = hetero_estimate(q, cm);
+  if (!out.estimate.total.fits)
+    return Error{ErrorKind::kNoFit, "rebalance: the balanced shares need " +
+                                        printf_str("%.1f", to_gib(out.estimate.total.peak_memory)) +
+                                        " GiB on a device that holds " +
+                                        printf_str("%.1f", to_gib(out.estimate.total.memory_budget))};
+  out.predicted_s = makespan(x);
+  annotate(q, out.estimate, cm);
+  out.plan = std::move(q);
+  return out;
+}
+
+Result<HeteroResult> hetero_search(const ModelSpec& model, const MixedCluster& devices, const CostModel& cm,
+                                   const SearchOptions& opt) {
+  const auto t0 = std::chrono::steady_clock::now();
+  Status st = validate(devices);
+  if (!st.ok()) return st.error();
+  if (!devices.heterogeneous())
+    return Error{ErrorKind::kBadInput, "cluster: one kind of GPU and no straggler; the ordinary search plans it"};
+  HeteroResult out;
+  const ClusterSpec view = devices.as_uniform();
+  SearchOptions o = opt;
+  o.top_k = std::max(opt.top_k, 8);
+  // Three independent searches (the cost model is read-only and thread-safe): the fastest subset's
+  // and the fastest kind's on their own threads, the one-kind view's here.
+  std::future<SubsetResult> subset_future =
+      std::async(std::launch::async, [&] { return fastest_subset(model, devices, cm, opt); });
+  const GpuSpec* fastest_gpu = &devices.groups[0].gpu;
+  for (const ClusterSpec& g : devices.groups)
+    if (g.gpu.peak(opt.dtype).value() > fastest_gpu->peak(opt.dtype).value()) fastest_gpu = &g.gpu;
+  std::future<std::vector<Plan>> fast_future;
+  if (!(fastest_gpu->name == view.gpu.name)) {
+    // Structures for the fastest kind too (its peaks, the least memory): a mix leaning on its fast
+    // devices may want other degrees than the slowest kind's.
+    fast_future = std::async(std::launch::async, [&, fast_gpu = *fastest_gpu] {
+      ClusterSpec fast_view = view;
+      fast_view.gpu = fast_gpu;
+      fast_view.gpu.memory_gib = view.gpu.memory_gib;
+      SearchOptions fo = o;
+      fo.progress = nullptr;
+      auto fr = search(model, fast_view, cm, fo);
+      std::vector<Plan> plans;
+      if (fr.ok())
+        for (Plan& c : fr->top) {
+          c.cluster = view;
+          plans.push_back(std::move(c));
+        }
+      return plans;
+    });
+  }
+  auto res = search(model, view, cm, o);
+  if (!res.ok()) {
+    if (fast_future.valid()) fast_future.wait();
+    subset_future.wait();
+    return res.error();
+  }
+  out.stats = res->stats;
+  out.closest = res->closest;
+  out.min_memory_gib = res->min_memory_gib;
+
+  std::vector<int> identity(devices.groups.size());
+  std::iota(identity.begin(), identity.end(), 0);
+  if (!res->top.empty()) {
+    Plan u = place(res->top[0], devices, identity);
+    const HeteroEstimate e = hetero_estimate(u, cm);
+    if (e.total.fits) {
+      annotate(u, e, cm);
+      out.uniform_s = e.total.step_time.value();
+      out.uniform = std::move(u);
+    }
+  }
+
+  std::vector<Plan> candidates = res->top;
+  if (res->best_uniform) candidates.push_back(*res->best_uniform);
+  if (fast_future.valid())
+    for (Plan& c : fast_future.get()) candidates.push_back(std::move(c));
+  std::vector<std::pair<Plan, HeteroEstimate>> placed;
+  for (const Plan& cand : candidates) {
+    // Fewer, larger micro-batches give the shares room (a micro-batch of dp samples splits one way).
+    // Only where shares could use them: one layout (shares need it) and fewer than 4 samples per
+    // replica in a micro-batch.
+    std::vector<int> ms{cand.train.micro_batches};
+    const int dp = cand.embedding.dp;
+    if (dp > 1 && cand.train.pipeline_micro_batch() < 4 * dp && single_layout(cand))
+      for (int m = cand.train.micro_batches / 2; m >= 1 && ms.size() < 4; m /= 2)
+        if (cand.train.global_batch % m == 0) ms.push_back(m);
+    for (const auto& order : group_orders(static_cast<int>(devices.groups.size()))) {
+      for (int m : ms) {
+        // Fewer micro-batches of the same valid plan: only the batch split (and an interleaved
+        // schedule's multiple of pp) can break; the placed plan is validated whole below.
+        if (cand.train.schedule == Schedule::kInterleaved && m % cand.train.pp != 0) continue;
+        Plan q = cand;
+        q.train.micro_batches = m;
+        q.train.dp_shares.clear();
+        q = place(std::move(q), devices, order);
+        fit_shares(q, q.devices->cluster, cm);
+        if (o.uneven_stages) {
+          recut(q, q.devices->cluster, cm);
+          fit_shares(q, q.devices->cluster, cm);
+        }
+        HeteroEstimate e = hetero_estimate(q, cm);
+        ++out.placements;
+        if (!e.total.fits) continue;
+        annotate(q, e, cm);
+        placed.emplace_back(std::move(q), std::move(e));
+      }
+    }
+  }
+  std::stable_sort(placed.begin(), placed.end(), [](const auto& a, const auto& b) {
+    return a.second.total.step_time < b.second.total.step_time;
+  });
+  for (auto& [q, e] : placed) {
+    if (static_cast<int>(out.top.size()) >= opt.top_k) break;
+    bool dup = false;
+    for (const Plan& t : out.top) dup = dup || t == q;
+    // Shares and cuts are built valid; the whole plan is checked before it is offered.
+    if (dup || !validate(q).ok()) continue;
+    out.top.push_back(q);
+    out.top_estimates.push_back(e);
+  }
+
+  const SubsetResult subset = subset_future.get();
+  out.fastest_subset = subset.plan;
+  out.fastest_subset_s = subset.step_s;
+  out.fastest_subset_label = subset.label;
+  out.stats.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return out;
+}
+
+}  // namespace weft

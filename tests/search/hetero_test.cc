@@ -1,0 +1,139 @@
+// Plans for mixed and straggling devices (weft/search/hetero.h) under weft's analytic model: costing
+// unit by unit, shares and stage cuts that follow the devices' speed, the two baselines, and the
+// errors.
+#include <gtest/gtest.h>
+
+#include <numeric>
+
+#include "weft/cost/analytic.h"
+#include "weft/search/hetero.h"
+#include "weft/spec/presets.h"
+#include "tiny_specs.h"
+
+namespace weft {
+namespace {
+
+SearchOptions options(int seq, int batch) {
+  SearchOptions o;
+  o.seq = seq;
+  o.global_batch = batch;
+  o.top_k = 3;
+  Status st = restrict_to_runtime(o);
+  EXPECT_TRUE(st.ok());
+  return o;
+}
+
+ModelSpec model() { return testing::small_model({{16, testing::dense_shape(2048, 16, 16)}}); }
+
+MixedCluster with_straggler(ClusterSpec c, const std::string& arg) {
+  MixedCluster m = mixed_of(c);
+  EXPECT_TRUE(add_straggler(m, arg).ok());
+  return m;
+}
+
+TEST(Hetero, OneKindWithoutStragglersCostsAsEstimateDoes) {
+  const AnalyticCostModel cm;
+  const ClusterSpec c = testing::small_cluster(8, 8);
+  auto r = search(model(), c, cm, options(2048, 64));
+  ASSERT_TRUE(r.ok()) << r.error().message;
+  ASSERT_FALSE(r->top.empty());
+  for (const Plan& p : r->top) {
+    const Estimate e = estimate(p, cm);
+    const Plan placed = place(p, mixed_of(c), {0});
+    const HeteroEstimate h = hetero_estimate(placed, cm);
+    EXPECT_NEAR(h.total.step_time.value(), e.step_time.value(), 1e-9 * e.step_time.value());
+    EXPECT_NEAR(to_gib(h.total.peak_memory), to_gib(e.peak_memory), 1e-9);
+    EXPECT_EQ(h.total.fits, e.fits);
+    EXPECT_NEAR(h.total.mfu, e.mfu, 1e-9);
+  }
+}
+
+TEST(Hetero, AStragglerSlowsTheUniformPlanAndTheAwarePlanRoutesAroundIt) {
+  const AnalyticCostModel cm;
+  const ClusterSpec c = testing::small_cluster(4, 4);
+  const MixedCluster dev = with_straggler(c, "1:2");
+  SearchOptions o = options(2048, 32);
+  o.pp_degrees = {1};  // data parallelism only: the shares carry the difference
+  auto r = hetero_search(model(), dev, cm, o);
+  ASSERT_TRUE(r.ok()) << r.error().message;
+  ASSERT_FALSE(r->top.empty());
+  ASSERT_TRUE(r->uniform.has_value());
+  const Plan& best = r->top.front();
+  EXPECT_TRUE(validate(best).ok()) << validate(best).error().message;
+  ASSERT_TRUE(best.devices.has_value());
+  // The uniform plan waits for GPU 1: about twice its homogeneous step.
+  const Estimate even = estimate(*r->uniform, cm);
+  EXPECT_GT(r->uniform_s, 1.6 * even.step_time.value());
+  EXPECT_LE(r->uniform_s, 2.0 * even.step_time.value() * 1.0001);
+  // The aware plan gives GPU 1's replica the smallest share and gains most of the ideal 1.75x.
+  ASSERT_EQ(best.train.dp_shares.size(), 4u);
+  const auto& x = best.train.dp_shares;
+  EXPECT_EQ(std::accumulate(x.begin(), x.end(), 0), best.train.pipeline_micro_batch());
+  for (int j : {0, 2, 3}) EXPECT_GT(x[j], x[1]) << "replica " << j;
+  const double step = best.predicted.step_time_s;
+  EXPECT_GT(r->uniform_s / step, 1.4);
+  EXPECT_LE(r->uniform_s / step, 1.76);
+  // Re-costing the written plan gives its prediction; every replica within a few percent of the
+  // slowest (the shares balance them).
+  const HeteroEstimate h = hetero_estimate(best, cm);
+  EXPECT_NEAR(h.total.step_time.value(), step, 1e-9 * step);
+  for (Seconds t : h.replica_time) EXPECT_GT(t.value(), 0.75 * step);
+  // The fastest subset: the three GPUs at full speed do not divide the batch of 32; two do.
+  EXPECT_EQ(r->fastest_subset_label, "2 x testgpu");
+  EXPECT_GT(r->fastest_subset_s, step);
+}
+
+TEST(Hetero, PipelineStagesOnFasterGpusTakeMoreLayers) {
+  const AnalyticCostModel cm;
+  auto dev = load_mixed_cluster("a100-80gb:1,h100-80gb:1");
+  ASSERT_TRUE(dev.ok()) << dev.error().message;
+  SearchOptions o = options(2048, 64);
+  o.pp_degrees = {2};
+  auto r = hetero_search(model(), *dev, cm, o);
+  ASSERT_TRUE(r.ok()) << r.error().message;
+  ASSERT_FALSE(r->top.empty());
+  const Plan& best = r->top.front();
+  ASSERT_EQ(best.train.pp, 2);
+  ASSERT_TRUE(best.devices.has_value());
+  // Stage s runs on ranks [8s, 8s+8): the group placed there.
+  const MixedCluster& placed = best.devices->cluster;
+  const int fast_stage = placed.groups[0].gpu.name.find("H100") != std::string::npos ? 0 : 1;
+  EXPECT_GT(best.stages[fast_stage].num_layers(), best.stages[1 - fast_stage].num_layers());
+  // gpu_of_rank maps each rank to the GPU of the cluster as given (A100s are GPUs 0-7).
+  for (int r8 = 0; r8 < 16; ++r8) {
+    const bool h100_rank = placed.groups[r8 / 8].gpu.name.find("H100") != std::string::npos;
+    EXPECT_EQ(best.devices->gpu_of_rank[r8] >= 8, h100_rank) << "rank " << r8;
+  }
+  EXPECT_LT(best.predicted.step_time_s, r->uniform_s);
+  // The plan round-trips through its file format with its devices.
+  auto back = plan_from_json(to_json(best));
+  ASSERT_TRUE(back.ok()) << back.error().message;
+  EXPECT_EQ(*back, best);
+  // The per-group report: every rank once, the fast group with more layers.
+  const HeteroEstimate& e = r->top_estimates.front();
+  ASSERT_EQ(e.groups.size(), 2u);
+  EXPECT_EQ(e.groups[0].ranks + e.groups[1].ranks, 16);
+  EXPECT_GT(e.groups[fast_stage].layers, e.groups[1 - fast_stage].layers);
+  for (const DeviceGroupUse& g : e.groups) EXPECT_LE(g.memory_gib, g.budget_gib);
+}
+
+TEST(Hetero, NothingFitsNamesTheMemoryNeeded) {
+  const AnalyticCostModel cm;
+  ClusterSpec small = testing::small_cluster(4, 4);
+  small.gpu.memory_gib = 2;
+  MixedCluster dev = with_straggler(small, "0:1.5");
+  auto r = hetero_search(model(), dev, cm, options(2048, 32));
+  ASSERT_TRUE(r.ok()) << r.error().message;
+  EXPECT_TRUE(r->top.empty());
+  EXPECT_GT(r->min_memory_gib, 2.0);
+}
+
+TEST(Hetero, OneKindWithoutStragglersIsTheOrdinarySearch) {
+  const AnalyticCostModel cm;
+  auto r = hetero_search(model(), mixed_of(testing::small_cluster(8, 8)), cm, options(2048, 64));
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.error().kind, ErrorKind::kBadInput);
+}
+
+}  // namespace
+}  // namespace weft
