@@ -1,10 +1,13 @@
 // `weft train` (one rank of a training job) and `weft launch` (N local ranks with the torchrun
 // environment). Thin: flags into TrainOptions / LaunchOptions, then the runtime library.
+#include <chrono>
 #include <memory>
 
 #include "commands.h"
 #include "weft/runtime/launch.h"
 #include "weft/runtime/train.h"
+#include "weft/cost/analytic.h"
+#include "weft/search/hetero.h"
 #include "weft/varlen/prefetch.h"
 #include "weft/varlen/seq_cost.h"
 
@@ -62,6 +65,32 @@ Result<std::unique_ptr<runtime::VarlenPlanner>> make_varlen_planner(const runtim
     return lengths((*step)++);
   };
   return std::unique_ptr<runtime::VarlenPlanner>(std::make_unique<PrefetchedPlanner>(src, c, po, in.ahead));
+}
+
+// weft train --adapt (weft/search/hetero.h): each rank's work under the plan, what its compute is
+// compared with; re-balancing on measured speeds, with weft's analytic model checking memory.
+runtime::AdaptHooks adapt_hooks() {
+  auto cm = std::make_shared<AnalyticCostModel>();
+  runtime::AdaptHooks h;
+  h.expected = [](const Plan& p) { return rank_work(p); };
+  h.replan = [cm](const Plan& p, const std::vector<double>& slowdown) -> Result<runtime::Replan> {
+    const auto t0 = std::chrono::steady_clock::now();
+    auto r = rebalance(p, slowdown, *cm);
+    if (!r.ok()) return r.error();
+    runtime::Replan out;
+    out.plan = r->plan;
+    out.predicted_s = r->predicted_s;
+    out.current_s = r->current_s;
+    out.plan_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    out.bytes_to_move = 0;  // the structure is kept: only the samples each replica reads change
+    std::string shares;
+    for (int x : out.plan.train.dp_shares) shares += (shares.empty() ? "" : ":") + std::to_string(x);
+    const int m = out.plan.train.micro_batches;
+    out.change = (shares.empty() ? std::string("even shares") : "shares " + shares) + ", " + std::to_string(m) +
+                 " micro-batch" + (m > 1 ? "es" : "");
+    return out;
+  };
+  return h;
 }
 
 }  // namespace
@@ -134,13 +163,23 @@ void register_train_commands(CLI::App& app) {
       ->capture_default_str()
       ->group("Variable-length steps");
   o->varlen_planner = make_varlen_planner;
+  o->adapt_hooks = adapt_hooks();
   t->add_option("--straggler-margin", o->straggler_margin,
-                "A rank whose compute per step exceeds this times the ranks' median is a straggler")
+                "A rank whose compute per step, per unit of the work its plan gives it, exceeds this times the "
+                "ranks' median is a straggler")
       ->capture_default_str();
   t->add_option("--straggler-steps", o->straggler_steps, "...for this many steps in a row before it is named")
       ->capture_default_str();
+  t->add_flag("--adapt", o->adapt,
+              "When a rank's measured speed differs from the running plan's by --straggler-margin for "
+              "--straggler-steps steps, re-plan with the measured speeds and switch in place when it pays (and "
+              "back when the straggler recovers)");
+  t->add_option("--adapt-min-gain", o->adapt_min_gain,
+                "With --adapt: switch only when the new plan is predicted this many times faster")
+      ->capture_default_str();
   t->add_option("--slow", o->slow,
-                "Testing: RANK:FACTOR[:FROM_STEP] makes that rank's compute take FACTOR times as long (from that step)")
+                "Testing: RANK:FACTOR[:FROM_STEP[:TO_STEP]] makes that rank's compute take FACTOR times as long (from "
+                "that step, to that step)")
       ->group("Testing");
   t->add_option("--fault", o->fault, "Testing: RANK:STEP:MODE makes that rank exit|kill|hang|stop|sleep=SECONDS at that step")
       ->group("Testing");

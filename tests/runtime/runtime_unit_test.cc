@@ -220,11 +220,20 @@ TEST(Stragglers, SlowFlagParsesAndNamesWhatIsWrong) {
   ASSERT_TRUE(b.ok());
   EXPECT_FALSE(b->applies(3, 9));
   EXPECT_TRUE(b->applies(3, 10));
+  EXPECT_TRUE(b->applies(3, 1000));
+  auto c = parse_slow("2:3:4:6", 4);
+  ASSERT_TRUE(c.ok()) << c.error().message;
+  EXPECT_FALSE(c->applies(2, 3));
+  EXPECT_TRUE(c->applies(2, 4));
+  EXPECT_TRUE(c->applies(2, 6));
+  EXPECT_FALSE(c->applies(2, 7));
   for (const auto& [arg, want] : std::vector<std::pair<std::string, std::string>>{
            {"4:2", "rank 4 is outside the job's 4 ranks"},
            {"1:0.5", "FACTOR 0.5 must be at least 1"},
            {"1:x", "FACTOR is not a number"},
-           {"1", "two or three fields"},
+           {"1", "two to four fields"},
+           {"1:2:3:4:5", "two to four fields"},
+           {"1:2:5:4", "TO_STEP must be a step number, FROM_STEP (5) or more"},
            {"1:2:0", "FROM_STEP"}}) {
     auto r = parse_slow(arg, 4);
     ASSERT_FALSE(r.ok()) << arg;
@@ -254,6 +263,54 @@ TEST(Stragglers, NamedAfterStepsInARowAndWhenBack) {
   EXPECT_TRUE(d.stragglers().empty());
   StragglerDetector one;
   EXPECT_TRUE(one.update(1, {5.0}).empty());  // one rank has no peers to compare with
+}
+
+// Slowdowns are compute against the plan's expectation, over the ranks' lower quartile: a rank given
+// half the work (expected half) that takes as long is 2x slow; the scale of either list does not
+// matter; one rank that ran fast in a noisy step does not make the others slow.
+TEST(Adapt, MeasuredSlowdownIsComputeAgainstThePlan) {
+  const auto s = measured_slowdown({1.0, 1.0, 2.0, 1.0}, {1.0, 0.5, 1.0, 1.0});
+  ASSERT_EQ(s.size(), 4u);
+  EXPECT_DOUBLE_EQ(s[0], 1.0);
+  EXPECT_DOUBLE_EQ(s[1], 2.0);
+  EXPECT_DOUBLE_EQ(s[2], 2.0);
+  EXPECT_DOUBLE_EQ(s[3], 1.0);
+  const auto scaled = measured_slowdown({10.0, 10.0, 20.0, 10.0}, {3.0, 1.5, 3.0, 3.0});
+  for (size_t r = 0; r < 4; ++r) EXPECT_DOUBLE_EQ(scaled[r], s[r]);
+  const auto noisy = measured_slowdown({0.5, 1.0, 1.05, 2.0}, {1.0, 1.0, 1.0, 1.0});
+  EXPECT_NEAR(noisy[1], 1.0 / (0.25 * 0.5 + 0.75 * 1.0), 1e-12);  // the quartile lies between 0.5 and 1.0
+  EXPECT_DOUBLE_EQ(noisy[0], 1.0);                                   // faster than the quartile: 1
+  EXPECT_GT(noisy[3], 2.0);
+  // Without expectations (a mismatch in size), nobody is slow.
+  for (double x : measured_slowdown({1.0, 3.0}, {})) EXPECT_DOUBLE_EQ(x, 1.0);
+}
+
+// Re-plans after `steps` steps in a row beyond the margin of what the plan assumes, with the
+// median of those steps rounded to 0.05; a broken run of steps triggers nothing. After a switch the
+// next `steps` steps calibrate the expectation (here the new plan's expectation is off for rank 1:
+// it takes 0.6 where the model says 0.25 x 2), so only the recovery re-plans.
+TEST(Adapt, ReplansAfterStepsInARowCalibratesAfterASwitchAndSeesTheRecovery) {
+  const std::vector<double> even{1.0, 1.0, 1.0, 1.0};
+  Adapter a(AdaptOptions{1.25, 3, 1.05}, 4);
+  EXPECT_FALSE(a.update({1.0, 1.1, 1.0, 1.0}, even));  // within the margin
+  EXPECT_FALSE(a.update({1.0, 2.0, 1.0, 1.0}, even));
+  EXPECT_FALSE(a.update({1.0, 1.0, 1.0, 1.0}, even));  // broken: starts again
+  EXPECT_FALSE(a.update({1.0, 2.02, 1.0, 1.0}, even));
+  EXPECT_FALSE(a.update({1.0, 1.93, 1.0, 1.0}, even));
+  auto want = a.update({1.0, 2.1, 1.0, 1.0}, even);
+  ASSERT_TRUE(want.has_value());
+  EXPECT_EQ(*want, (std::vector<double>{1.0, 2.0, 1.0, 1.0}));
+  a.switched(*want);
+  const std::vector<double> aware{1.2, 0.25, 1.2, 1.2};  // the new plan's expectation, rank 1 given less
+  for (int i = 0; i < 3; ++i) EXPECT_FALSE(a.update({1.0, 0.6, 1.0, 1.0}, aware)) << "calibrating";
+  for (int i = 0; i < 5; ++i) EXPECT_FALSE(a.update({1.0, 0.62, 1.02, 1.0}, aware)) << "as assumed";
+  EXPECT_FALSE(a.update({1.0, 0.3, 1.0, 1.0}, aware));  // rank 1 recovered: half the time
+  EXPECT_FALSE(a.update({1.0, 0.3, 1.0, 1.0}, aware));
+  auto back = a.update({1.0, 0.31, 1.0, 1.0}, aware);
+  ASSERT_TRUE(back.has_value());
+  EXPECT_EQ(*back, even);
+  // The wrong number of ranks is ignored, not a crash.
+  EXPECT_FALSE(a.update({2.0, 1.0}, {1.0, 1.0}));
 }
 
 TEST(TokenSource, FileErrorsNameTheFile) {

@@ -8,6 +8,9 @@
 // ProcessGroupNCCL and its native _reduce_scatter_base / _allgather_base.
 #include "weft/runtime/comm.h"
 
+#include <atomic>
+#include <chrono>
+
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
@@ -45,10 +48,23 @@ Pending::~Pending() = default;
 
 bool Pending::completed() const { return done_ || !work_ || work_->isCompleted(); }
 
+namespace {
+std::atomic<int64_t> g_blocked_ns{0};
+}  // namespace
+
+double comm_blocked_s() { return 1e-9 * static_cast<double>(g_blocked_ns.load(std::memory_order_relaxed)); }
+
+void wait_work(const c10::intrusive_ptr<c10d::Work>& w) {
+  const auto t = std::chrono::steady_clock::now();
+  w->wait();
+  g_blocked_ns.fetch_add(std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t).count(),
+                         std::memory_order_relaxed);
+}
+
 void Pending::wait() {
   if (done_) return;
   done_ = true;
-  if (work_) work_->wait();
+  if (work_) wait_work(work_);
   if (then_) then_();
   work_.reset();
   keep_.clear();
@@ -126,7 +142,7 @@ at::Tensor alltoall_equal(c10d::ProcessGroup& pg, const at::Tensor& in, int size
   at::Tensor src = in.contiguous();
   at::Tensor out = at::empty_like(src);
   std::vector<int64_t> equal;
-  pg.alltoall_base(out, src, equal, equal)->wait();
+  wait_work(pg.alltoall_base(out, src, equal, equal));
   return out;
 }
 
@@ -149,7 +165,7 @@ class GlooComm final : public Comm {
     std::vector<std::vector<at::Tensor>> outs(1);
     for (int r = 0; r < size(); ++r) outs[0].push_back(out[r]);
     std::vector<at::Tensor> ins{in};
-    pg_->allgather(outs, ins)->wait();
+    wait_work(pg_->allgather(outs, ins));
     return out;
   }
 
@@ -209,10 +225,10 @@ class GlooComm final : public Comm {
   void recv(at::Tensor& t, int peer, int tag) override {
     TORCH_CHECK(t.is_contiguous(), "recv into a non-contiguous tensor");
     std::vector<at::Tensor> v{t};
-    pg_->recv(v, peer, tag)->wait();
+    wait_work(pg_->recv(v, peer, tag));
   }
 
-  void barrier() override { pg_->barrier()->wait(); }
+  void barrier() override { wait_work(pg_->barrier()); }
 
  private:
   c10::intrusive_ptr<c10d::ProcessGroupGloo> pg_;
@@ -248,7 +264,7 @@ class NcclComm final : public Comm {
     std::vector<int64_t> shape{size()};
     for (auto d : in.sizes()) shape.push_back(d);
     at::Tensor out = at::empty(shape, in.options());
-    pg_->_allgather_base(out, in)->wait();
+    wait_work(pg_->_allgather_base(out, in));
     return out;
   }
 

@@ -1,6 +1,7 @@
 #include "weft/runtime/straggler.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 
@@ -10,7 +11,7 @@ Result<SlowRank> parse_slow(const std::string& s, int world) {
   SlowRank r;
   if (s.empty()) return r;
   auto bad = [&](const std::string& why) {
-    return Error{ErrorKind::kBadInput, "--slow \"" + s + "\": " + why + " (expected RANK:FACTOR[:FROM_STEP])"};
+    return Error{ErrorKind::kBadInput, "--slow \"" + s + "\": " + why + " (expected RANK:FACTOR[:FROM_STEP[:TO_STEP]])"};
   };
   std::vector<std::string> parts;
   for (size_t at = 0;;) {
@@ -19,7 +20,7 @@ Result<SlowRank> parse_slow(const std::string& s, int world) {
     if (c == std::string::npos) break;
     at = c + 1;
   }
-  if (parts.size() < 2 || parts.size() > 3) return bad("two or three fields");
+  if (parts.size() < 2 || parts.size() > 4) return bad("two to four fields");
   char* end = nullptr;
   const long rank = std::strtol(parts[0].c_str(), &end, 10);
   if (parts[0].empty() || *end != '\0') return bad("RANK is not an integer");
@@ -29,10 +30,16 @@ Result<SlowRank> parse_slow(const std::string& s, int world) {
   r.factor = std::strtod(parts[1].c_str(), &end);
   if (parts[1].empty() || *end != '\0') return bad("FACTOR is not a number");
   if (!(r.factor >= 1)) return bad("FACTOR " + parts[1] + " must be at least 1");
-  if (parts.size() == 3) {
+  if (parts.size() >= 3) {
     const long from = std::strtol(parts[2].c_str(), &end, 10);
     if (parts[2].empty() || *end != '\0' || from < 1) return bad("FROM_STEP must be a step number, 1 or more");
     r.from_step = static_cast<int>(from);
+  }
+  if (parts.size() == 4) {
+    const long to = std::strtol(parts[3].c_str(), &end, 10);
+    if (parts[3].empty() || *end != '\0' || to < r.from_step)
+      return bad("TO_STEP must be a step number, FROM_STEP (" + std::to_string(r.from_step) + ") or more");
+    r.to_step = static_cast<int>(to);
   }
   return r;
 }
@@ -66,6 +73,91 @@ std::vector<std::string> StragglerDetector::update(int step, const std::vector<d
     }
   }
   return out;
+}
+
+std::vector<double> measured_slowdown(const std::vector<double>& compute_s, const std::vector<double>& expected_s) {
+  const size_t n = compute_s.size();
+  std::vector<double> ratio(n, 1.0);
+  if (expected_s.size() != n) return ratio;
+  std::vector<double> sorted;
+  for (size_t r = 0; r < n; ++r) {
+    ratio[r] = expected_s[r] > 0 ? compute_s[r] / expected_s[r] : 0;
+    if (ratio[r] > 0) sorted.push_back(ratio[r]);
+  }
+  if (sorted.empty()) return std::vector<double>(n, 1.0);
+  // Full speed: the lower quartile of the ratios (interpolated), not the least one, so one rank that
+  // happened to run fast in a noisy step does not make every other rank look slow.
+  std::sort(sorted.begin(), sorted.end());
+  const double at = 0.25 * static_cast<double>(sorted.size() - 1);
+  const size_t lo = static_cast<size_t>(at);
+  const size_t hi = std::min(lo + 1, sorted.size() - 1);
+  const double base = sorted[lo] + (at - static_cast<double>(lo)) * (sorted[hi] - sorted[lo]);
+  for (double& x : ratio) x = base > 0 && x > 0 ? std::max(1.0, x / base) : 1.0;
+  return ratio;
+}
+
+namespace {
+double median_of(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.size() % 2 ? v[v.size() / 2] : (v[v.size() / 2 - 1] + v[v.size() / 2]) / 2;
+}
+}  // namespace
+
+std::optional<std::vector<double>> Adapter::update(const std::vector<double>& compute_s,
+                                                   const std::vector<double>& expected_s) {
+  const size_t n = compute_s.size();
+  if (n != assumed_.size() || expected_s.size() != n) return std::nullopt;
+  if (!calibrating_.empty() || calib_.empty()) {
+    std::vector<double> ratio(n, 1.0);
+    for (size_t r = 0; r < n; ++r) {
+      const double e = expected_s[r] * assumed_[r];
+      ratio[r] = e > 0 && compute_s[r] > 0 ? compute_s[r] / e : 1.0;
+    }
+    calibrating_.push_back(ratio);
+    if (static_cast<int>(calibrating_.size()) < o_.steps) return std::nullopt;
+    calib_.assign(n, 1.0);
+    for (size_t r = 0; r < n; ++r) {
+      std::vector<double> v;
+      for (const auto& c : calibrating_) v.push_back(c[r]);
+      calib_[r] = median_of(v);
+    }
+    calibrating_.clear();
+    return std::nullopt;
+  }
+  std::vector<double> expected(n);
+  for (size_t r = 0; r < n; ++r) expected[r] = expected_s[r] * calib_[r];
+  const std::vector<double> slowdown = measured_slowdown(compute_s, expected);
+  bool differs = false;
+  for (size_t r = 0; r < n; ++r) {
+    const double q = slowdown[r] / assumed_[r];
+    differs = differs || q > o_.margin || q < 1.0 / o_.margin;
+  }
+  if (!differs) {
+    window_.clear();
+    return std::nullopt;
+  }
+  window_.push_back(slowdown);
+  if (static_cast<int>(window_.size()) < o_.steps) return std::nullopt;
+  std::vector<double> out(n);
+  for (size_t r = 0; r < n; ++r) {
+    std::vector<double> v;
+    for (const auto& w : window_) v.push_back(w[r]);
+    out[r] = std::max(1.0, std::round(median_of(v) * 20) / 20);
+  }
+  window_.clear();
+  return out;
+}
+
+void Adapter::switched(std::vector<double> s) {
+  assumed_ = std::move(s);
+  window_.clear();
+  calibrating_.clear();
+  calib_.clear();  // empty: calibrating from the next update
+}
+
+void Adapter::assume(std::vector<double> s) {
+  assumed_ = std::move(s);
+  window_.clear();
 }
 
 }  // namespace weft::runtime

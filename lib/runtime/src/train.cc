@@ -16,6 +16,7 @@
 #include <utility>
 
 #include "fault.h"
+#include "weft/core/format.h"
 #include "weft/runtime/straggler.h"
 #include "reporter.h"
 #include "state.h"
@@ -174,9 +175,11 @@ class TrainStage : public PipelineStage {
 };
 
 // A stage with its passes timed: the rank's compute time of a step is what its forward passes
-// (input, layers, loss) and backward passes (begin_backward to end_backward) take. Under --slow it
-// sleeps after each backward pass for (factor - 1) times the compute since the previous one, which
-// then counts as compute too.
+// (input, layers, loss) and backward passes (begin_backward to end_backward) take, less the time
+// they spend blocked waiting for other ranks (comm_blocked_s(): a ZeRO-3 gather, a tensor-parallel
+// all-reduce, a pipeline receive), so a rank waiting for a straggler is not taken for one. Under
+// --slow it sleeps after each backward pass for (factor - 1) times that compute since the previous
+// one, which then counts as compute too.
 class TimedStage : public PipelineStage {
  public:
   explicit TimedStage(PipelineStage& s) : s_(s) {}
@@ -191,31 +194,35 @@ class TimedStage : public PipelineStage {
   at::Tensor loss(const at::Tensor& y, int k) override { return timed([&] { return s_.loss(y, k); }); }
   void begin_backward(bool last) override {
     t0_ = Clock::now();
+    c0_ = comm_blocked_s();
     s_.begin_backward(last);
   }
   void end_backward() override {
     s_.end_backward();
-    pending_ += seconds_since(t0_);
+    const double wall = seconds_since(t0_);
+    work_ += std::max(0.0, wall - (comm_blocked_s() - c0_));
     if (factor > 1) {
       const auto t = Clock::now();
-      std::this_thread::sleep_for(std::chrono::duration<double>((factor - 1) * pending_));
-      pending_ += seconds_since(t);
+      std::this_thread::sleep_for(std::chrono::duration<double>((factor - 1) * work_));
+      work_ += seconds_since(t);
     }
-    compute_s += pending_;
-    pending_ = 0;
+    compute_s += work_;
+    work_ = 0;
   }
 
  private:
   template <class F>
   at::Tensor timed(F f) {
     const auto t = Clock::now();
+    const double c = comm_blocked_s();
     at::Tensor r = f();
-    pending_ += seconds_since(t);
+    work_ += std::max(0.0, seconds_since(t) - (comm_blocked_s() - c));
     return r;
   }
   PipelineStage& s_;
   Clock::time_point t0_;
-  double pending_ = 0;  // compute since the last backward pass ended
+  double c0_ = 0;
+  double work_ = 0;  // own compute since the last backward pass ended (less the time blocked in collectives)
 };
 
 struct StepResult {
@@ -252,6 +259,7 @@ struct Totals {
   int64_t timed_tokens = 0;
   std::vector<double> compute_s;  // per rank, summed over the timed steps
   int timed_steps = 0;
+  int switches = 0;  // --adapt: plan switches
   int64_t resident_grad_bytes = 0;
   HeldBytes held;  // after the last step's gradient synchronisation
   Json step_collectives = Json::array();  // what this rank issued in the last step
@@ -305,6 +313,7 @@ Json summary(const TrainOptions& o, const Totals& t, const GradSyncStats& gs, in
               {"resident_grad_bytes", t.resident_grad_bytes},
               {"collectives_per_step", t.step_collectives},
               {"ranks", std::move(ranks)}};
+  if (o.adapt) j["adapt_switches"] = t.switches;
   if (o.varlen) j["mean_plan_wait_s"] = t.timed_steps > 0 ? t.plan_wait_s / t.timed_steps : 0.0;
   std::vector<double> compute = t.compute_s;
   for (double& c : compute) c /= std::max(1, t.timed_steps);
@@ -343,7 +352,9 @@ Status train(const TrainOptions& given) {
   if (Status s = check_options(given); !s.ok()) return s;
   auto plan_r = load_plan(given, env);
   if (!plan_r.ok()) return plan_r.error();
-  const Plan plan = std::move(plan_r).value();
+  // Not const: `weft train --adapt` switches the running plan's shares and micro-batches in place
+  // (the model reads its batch rows from it).
+  Plan plan = std::move(plan_r).value();
   // A variable-length plan (train.varlen, as `weft plan --lengths --out` writes) runs variable-length
   // steps; its group sizes are the defaults of --min-group and --max-group.
   TrainOptions o = given;
@@ -436,8 +447,14 @@ Status train(const TrainOptions& given) {
   }
 
   const LrSchedule lrs = lr_schedule(o);
-  const auto actions = pipeline_actions(plan.train.schedule, plan.train.pp, model.stage(), plan.train.micro_batches);
-  TrainStage stage(model, opt, *data, plan);
+  auto actions = pipeline_actions(plan.train.schedule, plan.train.pp, model.stage(), plan.train.micro_batches);
+  auto stage_ptr = std::make_unique<TrainStage>(model, opt, *data, plan);
+  // Each rank's compute as the plan expects it (the straggler check and --adapt compare with it).
+  std::vector<double> expected;
+  if (o.adapt_hooks.expected && !vl) expected = o.adapt_hooks.expected(plan);
+  Adapter adapter(AdaptOptions{o.straggler_margin, o.straggler_steps, o.adapt_min_gain}, env.world);
+  // A plan made for slow ranks (weft plan --straggler) gives them less work: calibrate on it first.
+  if (plan.devices && !plan.devices->cluster.slowdown.empty()) adapter.switched(plan.devices->cluster.slowdown);
   const int S = plan.devices_per_stage();
   const StageLinks links{&world, rank - S, rank + S};
   Totals tot;
@@ -456,7 +473,7 @@ Status train(const TrainOptions& given) {
       StepStats stats;
       double plan_wait_s = 0;
       // The stage and schedule of the step: a variable-length step's come from its plan.
-      PipelineStage* inner = &stage;
+      PipelineStage* inner = stage_ptr.get();
       const std::vector<PipeAction>* step_actions = &actions;
       std::vector<PipeAction> varlen_actions;
       if (vstage) {
@@ -490,7 +507,7 @@ Status train(const TrainOptions& given) {
         stats.text_tail = tail;
         plan_wait_s = vs.waited_s;
       } else {
-        stage.step = step;
+        stage_ptr->step = step;
       }
       TimedStage timed(*inner);
       timed.factor = slow.applies(rank, step) ? slow.factor : 1.0;
@@ -509,8 +526,58 @@ Status train(const TrainOptions& given) {
       stats.tokens_per_s = static_cast<double>(step_tokens) / dt, stats.step_time_s = dt;
       if (!stats.extra.is_object()) stats.extra = Json::object();
       stats.extra["compute_s"] = res.compute_s;
+      // Compared per unit of planned work: a rank given less (uneven shares) is not taken for fast.
+      std::vector<double> per_work = res.compute_s;
+      if (expected.size() == per_work.size()) {
+        double mean = 0;
+        for (double e : expected) mean += e / static_cast<double>(expected.size());
+        for (size_t r = 0; r < per_work.size(); ++r) per_work[r] *= expected[r] > 0 ? mean / expected[r] : 1.0;
+      }
+      for (const std::string& line : stragglers.update(step, per_work)) rep.note(line);
+      // Not the run's first step: it warms up (allocations, first-touch), and a re-plan on it would be noise.
+      if (o.adapt && step < o.steps && step > start_step + 1) {
+        if (auto want = adapter.update(res.compute_s, expected)) {
+          // Every rank holds the same compute figures (they came through one all-reduce) and the
+          // re-plan is a pure function of them, so every rank takes the same decision.
+          auto rp = o.adapt_hooks.replan(plan, *want);
+          std::string sl;
+          for (double f : *want) sl += (sl.empty() ? "" : " ") + printf_str("%.2f", f);
+          if (!rp.ok()) {
+            rep.note("weft: adapt: measured slowdowns " + sl + " at step " + std::to_string(step) +
+                     "; no re-plan: " + rp.error().message);
+            adapter.assume(*want);
+          } else {
+            const Replan& r = rp.value();
+            const bool pays = r.predicted_s * o.adapt_min_gain < r.current_s && r.plan.train != plan.train;
+            char b[512];
+            std::snprintf(b, sizeof b,
+                          "weft: adapt: measured slowdowns %s at step %d; re-planned in %.1f ms: %s, predicted "
+                          "%.2fx the running plan's speed; state to move %lld bytes, paid back %s; %s",
+                          sl.c_str(), step, r.plan_ms, r.change.c_str(),
+                          r.predicted_s > 0 ? r.current_s / r.predicted_s : 1.0,
+                          static_cast<long long>(r.bytes_to_move), r.bytes_to_move == 0 ? "at once" : "later",
+                          pays ? ("switching from step " + std::to_string(step + 1)).c_str()
+                               : "keeping the running plan (it gains too little)");
+            rep.note(b);
+            if (pays) {
+              plan.train = r.plan.train;
+              plan.devices = r.plan.devices;
+              actions = pipeline_actions(plan.train.schedule, plan.train.pp, model.stage(), plan.train.micro_batches);
+              stage_ptr = std::make_unique<TrainStage>(model, opt, *data, plan);
+              expected = o.adapt_hooks.expected(plan);
+              ++tot.switches;
+              adapter.switched(*want);
+              stats.extra["switched"] =
+                  Json{{"change", r.change},
+                       {"predicted_speedup", r.predicted_s > 0 ? r.current_s / r.predicted_s : 1.0},
+                       {"slowdowns", *want},
+                       {"bytes_to_move", r.bytes_to_move}};
+            }
+            if (!pays) adapter.assume(*want);
+          }
+        }
+      }
       rep.step(stats);
-      for (const std::string& line : stragglers.update(step, res.compute_s)) rep.note(line);
       tot.last_loss = loss;
       if (timed_step) {
         tot.timed_s += dt, ++tot.timed_steps, tot.grad_wait_s += opt.grad_sync().stats().wait_s;

@@ -38,6 +38,11 @@ Status check_options(const TrainOptions& o) {
   if (!(o.lr >= 0)) return bad("--lr: must be positive, got " + std::to_string(o.lr));
   if (o.beta1 < 0 || o.beta1 >= 1 || o.beta2 < 0 || o.beta2 >= 1) return bad("--beta1/--beta2: must be in [0, 1)");
   if (o.checkpoint_every < 0) return bad("--checkpoint-every: must be >= 0");
+  if (o.adapt && o.varlen)
+    return bad("--adapt: variable-length steps place their documents per step already; not with --varlen");
+  if (o.adapt && (!o.adapt_hooks.expected || !o.adapt_hooks.replan))
+    return bad("--adapt: this build of weft train has no planner to re-plan with");
+  if (!(o.adapt_min_gain >= 1)) return bad("--adapt-min-gain: must be at least 1, got " + std::to_string(o.adapt_min_gain));
   if (o.resume && o.checkpoint_dir.empty()) return bad("--resume needs --checkpoint-dir");
   return {};
 }

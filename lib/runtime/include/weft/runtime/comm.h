@@ -39,6 +39,13 @@ class Pending {
   bool done_ = true;
 };
 
+// Waits for a transport operation, counting the time blocked in comm_blocked_s().
+void wait_work(const c10::intrusive_ptr<c10d::Work>& w);
+// Seconds this process has spent blocked waiting for collectives and point-to-point operations
+// (every wait of a Comm or a Pending), from its start; rises monotonically. The --slow test hook
+// subtracts it from a pass's time to get the rank's own compute.
+double comm_blocked_s();
+
 // A group of ranks. Tensors are float32/float64/int64 CPU tensors, or CUDA tensors in a job built
 // with CommConfig::cuda (then CUDA tensors go through NCCL, CPU ones through Gloo); inputs need not
 // be contiguous. Every member must call the same collectives in the same order. A group of size 1

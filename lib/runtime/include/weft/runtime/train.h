@@ -12,6 +12,7 @@
 
 #include "weft/core/error.h"
 #include "weft/plan/plan.h"
+#include "weft/runtime/straggler.h"
 
 namespace weft::runtime {
 
@@ -95,6 +96,14 @@ struct TrainOptions {
   double straggler_margin = 1.25;
   int straggler_steps = 3;
   std::string slow;
+  // --adapt: when the ranks' measured slowdowns (compute against adapt_hooks.expected) differ from
+  // what the running plan assumes by straggler_margin for straggler_steps steps, re-plan
+  // (adapt_hooks.replan) and switch in place when the new plan is predicted adapt_min_gain x faster;
+  // the same when the straggler recovers. adapt_hooks.expected also puts the straggler check per
+  // unit of planned work (a rank given fewer samples is not taken for fast).
+  bool adapt = false;
+  double adapt_min_gain = 1.05;
+  AdaptHooks adapt_hooks;
   bool varlen = false;
   std::int64_t eos = -1;
   int min_group = 1, max_group = 0;    // sequence-group sizes (max 0: the most the world and heads allow)
