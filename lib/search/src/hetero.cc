@@ -531,6 +531,9 @@ Result<Rebalanced> rebalance(const Plan& p, const std::vector<double>& slowdown,
   const Units u = units_of(base, base.devices->cluster);
   const int P = base.train.pipeline_micro_batch();
   // Compute of replica j per sample: its slowest rank's slowdown (its ranks wait for each other).
+  // Linear in the samples, as measured compute is once the per-step fixed costs are small; the cost
+  // model's own share curves are for planning on real devices (fit_shares), where its fixed costs
+  // are the devices' own.
   std::vector<double> slow(u.replicas, 1.0);
   for (int g = 0; g < u.pp; ++g)
     for (int j = 0; j < u.replicas; ++j) slow[j] = std::max(slow[j], u.slow[g][j]);
@@ -553,6 +556,7 @@ Result<Rebalanced> rebalance(const Plan& p, const std::vector<double>& slowdown,
         if ((x[j] + 1) * slow[j] < (x[best] + 1) * slow[best] - 1e-12) best = j;
       ++x[best];
     }
+    if (makespan(x) >= out.current_s) x = now;  // no better than the running shares: keep them
   }
   Plan q = base;
   const bool even = std::all_of(x.begin(), x.end(), [&](int v) { return v == x[0]; });

@@ -85,10 +85,11 @@ std::vector<double> rank_work(const Plan& p);
 // Plan p re-balanced for measured `slowdown` per rank (1 = full speed), as Malleus re-balances on
 // measured speeds: its structure kept (strategies, stages, placement, micro-batches), the
 // data-parallel shares set so each replica's samples x its slowest rank's slowdown is as even as
-// integers allow (min-max, one sample at a time). No parameter or optimizer state changes ranks.
-// predicted_s / current_s: the slowest replica's samples x slowdown per micro-batch, new and running
-// (the compute-bound step in units of one full-speed sample; only their ratio is meant); the cost
-// model checks the new plan's memory (kNoFit naming the numbers when it does not fit).
+// integers allow (min-max, one sample at a time; the running shares stay unless that is better). No
+// parameter or optimizer state changes ranks. predicted_s / current_s: the slowest replica's
+// samples x slowdown per micro-batch, new and running (the compute-bound step in units of one
+// full-speed sample; only their ratio is meant); the cost model checks the new plan's memory
+// (kNoFit naming the numbers when it does not fit).
 struct Rebalanced {
   Plan plan;
   HeteroEstimate estimate;
