@@ -257,6 +257,13 @@ Result<Plan> read_fixed_plan(const std::string& path, const std::string& command
                      " documents of at most " + std::to_string(p->train.seq) + " tokens per step, grouped per batch); `weft " +
                      command + "` takes fixed-length plans. `weft varlen` costs its batches, `weft train --plan " + path +
                      "` runs it"};
+  if (p->devices && command != "estimate")
+    return Error{ErrorKind::kBadInput,
+                 path + ": a plan for mixed or straggling devices (devices: " +
+                     std::to_string(p->devices->cluster.groups.size()) + " node groups, " +
+                     std::to_string(p->world_size()) + " ranks); `weft " + command +
+                     "` draws and exports plans for one kind of device. `weft estimate --plan " + path +
+                     "` costs it on its devices, `weft train --plan " + path + "` runs it"};
   return p;
 }
 

@@ -68,7 +68,8 @@ Result<Inputs> load_inputs(const InputFlags& f, const ModelSpec* fallback_model 
 
 // The cost model for an already loaded model and cluster (a plan's), from the cost-model flags.
 // A plan file for a command that costs or exports fixed-length batches (estimate, report, simulate,
-// export): a variable-length plan (train.varlen) is refused, naming what handles it instead.
+// export): a variable-length plan (train.varlen) is refused, naming what handles it instead, and so
+// is a plan for mixed or straggling devices (devices) for any of them but estimate.
 Result<Plan> read_fixed_plan(const std::string& path, const std::string& command);
 
 Result<std::unique_ptr<CostModel>> load_cost_model(const InputFlags& f, const ModelSpec& m, const ClusterSpec& c);

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "cli_harness.h"
+#include "inputs.h"
 #include "weft/core/json.h"
 #include "weft/plan/plan.h"
 #include "weft/plan/runtime_support.h"
@@ -623,6 +624,15 @@ TEST(CliPlan, MixedClusterReportsDeviceGroupsAndBaselines) {
   CliRun e = run({"estimate", "--plan", out, "--format", "json"});
   ASSERT_EQ(e.code, 0) << e.err;
   EXPECT_NEAR(Json::parse(e.out).at("step_time_s").get<double>(), step, 1e-9 * step);
+  // report, simulate and export draw one kind of device: refused, naming what handles the plan.
+  for (const char* command : {"report", "simulate", "export"}) {
+    auto refused = read_fixed_plan(out, command);
+    ASSERT_FALSE(refused.ok()) << command;
+    EXPECT_NE(refused.error().message.find("a plan for mixed or straggling devices (devices: 2 node groups, 16 ranks)"),
+              std::string::npos)
+        << refused.error().message;
+  }
+  EXPECT_TRUE(read_fixed_plan(out, "estimate").ok());
   std::filesystem::remove(out);
   // The table names each group and both baselines.
   CliRun t = run({"plan", "--model", "llama-2-7b", "--cluster", "a100-80gb:1,h100-80gb:1", "--seq", "4096",
