@@ -4,7 +4,6 @@
 #include "weft/search/hetero.h"
 
 #include <algorithm>
-#include <array>
 #include <chrono>
 #include <future>
 #include <limits>
@@ -147,11 +146,18 @@ struct ReplicaCost {
   bool fits = true;
 };
 
-// Replica j of plan p taking `share` samples of each micro-batch (0: the even share).
-ReplicaCost replica_cost(const Plan& p, const Units& u, const CostModel& cm, int j, int share) {
+// Plan p as one replica taking `share` samples of each micro-batch sees it: every replica at that
+// share, so the cost model's per-device batch is the share (0: the even share, p unchanged).
+Plan with_share(const Plan& p, const Units& u, int share) {
   Plan q = p;
   q.train.dp_shares.clear();
   if (share > 0) q.train.global_batch = share * u.replicas * q.train.micro_batches;
+  return q;
+}
+
+// Replica j of plan p taking `share` samples of each micro-batch (0: the even share).
+ReplicaCost replica_cost(const Plan& p, const Units& u, const CostModel& cm, int j, int share) {
+  const Plan q = with_share(p, u, share);
   std::vector<ClusterSpec> clusters;
   for (size_t s = 0; s < q.stages.size(); ++s) clusters.push_back(u.cluster[s % u.pp][j]);
   ReplicaCost rc;
@@ -284,9 +290,7 @@ void recut(Plan& p, const MixedCluster& d, const CostModel& cm) {
       const std::string key = unit_key(u.cluster[s][j]) + "x" + num(u.slow[s][j]) + "#" + std::to_string(share);
       if (seen.count(key)) continue;
       seen[key] = 1;
-      Plan q = p;
-      q.train.dp_shares.clear();
-      if (share > 0) q.train.global_batch = share * u.replicas * q.train.micro_batches;
+      const Plan q = with_share(p, u, share);
       const ClusterSpec& cl = u.cluster[s][j];
       const StageContext sc = stage_context(q, s, cl);
       LayerContext lc;
