@@ -90,7 +90,9 @@ std::string device_groups_table(const Plan& p, const HeteroEstimate& e) {
                duration_text(g.time_s).c_str(), g.memory_gib, g.budget_gib);
   }
   out += "samples: of each micro-batch of " + S(p.train.pipeline_micro_batch()) +
-         ", per stage its groups run; busy/step: the busiest data-parallel replica of a stage on it\n";
+         ", per stage its groups run; busy/step: the busiest data-parallel replica of a stage on it,\n"
+         "compute and communication summed (gradient traffic that overlaps the backward included, so it can\n"
+         "exceed the step)\n";
   if (!p.train.dp_shares.empty()) {
     std::string shares;
     for (int x : p.train.dp_shares) shares += (shares.empty() ? "" : ":") + S(x);

@@ -66,6 +66,11 @@ GpuTraits gpu_traits(const GpuSpec& gpu) {
     t.fp8_fraction = 0.763, t.fp8_m = 15360, t.fp8_n = 4096, t.fp8_k = 3072;   // fp8: 3432.5 of 4500
   } else if (has(n, "v100")) {
     t.sms = 80;
+  } else if (has(n, "t4-") || has(n, "tesla t4") || n == "T4" || n == "t4") {
+    // T4 (Turing TU104, 40 SMs, 70 W): cuBLAS fp16 at 4096^3 sustains about 24 of its 65 TFLOP/s,
+    // the clocks held down by the power cap (NVIDIA developer forum, "About GPU peak performance",
+    // forums.developer.nvidia.com/t/264462, measured and explained there by NVIDIA's staff).
+    t = {40, 24.0 / 65.0, 4096, 4096, 4096, true};
   }
   t.hopper_or_newer = has(n, "h100") || has(n, "h200") || has(n, "b200");  // gh200 and gb200 included
   return t;

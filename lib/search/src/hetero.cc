@@ -424,6 +424,12 @@ Plan place(Plan p, const MixedCluster& devices, const std::vector<int>& order) {
   return p;
 }
 
+Plan balance_shares(Plan p, const CostModel& cm) {
+  const MixedCluster d = devices_of(p);
+  fit_shares(p, d, cm);
+  return p;
+}
+
 HeteroEstimate hetero_estimate(const Plan& p, const CostModel& cm) {
   const MixedCluster d = devices_of(p);
   const Units u = units_of(p, d);
@@ -436,6 +442,7 @@ HeteroEstimate hetero_estimate(const Plan& p, const CostModel& cm) {
   std::vector<std::vector<Bytes>> unit_budget(u.pp, std::vector<Bytes>(u.replicas, Bytes(0)));
   std::map<std::string, ReplicaCost> memo;
   e.fits = true;
+  bool have_room = false;
   int slowest = 0;
   for (int j = 0; j < u.replicas; ++j) {
     const int share = share_of(p, u, j);
@@ -458,8 +465,12 @@ HeteroEstimate hetero_estimate(const Plan& p, const CostModel& cm) {
     for (int g = 0; g < u.pp; ++g) {
       unit_mem[g][j] = rc.group_mem[g];
       unit_budget[g][j] = rc.budget[g];
-      e.peak_memory = std::max(e.peak_memory, rc.group_mem[g]);
-      e.memory_budget = e.memory_budget.value() == 0 ? rc.budget[g] : std::min(e.memory_budget, rc.budget[g]);
+      // The device with the least room: its peak against its own budget.
+      if (!have_room || (rc.budget[g] - rc.group_mem[g]).value() < (e.memory_budget - e.peak_memory).value()) {
+        e.peak_memory = rc.group_mem[g];
+        e.memory_budget = rc.budget[g];
+        have_room = true;
+      }
     }
   }
   {

@@ -43,7 +43,9 @@ struct DeviceGroupUse {
 };
 
 struct HeteroEstimate {
-  Estimate total;                      // step time, throughput, MFU over the nominal peaks, fits
+  Estimate total;                      // step time, throughput, MFU over the nominal peaks, fits;
+                                       // peak_memory and memory_budget: of the device with the
+                                       // least room (each kind has its own budget)
   std::vector<Seconds> replica_time;   // per data-parallel replica (one when layouts differ)
   std::vector<DeviceGroupUse> groups;  // in the plan's rank order
 };
@@ -96,6 +98,12 @@ struct Rebalanced {
   double predicted_s = 0, current_s = 0;
 };
 Result<Rebalanced> rebalance(const Plan& p, const std::vector<double>& slowdown, const CostModel& cm);
+
+// Plan p (placed: p.devices set) with data-parallel shares that balance its replicas on their
+// devices, as the search sets them (min-max water filling over each replica's exact share curve,
+// within memory), kept only when they beat even shares: otherwise p unchanged with even shares.
+// Plans whose layers lay activations out differently keep even shares. Its structure is kept.
+Plan balance_shares(Plan p, const CostModel& cm);
 
 // The plan p placed on `devices` with the node groups in `order` (indices into devices.groups):
 // p.devices set, p.cluster = the placed devices' as_uniform(). No re-cutting, no shares.
