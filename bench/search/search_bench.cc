@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <ctime>
 #include <iterator>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -136,18 +137,27 @@ struct MixedCase {
   const char* name;
   const char* model;
   const char* cluster;  // --cluster as given
-  const char* straggler;  // --straggler, or ""
+  const char* straggler;  // --straggler values separated by spaces, or ""
   int seq, batch;
+  int gpus = 8;           // for a one-kind preset: its GPU count
 };
+// The last five: straggler situations of the kind Malleus (arXiv 2410.13333) plans for, per-GPU
+// straggling rates on a 64-GPU job (its own scenarios' figures are not public beyond the abstract):
+// one GPU mildly and badly slow, a whole node slow, slow GPUs spread over four nodes.
 const MixedCase kMixed[] = {
     {"llama-2-7b/8xA100+8xH100", "llama-2-7b", "a100-80gb:1,h100-80gb:1", "", 4096, 64},
     {"llama-2-70b/512xA100+512xH100", "llama-2-70b", "a100-80gb:64,h100-80gb:64", "", 4096, 1024},
     {"llama-2-7b/8xH100, GPU 1 2x slow", "llama-2-7b", "h100-80gb", "1:2", 4096, 64},
+    {"llama-2-70b/64xH100, 1 GPU 1.5x", "llama-2-70b", "h100-80gb", "9:1.5", 4096, 512, 64},
+    {"llama-2-70b/64xH100, 1 GPU 4x", "llama-2-70b", "h100-80gb", "9:4", 4096, 512, 64},
+    {"llama-2-70b/64xH100, node 1 2x", "llama-2-70b", "h100-80gb",
+     "8:2 9:2 10:2 11:2 12:2 13:2 14:2 15:2", 4096, 512, 64},
+    {"llama-2-70b/64xH100, 4 nodes 1 GPU 3x", "llama-2-70b", "h100-80gb", "3:3 19:3 35:3 51:3", 4096, 512, 64},
 };
 
 void mixed_summary(int reps) {
-  std::printf("\n%-34s %8s %8s %10s %10s %10s  %s\n", "mixed devices", "median_s", "best_s", "step_s", "uniform_s",
-              "subset_s", "best plan");
+  std::printf("\n%-38s %8s %8s %9s %9s %9s %9s  %s\n", "mixed devices", "median_s", "best_s", "step_s", "uniform_s",
+              "subset_s", "healthy_s", "best plan");
   const weft::AnalyticCostModel cm;
   for (const MixedCase& c : kMixed) {
     auto m = weft::load_model(c.model);
@@ -159,10 +169,14 @@ void mixed_summary(int reps) {
     weft::MixedCluster dev = *d;
     if (dev.groups.size() == 1) {  // a one-kind preset: a node of 8
       weft::ClusterOverrides o;
-      o.gpus = 8;
+      o.gpus = c.gpus;
       dev.groups[0] = *weft::apply_overrides(dev.groups[0], o);
     }
-    if (*c.straggler && !weft::add_straggler(dev, c.straggler).ok()) std::exit(1);
+    {
+      std::istringstream in(c.straggler);
+      for (std::string one; in >> one;)
+        if (!weft::add_straggler(dev, one).ok()) std::exit(1);
+    }
     weft::SearchOptions opt;
     opt.seq = c.seq;
     opt.global_batch = c.batch;
@@ -189,8 +203,15 @@ void mixed_summary(int reps) {
                     p.train.dp_shares.empty() ? "even shares" : "uneven shares");
       best = buf;
     }
-    std::printf("%-34s %8.4f %8.4f %10.3f %10.3f %10.3f  %s\n", c.name, t[t.size() / 2], t.front(), step,
-                last.uniform_s, last.fastest_subset_s, best.c_str());
+    // With stragglers on one kind: the best plan with every GPU at full speed (what the aware plan
+    // can at most recover).
+    std::string healthy = "-";
+    if (dev.groups.size() == 1) {
+      auto h = weft::search(*m, dev.groups[0], cm, opt);
+      if (h.ok() && !h->top.empty()) healthy = std::to_string(h->top.front().predicted.step_time_s).substr(0, 6);
+    }
+    std::printf("%-38s %8.4f %8.4f %9.3f %9.3f %9.3f %9s  %s\n", c.name, t[t.size() / 2], t.front(), step,
+                last.uniform_s, last.fastest_subset_s, healthy.c_str(), best.c_str());
   }
 }
 

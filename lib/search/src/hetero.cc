@@ -8,6 +8,7 @@
 #include <future>
 #include <limits>
 #include <map>
+#include <set>
 #include <numeric>
 
 #include "weft/core/assert.h"
@@ -593,6 +594,30 @@ Result<Rebalanced> rebalance(const Plan& p, const std::vector<double>& slowdown,
   return out;
 }
 
+namespace {
+
+// Structures the homogeneous searches propose: their best kStructures, of which placement tries
+// the best kPlaced and, beyond them, the best of each pipeline shape (pp, vp) not yet among them.
+// On one kind of device the near-best plans are often one shape in small variations (context
+// parallelism on or off, a ZeRO stage); on mixed devices another depth can place far better (a
+// deeper pipeline gives the partition DP finer cuts), so every shape the search ranked high is tried.
+constexpr int kStructures = 16, kPlaced = 8;
+
+std::vector<Plan> diverse(std::vector<Plan> top) {
+  std::vector<Plan> out;
+  std::set<std::pair<int, int>> shapes;
+  for (size_t i = 0; i < top.size(); ++i) {
+    const std::pair<int, int> shape{top[i].train.pp, top[i].train.vp};
+    if (static_cast<int>(i) < kPlaced || !shapes.count(shape)) {
+      shapes.insert(shape);
+      out.push_back(std::move(top[i]));
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
 Result<HeteroResult> hetero_search(const ModelSpec& model, const MixedCluster& devices, const CostModel& cm,
                                    const SearchOptions& opt) {
   const auto t0 = std::chrono::steady_clock::now();
@@ -603,7 +628,10 @@ Result<HeteroResult> hetero_search(const ModelSpec& model, const MixedCluster& d
   HeteroResult out;
   const ClusterSpec view = devices.as_uniform();
   SearchOptions o = opt;
-  o.top_k = std::max(opt.top_k, 8);
+  o.top_k = std::max(opt.top_k, kStructures);
+  // Re-rank (estimate()) no more than a search for kPlaced plans would: the extra structures only
+  // need to be good, not exactly ordered.
+  if (o.rerank == 0) o.rerank = std::max(o.top_k, 2 * kPlaced);
   // Three independent searches (the cost model is read-only and thread-safe): the fastest subset's
   // and the fastest kind's on their own threads, the one-kind view's here.
   std::future<SubsetResult> subset_future =
@@ -653,10 +681,10 @@ Result<HeteroResult> hetero_search(const ModelSpec& model, const MixedCluster& d
     }
   }
 
-  std::vector<Plan> candidates = res->top;
+  std::vector<Plan> candidates = diverse(res->top);
   if (res->best_uniform) candidates.push_back(*res->best_uniform);
   if (fast_future.valid())
-    for (Plan& c : fast_future.get()) candidates.push_back(std::move(c));
+    for (Plan& c : diverse(fast_future.get())) candidates.push_back(std::move(c));
   std::vector<std::pair<Plan, HeteroEstimate>> placed;
   for (const Plan& cand : candidates) {
     // Fewer, larger micro-batches give the shares room (a micro-batch of dp samples splits one way).
