@@ -289,6 +289,7 @@ void run_plan(const PlanFlags& f) {
   if (!f.lengths.empty() || !f.data.empty()) return run_plan_lengths(f);
   if (f.seq < 0) fail(Error{ErrorKind::kBadInput, "--seq: required (or give --lengths FILE)"});
   Inputs in = unwrap(load_inputs(f.in));
+  notes_to_stderr(in.notes);
   SearchOptions opt;
   opt.seq = f.seq;
   opt.global_batch = f.global_batch;
@@ -530,6 +531,7 @@ void run_estimate(const EstimateFlags& f, const CLI::App& cmd) {
         bad(std::string(flag) + ": not used with --plan (the plan file fixes the strategy; edit it instead)");
     p = unwrap(read_fixed_plan(f.plan, "estimate"));
     in = unwrap(load_inputs(f.in, &p.model, &p.cluster));
+    notes_to_stderr(in.notes);
     p.model = in.model;
     p.cluster = in.cluster;
     Status st = validate(p);
@@ -538,6 +540,7 @@ void run_estimate(const EstimateFlags& f, const CLI::App& cmd) {
     for (const char* flag : {"--seq", "--global-batch", "--micro-batch", "--tp", "--pp"})
       if (cmd.count(flag) == 0) bad(std::string(flag) + ": required (or give --plan FILE)");
     in = unwrap(load_inputs(f.in));
+    notes_to_stderr(in.notes);
     p = plan_from_flags(f, in);
   }
   // A plan for a named framework must be one it can run (the rules of restrict_to_framework).

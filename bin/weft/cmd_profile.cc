@@ -33,6 +33,9 @@ void register_profile_commands(CLI::App& app) {
   hw->add_option("--threads", h->threads, "Intra-op threads per rank (as weft train --threads)")->capture_default_str();
   hw->add_option("--timeout", h->timeout_s, "Seconds after which a collective is declared stuck")->capture_default_str();
   hw->add_option("--progress", h->progress, "auto (a bar on a terminal), on or off")->capture_default_str();
+  hw->add_option("--slow", h->slow,
+                 "RANK:FACTOR: that rank's per-rank speed workload counts FACTOR times as long (a test hook, as "
+                 "weft train --slow)");
   hw->callback([h] {
     const Status s = profiler::profile_hardware(*h);
     if (!s.ok()) fail(s.error());

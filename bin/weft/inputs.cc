@@ -216,8 +216,40 @@ Result<Inputs> load_inputs(const InputFlags& f, const ModelSpec* fallback_model,
     if (!c.ok()) return c.error();
     in.cluster = std::move(c).value();
   }
-  if (groups || !f.stragglers.empty()) {
+  auto analytic = analytic_flags(f);  // its flag errors before any profile is read
+  if (!analytic.ok()) return analytic.error();
+  // A hardware profile's measured rank speeds (Malleus-style: the same GEMMs on every rank) are
+  // stragglers of a cluster of as many GPUs; --straggler for a GPU replaces its measurement.
+  std::vector<std::pair<int, double>> measured;
+  if (!f.hardware_profile.empty() && f.cost_model != "galvatron") {
+    if (!hw) {
+      auto r = read_hardware_profile(f.hardware_profile);
+      if (!r.ok()) return r.error();
+      hw = std::move(r).value();
+    }
+    const std::vector<double>& rs = hw->machine.rank_slowdown;
+    const int gpus = groups ? groups->total_gpus() : in.cluster.total_gpus();
+    std::string slow;
+    for (size_t r = 0; r < rs.size(); ++r)
+      if (rs[r] >= kMeasuredStraggler) {
+        measured.emplace_back(static_cast<int>(r), rs[r]);
+        slow += (slow.empty() ? "" : ", ") + ("GPU " + std::to_string(r) + " " + printf_str("%.2fx", rs[r]));
+      }
+    if (!measured.empty() && static_cast<int>(rs.size()) != gpus) {
+      in.notes.push_back(f.hardware_profile + " measured " + std::to_string(rs.size()) + " ranks with stragglers (" +
+                         slow + "); the cluster has " + std::to_string(gpus) +
+                         " GPUs, so they are not applied (give --straggler GPU:FACTOR)");
+      measured.clear();
+    } else if (!measured.empty()) {
+      in.notes.push_back("stragglers from " + f.hardware_profile + "'s measured rank speeds: " + slow);
+    }
+  }
+  if (groups || !f.stragglers.empty() || !measured.empty()) {
     MixedCluster m = groups ? *groups : mixed_of(in.cluster);
+    for (const auto& [gpu, factor] : measured) {
+      Status st = add_straggler(m, std::to_string(gpu) + ":" + printf_str("%.2f", factor));
+      if (!st.ok()) return st.error();
+    }
     for (const std::string& s : f.stragglers) {
       Status st = add_straggler(m, s);
       if (!st.ok()) return st.error();
@@ -233,8 +265,6 @@ Result<Inputs> load_inputs(const InputFlags& f, const ModelSpec* fallback_model,
       in.mixed = std::move(m);
     }
   }
-  auto analytic = analytic_flags(f);
-  if (!analytic.ok()) return analytic.error();
   in.framework = analytic->framework;
   auto margin = memory_margin_for(f, in.cluster);
   if (!margin.ok()) return margin.error();

@@ -57,6 +57,9 @@ struct Inputs {
   // The margin weft's models keep free (--memory-margin or its default); none under Galvatron's
   // model, which keeps its own reserve.
   std::optional<MemoryMargin> margin;
+  // What the inputs decided that the user should hear (stragglers taken from a hardware profile's
+  // measured rank speeds, or why they were not); the commands print them to stderr.
+  std::vector<std::string> notes;
   const CostModel& cost() const { return *setup.cost; }
 };
 

@@ -67,6 +67,32 @@ TEST(HardwareProfile, RoundTripsThroughJsonAndFile) {
   std::filesystem::remove(path);
 }
 
+// Measured per-rank speeds (weft profile hardware's Malleus-style GEMMs) round-trip; a list of the
+// wrong length or a factor <= 0 is refused naming the field and the numbers.
+TEST(HardwareProfile, RankSlowdownRoundTripsAndIsChecked) {
+  HardwareProfile p = sample_profile();
+  p.machine.rank_slowdown = {1.0, 2.05, 0.98, 1.01};
+  auto back = hardware_profile_from_json(to_json(p));
+  ASSERT_TRUE(back.ok()) << back.error().message;
+  EXPECT_EQ(back->machine.rank_slowdown, p.machine.rank_slowdown);
+  // Absent when not measured.
+  EXPECT_FALSE(to_json(sample_profile())["machine"].contains("rank_slowdown"));
+
+  Json j = to_json(p);
+  j["machine"]["rank_slowdown"] = {1.0, 2.0};
+  auto wrong_size = hardware_profile_from_json(j);
+  ASSERT_FALSE(wrong_size.ok());
+  EXPECT_NE(wrong_size.error().message.find("machine.rank_slowdown: 2 factors for world_size 4"), std::string::npos)
+      << wrong_size.error().message;
+  j["machine"]["rank_slowdown"] = {1.0, 0.0, 1.0, 1.0};
+  auto zero = hardware_profile_from_json(j);
+  ASSERT_FALSE(zero.ok());
+  EXPECT_NE(zero.error().message.find("machine.rank_slowdown[1]: must be a positive factor, got 0"), std::string::npos)
+      << zero.error().message;
+  j["machine"]["rank_slowdown"] = "slow";
+  EXPECT_FALSE(hardware_profile_from_json(j).ok());
+}
+
 TEST(HardwareProfile, FitRecoversAnExactLine) {
   // t = 30 us + (n-1)/n * S / 5 GB/s for an all-gather over 4 ranks.
   std::vector<CollectiveSample> s;

@@ -148,11 +148,36 @@ TEST(ProfileHardware, TwoRanksWriteAReadableProfile) {
   EXPECT_EQ(p->find(Collective::kAllReduce, 2, Placement::kInterNode), nullptr);
   EXPECT_GT(p->machine.matmul_tflops, 0);
   EXPECT_GT(p->machine.memory_gbps, 0);
+  // Two healthy ranks: within measurement noise of each other (a few percent on a quiet machine,
+  // more with other tests computing beside it).
+  ASSERT_EQ(p->machine.rank_slowdown.size(), 2u);
+  for (double f : p->machine.rank_slowdown) EXPECT_LT(f, 1.3);
   EXPECT_GT(p->machine.runtime_overhead_gib, 0);
   EXPECT_GE(p->overlap.compute_slowdown, 1.0);
   ASSERT_EQ(p->sharing.size(), 1u);  // 2 ranks of the one node at once
   EXPECT_EQ(p->sharing[0].ranks, 2);
   EXPECT_TRUE(fs::exists(cluster));
+}
+
+// Per-rank speed: every rank runs the same GEMMs in turn (timed in CPU time, so other tests computing
+// beside it do not blur it); `--slow 1:2` (the test hook) counts rank 1's time twice, and the profile
+// says so against the healthy rank.
+TEST(ProfileHardware, MeasuresEachRanksSpeedAndNamesASlowOne) {
+  const fs::path dir = work_dir("hw_slow");
+  const std::string out = (dir / "hw.json").string();
+  const Outcome r = run(std::string("launch -n 2 -- ") + WEFT_PROF_DRIVER +
+                    " profile hardware --max-bytes 16384 --time-per-size 0.02 --progress off --slow 1:2 --out " + out);
+  ASSERT_EQ(r.code, 0) << r.output;
+  auto p = read_hardware_profile(out);
+  ASSERT_TRUE(p.ok()) << p.error().message;
+  ASSERT_EQ(p->machine.rank_slowdown.size(), 2u);
+  EXPECT_DOUBLE_EQ(p->machine.rank_slowdown[0], 1.0);  // the healthy reference
+  EXPECT_GT(p->machine.rank_slowdown[1], 1.7);
+  EXPECT_LT(p->machine.rank_slowdown[1], 2.4);
+  const Outcome bad = run(std::string("launch -n 2 -- ") + WEFT_PROF_DRIVER +
+                          " profile hardware --progress off --slow 2:2 --out " + out);
+  EXPECT_NE(bad.code, 0);
+  EXPECT_NE(bad.output.find("--slow"), std::string::npos) << bad.output;
 }
 
 TEST(ProfileHardware, VirtualNodesGiveSpanningTables) {

@@ -9,6 +9,8 @@
 
 #include "cli_harness.h"
 #include "inputs.h"
+#include "profile_fixtures.h"
+#include "weft/calibration/hardware_profile.h"
 #include "weft/core/json.h"
 #include "weft/plan/plan.h"
 #include "weft/plan/runtime_support.h"
@@ -651,6 +653,63 @@ TEST(CliPlan, StragglerGivesTheSlowGpuLessWork) {
   EXPECT_GT(j["baselines"]["uniform_s"].get<double>() / j["step_time_s"].get<double>(), 1.3) << j["baselines"].dump();
   const Json& devices = j["plan"]["devices"];
   EXPECT_EQ(devices["slowdown"][1], 2.0);
+}
+
+// A hardware profile's measured rank speeds (weft profile hardware) are stragglers of a cluster
+// of as many GPUs: a rank at 2x is planned slow, one 2 % off is not (below kMeasuredStraggler),
+// --straggler replaces a measurement; on a cluster of another size they are not applied, and the
+// note says so.
+TEST(CliPlan, AHardwareProfilesMeasuredRankSpeedsAreStragglers) {
+  const std::filesystem::path dir = std::filesystem::temp_directory_path() / "weft_rank_speed_test";
+  std::filesystem::create_directories(dir);
+  HardwareProfile hw;
+  hw.machine.device = "cpu";
+  hw.machine.device_name = "test cpu";
+  hw.machine.world_size = 4;
+  hw.machine.ranks_per_node = 4;
+  hw.machine.nodes = 1;
+  hw.machine.memory_per_rank_gib = 8;
+  hw.machine.runtime_overhead_gib = 0.25;
+  hw.machine.matmul_tflops = 0.05;
+  hw.machine.memory_gbps = 8;
+  hw.collectives.push_back(testing::two_point_table(Collective::kAllReduce));
+  hw.machine.rank_slowdown = {1.0, 2.0, 1.02, 0.99};
+  const std::string profile = (dir / "hw.json").string();
+  ASSERT_TRUE(write_hardware_profile(profile, hw).ok());
+  const std::string model = (dir / "tiny.json").string();
+  {
+    std::FILE* f = std::fopen(model.c_str(), "w");
+    ASSERT_NE(f, nullptr);
+    std::fputs(R"({"name": "tiny", "vocab": 512, "hidden": 256, "tied_embeddings": false, "norm": "layernorm",
+      "position": "learned", "max_seq": 128, "groups": [{"name": "decoder", "count": 4, "kind": "decoder",
+      "hidden": 256, "heads": 4, "kv_heads": 4, "head_dim": 64, "ffn": 1024, "ffn_kind": "gelu", "bias": true}]})",
+               f);
+    std::fclose(f);
+  }
+  const std::vector<std::string> base{"plan", "--model", model, "--hardware-profile", profile, "--seq", "128",
+                                      "--global-batch", "32", "--format", "json"};
+  CliRun r = run(base);
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.err.find("stragglers from " + profile + "'s measured rank speeds: GPU 1 2.00x"), std::string::npos)
+      << r.err;
+  const Json j = Json::parse(r.out);
+  const Json& slowdown = j["plan"]["devices"]["slowdown"];
+  ASSERT_EQ(slowdown.size(), 4u) << j["plan"]["devices"].dump();
+  EXPECT_EQ(slowdown[1].get<double>(), 2.0);
+  EXPECT_EQ(slowdown[2].get<double>(), 1.0);
+  EXPECT_GT(j["baselines"]["uniform_s"].get<double>() / j["step_time_s"].get<double>(), 1.1) << j["baselines"].dump();
+
+  // --straggler for the same GPU replaces the measurement.
+  CliRun over = run(with(base, {"--straggler", "1:1.5"}));
+  ASSERT_EQ(over.code, 0) << over.err;
+  EXPECT_EQ(Json::parse(over.out)["plan"]["devices"]["slowdown"][1].get<double>(), 1.5);
+
+  // Eight GPUs: the four measured ranks are not these devices.
+  CliRun other = run(with(base, {"--gpus", "8"}));
+  ASSERT_EQ(other.code, 0) << other.err;
+  EXPECT_NE(other.err.find("the cluster has 8 GPUs, so they are not applied"), std::string::npos) << other.err;
+  EXPECT_FALSE(Json::parse(other.out)["plan"].contains("devices"));
+  std::filesystem::remove_all(dir);
 }
 
 TEST(CliPlan, MixedAndStragglerBadInputNamesTheFieldAndNumbers) {

@@ -166,6 +166,13 @@ Status validate(const HardwareProfile& p) {
                         {"collective_gap_ms", m.collective_gap_ms}}) {
     if (!(v >= 0) || !std::isfinite(v)) return fail(std::string("machine.") + key + ": must be >= 0, got " + num(v));
   }
+  if (!m.rank_slowdown.empty() && static_cast<int>(m.rank_slowdown.size()) != m.world_size)
+    return fail("machine.rank_slowdown: " + std::to_string(m.rank_slowdown.size()) + " factors for world_size " +
+                std::to_string(m.world_size));
+  for (size_t i = 0; i < m.rank_slowdown.size(); ++i)
+    if (!(m.rank_slowdown[i] > 0) || !std::isfinite(m.rank_slowdown[i]))
+      return fail("machine.rank_slowdown[" + std::to_string(i) + "]: must be a positive factor, got " +
+                  num(m.rank_slowdown[i]));
   for (size_t i = 0; i < p.collectives.size(); ++i) {
     const CollectiveEntry& e = p.collectives[i];
     const std::string at = "collectives[" + std::to_string(i) + "]";
@@ -234,6 +241,7 @@ Json to_json(const HardwareProfile& p) {
                       {"memory_gbps", m.memory_gbps},
                       {"collective_gap_ms", m.collective_gap_ms},
                       {"created", m.created}};
+  if (!m.rank_slowdown.empty()) j["machine"]["rank_slowdown"] = m.rank_slowdown;
   Json cs = Json::array();
   for (const auto& e : p.collectives) {
     Json samples = Json::array();
@@ -277,7 +285,7 @@ Result<HardwareProfile> hardware_profile_from_json(const Json& j, const std::str
       JsonObj mo = o.obj("machine");
       mo.reject_unknown({"hostname", "device", "device_name", "backend", "dtype", "world_size", "ranks_per_node", "nodes",
                          "threads_per_rank", "cores", "memory_per_rank_gib", "runtime_overhead_gib", "matmul_tflops",
-                         "memory_gbps", "collective_gap_ms", "created"});
+                         "memory_gbps", "collective_gap_ms", "created", "rank_slowdown"});
       MachineFacts& m = p.machine;
       m.hostname = mo.str_or("hostname", "");
       m.device = mo.str("device");
@@ -295,6 +303,14 @@ Result<HardwareProfile> hardware_profile_from_json(const Json& j, const std::str
       m.memory_gbps = mo.number_or("memory_gbps", 0);
       m.collective_gap_ms = mo.number_or("collective_gap_ms", 0);
       m.created = mo.str_or("created", "");
+      if (mo.has("rank_slowdown")) {
+        const Json& a = mo.json().at("rank_slowdown");
+        if (!a.is_array()) mo.fail("rank_slowdown", "must be an array of factors, one per rank");
+        for (const Json& x : a) {
+          if (!x.is_number()) mo.fail("rank_slowdown", "every factor must be a number");
+          m.rank_slowdown.push_back(x.get<double>());
+        }
+      }
     }
     for (const JsonObj& co : o.array_of_obj("collectives")) {
       co.reject_unknown({"kind", "group_size", "placement", "ranks_per_node", "concurrent_groups", "fit", "samples"});

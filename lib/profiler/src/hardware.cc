@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
+#include <ctime>
 #include <map>
 #include <thread>
 
@@ -18,6 +19,7 @@
 #include "weft/runtime/comm.h"
 #include "weft/runtime/model.h"
 #include "weft/runtime/optim.h"
+#include "weft/runtime/straggler.h"
 #include "weft/runtime/support.h"
 #include "weft/runtime/train.h"
 
@@ -30,6 +32,13 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+// CPU seconds the calling thread has run.
+double thread_cpu_s() {
+  timespec ts{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+}
 
 std::string mib(double bytes) {
   char buf[32];
@@ -305,6 +314,9 @@ Status profile_hardware(const HardwareOptions& o) {
   auto env_r = runtime::read_dist_env();
   if (!env_r.ok()) return env_r.error();
   const runtime::DistEnv env = env_r.value();
+  auto slow_r = runtime::parse_slow(o.slow, env.world);
+  if (!slow_r.ok()) return slow_r.error();
+  const runtime::SlowRank slow = slow_r.value();
   int local = env.world;
   if (const char* lw = std::getenv("LOCAL_WORLD_SIZE")) local = std::max(1, std::atoi(lw));
   const int G = o.gpus_per_node > 0 ? o.gpus_per_node : std::min(local, env.world);
@@ -360,7 +372,7 @@ Status profile_hardware(const HardwareOptions& o) {
 
     int sizes = 0;
     for (double S = o.min_bytes; S <= o.max_bytes * 1.0001; S *= 4) ++sizes;
-    const long steps = static_cast<long>(sizes) * (4 * static_cast<long>(shapes.size()) + static_cast<long>(p2p.size())) + 4;
+    const long steps = static_cast<long>(sizes) * (4 * static_cast<long>(shapes.size()) + static_cast<long>(p2p.size())) + 4 + (env.world > 1 ? 1 : 0);
     Progress progress("weft profile hardware", steps, o.progress, env.rank == 0);
     // The compute gap between timed calls: 128 x 128 GEMMs for about --gap-ms on rank 0 alone,
     // the same count on every rank.
@@ -398,6 +410,43 @@ Status profile_hardware(const HardwareOptions& o) {
       m.matmul_tflops = max_over(world, tflops);
       m.memory_gbps = max_over(world, gbps);
       progress.tick("machine facts");
+    }
+
+    // --- per-rank speed (Malleus's straggler quantification): the GEMMs of the matmul rate above
+    // on every rank, each rank's best time of five over a healthy rank's. These ranks share one
+    // machine's cores, so they take turns (all at once would measure the sharing, which the next
+    // section does), each warms up first (a rank's first GEMMs of a size run slower), and the time
+    // is the thread's CPU time (one intra-op thread): what the rank's core needs for the work,
+    // not the moments other processes hold it. A healthy
+    // job's ranks sit within a few percent of each other; planning takes a rank as a straggler from
+    // kMeasuredStraggler (weft/calibration/hardware_profile.h).
+    if (env.world > 1) {
+      const int64_t n = 512;
+      at::Tensor a = at::rand({n, n}, at::kFloat), b = at::rand({n, n}, at::kFloat), c = at::empty({n, n}, at::kFloat);
+      const double rate = max_over(world, env.rank == 0 ? m.matmul_tflops * 1e12 : 0.0);  // FLOP/s
+      const int reps = std::max(3, static_cast<int>(std::round(0.05 * rate / (2.0 * n * n * n))));
+      for (int i = 0; i < 3; ++i) at::mm_out(c, a, b);
+      std::vector<double> best(env.world, 0);
+      for (int round = 0; round < 5; ++round)
+        for (int r = 0; r < env.world; ++r) {
+          world.barrier();
+          double t = 0;
+          if (env.rank == r) {
+            const double c0 = thread_cpu_s();
+            for (int i = 0; i < reps; ++i) at::mm_out(c, a, b);
+            t = thread_cpu_s() - c0;
+            if (slow.applies(r, 1)) t *= slow.factor;
+          }
+          t = max_over(world, t);
+          best[r] = round == 0 ? t : std::min(best[r], t);
+        }
+      // Against a healthy rank: the lower median (of two ranks, the faster), which stragglers in a
+      // minority do not move.
+      std::vector<double> sorted = best;
+      std::sort(sorted.begin(), sorted.end());
+      const double healthy = sorted[(sorted.size() - 1) / 2];
+      for (double t : best) m.rank_slowdown.push_back(healthy > 0 ? t / healthy : 1.0);
+      progress.tick("per-rank speed");
     }
 
     // --- compute sharing: a transformer layer of the runtime (LayerWork) run by k ranks of every

@@ -89,6 +89,10 @@ struct ComputeSharing {
   bool operator==(const ComputeSharing&) const = default;
 };
 
+// A measured rank at least this much slower than the median is planned as a straggler: below it
+// the difference is within the repeatability of the measurement (docs/profiles.md, "Per-rank speed").
+inline constexpr double kMeasuredStraggler = 1.1;
+
 struct MachineFacts {
   std::string hostname;
   std::string device = "cpu";      // "cpu" or "cuda"
@@ -106,6 +110,11 @@ struct MachineFacts {
   double matmul_tflops = 0;        // measured square-GEMM rate of one rank alone, dtype above
   double memory_gbps = 0;          // measured streaming rate (read + write) of one rank alone
   double collective_gap_ms = 0;    // compute before each timed collective call (0: back to back)
+  // Per rank (JSON "rank_slowdown", absent when not measured): the time of the same GEMM workload
+  // on that rank over a healthy rank's, the lower median (Malleus's straggler quantification; 1 =
+  // healthy, 2 = a straggler at half speed). `weft plan` / `weft estimate` plan a cluster of this
+  // many GPUs with the factors of at least kMeasuredStraggler as stragglers (docs/profiles.md).
+  std::vector<double> rank_slowdown;
   std::string created;             // UTC time of the measurement, ISO 8601
   bool operator==(const MachineFacts&) const = default;
 };

@@ -28,6 +28,9 @@ struct HardwareOptions {
   int threads = 1;               // intra-op threads per rank (as `weft train --threads`)
   double timeout_s = 120;        // collective timeout
   std::string progress = "auto"; // auto (a bar on a terminal) | on | off
+  // Test hook, as `weft train --slow`: "RANK:FACTOR" counts that rank's per-rank speed workload
+  // FACTOR times as long, so the profile names it a straggler. "": none.
+  std::string slow;
 };
 
 // Runs one rank of the measurement (under `weft launch -n N`, torchrun, srun or mpirun). Every rank
