@@ -23,21 +23,9 @@ std::string temp_path(const std::string& name) {
 CollectiveEntry two_point_allreduce() { return testing::two_point_table(Collective::kAllReduce); }
 
 HardwareProfile sample_profile() {
-  HardwareProfile p;
-  p.machine.hostname = "box";
-  p.machine.device = "cpu";
-  p.machine.device_name = "test cpu";
-  p.machine.world_size = 4;
-  p.machine.ranks_per_node = 2;
+  HardwareProfile p = testing::one_node_profile(4);
+  p.machine.ranks_per_node = 2;  // two nodes of two
   p.machine.nodes = 2;
-  p.machine.cores = 2;
-  p.machine.memory_per_rank_gib = 6;
-  p.machine.runtime_overhead_gib = 0.25;
-  p.machine.matmul_tflops = 0.05;
-  p.machine.memory_gbps = 8;
-  p.machine.collective_gap_ms = 2;
-  p.machine.created = "2026-11-22T00:00:00Z";
-  p.collectives.push_back(two_point_allreduce());
   CollectiveEntry span;
   span.kind = Collective::kAllGather;
   span.group_size = 4;

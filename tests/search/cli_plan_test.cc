@@ -662,17 +662,7 @@ TEST(CliPlan, StragglerGivesTheSlowGpuLessWork) {
 TEST(CliPlan, AHardwareProfilesMeasuredRankSpeedsAreStragglers) {
   const std::filesystem::path dir = std::filesystem::temp_directory_path() / "weft_rank_speed_test";
   std::filesystem::create_directories(dir);
-  HardwareProfile hw;
-  hw.machine.device = "cpu";
-  hw.machine.device_name = "test cpu";
-  hw.machine.world_size = 4;
-  hw.machine.ranks_per_node = 4;
-  hw.machine.nodes = 1;
-  hw.machine.memory_per_rank_gib = 8;
-  hw.machine.runtime_overhead_gib = 0.25;
-  hw.machine.matmul_tflops = 0.05;
-  hw.machine.memory_gbps = 8;
-  hw.collectives.push_back(testing::two_point_table(Collective::kAllReduce));
+  HardwareProfile hw = testing::one_node_profile(4);
   hw.machine.rank_slowdown = {1.0, 2.0, 1.02, 0.99};
   const std::string profile = (dir / "hw.json").string();
   ASSERT_TRUE(write_hardware_profile(profile, hw).ok());

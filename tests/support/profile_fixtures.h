@@ -34,4 +34,25 @@ inline CollectiveEntry two_point_table(Collective kind) {
   return e;
 }
 
+// A hardware profile of one CPU node of `world` ranks with round figures (0.05 TFLOP/s GEMMs,
+// 8 GB/s streaming, 6 GiB per rank) and the two-point all-reduce table above.
+inline HardwareProfile one_node_profile(int world) {
+  HardwareProfile p;
+  p.machine.hostname = "box";
+  p.machine.device = "cpu";
+  p.machine.device_name = "test cpu";
+  p.machine.world_size = world;
+  p.machine.ranks_per_node = world;
+  p.machine.nodes = 1;
+  p.machine.cores = 2;
+  p.machine.memory_per_rank_gib = 6;
+  p.machine.runtime_overhead_gib = 0.25;
+  p.machine.matmul_tflops = 0.05;
+  p.machine.memory_gbps = 8;
+  p.machine.collective_gap_ms = 2;
+  p.machine.created = "2026-11-22T00:00:00Z";
+  p.collectives.push_back(two_point_table(Collective::kAllReduce));
+  return p;
+}
+
 }  // namespace weft::testing
