@@ -11,8 +11,11 @@ namespace {
 
 using test::run_cli;
 
+// Under the running test's own name: ctest runs this binary's tests as parallel processes, and one
+// rewriting a file another is reading breaks the reader.
 std::string lengths_file(const std::string& name, const std::string& content) {
-  const std::string path = ::testing::TempDir() + name;
+  const std::string path = ::testing::TempDir() + "varlen_" +
+                           ::testing::UnitTest::GetInstance()->current_test_info()->name() + "_" + name;
   std::ofstream(path) << content;
   return path;
 }
@@ -61,7 +64,7 @@ TEST(VarlenCli, TableSaysWhatWasDroppedAndTheTotals) {
 
 // --report: one picture per step, a column per group with its documents, every GPU accounted for.
 TEST(VarlenCli, ReportDrawsEveryStep) {
-  const std::string path = ::testing::TempDir() + "varlen.html";
+  const std::string path = ::testing::TempDir() + "varlen_report_draws_every_step.html";
   auto r = run_cli(register_varlen_commands,
                    {"varlen", "--lengths", small_lengths(), "--model", "gpt-7b", "--cost-model", "flexsp", "--gpus", "16",
                     "--memory-gb", "30", "--global-batch", "16", "--max-seq", "65536", "--steps", "3", "--report", path});

@@ -13,6 +13,7 @@
 
 #include "weft/core/assert.h"
 #include "weft/core/format.h"
+#include "weft/search/partition.h"
 #include "weft/plan/geometry.h"
 
 namespace weft {
@@ -269,8 +270,8 @@ void fit_shares(Plan& p, const MixedCluster& d, const CostModel& cm) {
   p.train.dp_shares = std::move(x);
 }
 
-// Re-cuts the stage boundaries: each stage's layers by a partition DP minimising the slowest unit's
-// per-micro-batch time, within every unit's memory.
+// Re-cuts the stage boundaries: each stage's layers by the search's partition DP over the stage's
+// slowest unit's per-micro-batch time, within every unit's memory.
 void recut(Plan& p, const MixedCluster& d, const CostModel& cm) {
   const int pp = p.train.pp;
   if (pp <= 1 || p.train.vp != 1) return;
@@ -322,29 +323,26 @@ void recut(Plan& p, const MixedCluster& d, const CostModel& cm) {
     }
   }
   const double inf = std::numeric_limits<double>::infinity();
-  // best[s][b]: the least bottleneck of stages 0..s covering layers [0, b).
-  std::vector<std::vector<double>> best(pp, std::vector<double>(L + 1, inf));
-  std::vector<std::vector<int>> from(pp, std::vector<int>(L + 1, -1));
-  auto stage_time = [&](int s, int a, int b) {
+  // The search's own partition DP (weft/search/partition.h) over each stage's slowest unit: the
+  // pipeline objective sum + (m - 1) x max of the stages' times per micro-batch, within every
+  // unit's memory. Layer strategies stay; only the cuts move.
+  planner::PartitionProblem prob;
+  prob.layers = L;
+  prob.stages = pp;
+  prob.weight_max = p.train.micro_batches - 1;
+  prob.p2p.assign(pp > 1 ? pp - 1 : 0, std::vector<double>{0.0});
+  prob.cost = [&](int s, int a, int n, int) {
     double worst = 0;
     for (const Col& c : cols[s]) {
-      if (c.m[b] - c.m[a] + c.extra_m > c.budget) return inf;
-      worst = std::max(worst, c.t[b] - c.t[a] + c.extra_t);
+      if (c.m[a + n] - c.m[a] + c.extra_m > c.budget) return inf;
+      worst = std::max(worst, c.t[a + n] - c.t[a] + c.extra_t);
     }
     return worst;
   };
-  for (int b = 1; b <= L - (pp - 1); ++b) best[0][b] = stage_time(0, 0, b);
-  for (int s = 1; s < pp; ++s)
-    for (int b = s + 1; b <= L - (pp - 1 - s); ++b)
-      for (int a = s; a < b; ++a) {
-        if (best[s - 1][a] == inf) continue;
-        const double t = std::max(best[s - 1][a], stage_time(s, a, b));
-        if (t < best[s][b]) best[s][b] = t, from[s][b] = a;
-      }
-  if (best[pp - 1][L] == inf) return;  // nothing fits: keep the structure's own cut
+  const planner::PartitionResult cutr = planner::solve_partition(prob);
+  if (!cutr.feasible) return;  // nothing fits: keep the structure's own cut
   std::vector<int> cut(pp + 1, 0);
-  cut[pp] = L;
-  for (int s = pp - 1; s > 0; --s) cut[s] = from[s][cut[s + 1]];
+  for (int s = 0; s < pp; ++s) cut[s + 1] = cut[s] + cutr.sizes[s];
   for (int s = 0; s < pp; ++s) {
     Stage& st = p.stages[s];
     st.first_layer = cut[s];
