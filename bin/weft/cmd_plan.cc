@@ -559,6 +559,9 @@ void run_estimate(const EstimateFlags& f, const CLI::App& cmd) {
     std::vector<int> order(in.mixed->groups.size());
     for (size_t g = 0; g < order.size(); ++g) order[g] = static_cast<int>(g);
     p = place(std::move(p), *in.mixed, order);
+  } else if (in.mixed && p.devices && !(in.mixed->slowdown == p.devices->cluster.slowdown)) {
+    notes.push_back(f.plan + " carries its own devices and slowdowns (devices); they are costed, not the "
+                    "stragglers given here (--straggler, a cluster file or a profile's measured speeds)");
   }
   // Galvatron's model: its exact accounting (the plan's own task and buffer).
   const Estimate e = p.devices ? hetero_estimate(p, in.cost()).total : unwrap(galvatron::estimate_with(in.setup, p));

@@ -1,5 +1,8 @@
 #include "inputs.h"
 
+#include <cstdlib>
+#include <set>
+
 #include "weft/calibration/hardware_profile.h"
 #include "weft/calibration/model_profile.h"
 #include "weft/core/format.h"
@@ -219,9 +222,10 @@ Result<Inputs> load_inputs(const InputFlags& f, const ModelSpec* fallback_model,
   auto analytic = analytic_flags(f);  // its flag errors before any profile is read
   if (!analytic.ok()) return analytic.error();
   // A hardware profile's measured rank speeds (Malleus-style: the same GEMMs on every rank) are
-  // stragglers of a cluster of as many GPUs; --straggler for a GPU replaces its measurement.
+  // stragglers of a cluster of as many GPUs; a slowdown the cluster file or --straggler gives for
+  // a GPU stays. Galvatron's inputs plan one kind of device at full speed (below): not applied.
   std::vector<std::pair<int, double>> measured;
-  if (!f.hardware_profile.empty() && f.cost_model != "galvatron") {
+  if (!f.hardware_profile.empty()) {
     if (!hw) {
       auto r = read_hardware_profile(f.hardware_profile);
       if (!r.ok()) return r.error();
@@ -229,13 +233,23 @@ Result<Inputs> load_inputs(const InputFlags& f, const ModelSpec* fallback_model,
     }
     const std::vector<double>& rs = hw->machine.rank_slowdown;
     const int gpus = groups ? groups->total_gpus() : in.cluster.total_gpus();
+    std::set<int> given;  // GPUs whose slowdown the user gave
+    if (groups)
+      for (int g = 0; g < groups->total_gpus(); ++g)
+        if (groups->slowdown_of(g) != 1.0) given.insert(g);
+    for (const std::string& s : f.stragglers) given.insert(std::atoi(s.c_str()));
     std::string slow;
     for (size_t r = 0; r < rs.size(); ++r)
-      if (rs[r] >= kMeasuredStraggler) {
+      if (rs[r] >= kMeasuredStraggler && !given.count(static_cast<int>(r))) {
         measured.emplace_back(static_cast<int>(r), rs[r]);
         slow += (slow.empty() ? "" : ", ") + ("GPU " + std::to_string(r) + " " + printf_str("%.2fx", rs[r]));
       }
-    if (!measured.empty() && static_cast<int>(rs.size()) != gpus) {
+    const bool galvatron = f.cost_model == "galvatron" || !f.galvatron_profiles.empty() || !f.galvatron_model.empty();
+    if (!measured.empty() && galvatron) {
+      in.notes.push_back(f.hardware_profile + " measured stragglers (" + slow +
+                         "); Galvatron's inputs plan one kind of device at full speed, so they are not applied");
+      measured.clear();
+    } else if (!measured.empty() && static_cast<int>(rs.size()) != gpus) {
       in.notes.push_back(f.hardware_profile + " measured " + std::to_string(rs.size()) + " ranks with stragglers (" +
                          slow + "); the cluster has " + std::to_string(gpus) +
                          " GPUs, so they are not applied (give --straggler GPU:FACTOR)");

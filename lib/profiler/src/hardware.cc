@@ -317,6 +317,8 @@ Status profile_hardware(const HardwareOptions& o) {
   auto slow_r = runtime::parse_slow(o.slow, env.world);
   if (!slow_r.ok()) return slow_r.error();
   const runtime::SlowRank slow = slow_r.value();
+  if (slow.from_step != 1 || slow.to_step != 0)
+    return bad("--slow: the profiler takes RANK:FACTOR (it has no steps), got \"" + o.slow + "\"");
   int local = env.world;
   if (const char* lw = std::getenv("LOCAL_WORLD_SIZE")) local = std::max(1, std::atoi(lw));
   const int G = o.gpus_per_node > 0 ? o.gpus_per_node : std::min(local, env.world);
@@ -421,6 +423,7 @@ Status profile_hardware(const HardwareOptions& o) {
     // job's ranks sit within a few percent of each other; planning takes a rank as a straggler from
     // kMeasuredStraggler (weft/calibration/hardware_profile.h).
     if (env.world > 1) {
+      runtime::set_threads(1);  // the thread's CPU time is the rank's work only on one thread
       const int64_t n = 512;
       at::Tensor a = at::rand({n, n}, at::kFloat), b = at::rand({n, n}, at::kFloat), c = at::empty({n, n}, at::kFloat);
       const double rate = max_over(world, env.rank == 0 ? m.matmul_tflops * 1e12 : 0.0);  // FLOP/s
@@ -435,7 +438,7 @@ Status profile_hardware(const HardwareOptions& o) {
             const double c0 = thread_cpu_s();
             for (int i = 0; i < reps; ++i) at::mm_out(c, a, b);
             t = thread_cpu_s() - c0;
-            if (slow.applies(r, 1)) t *= slow.factor;
+            if (slow.rank == r) t *= slow.factor;
           }
           t = max_over(world, t);
           best[r] = round == 0 ? t : std::min(best[r], t);
@@ -446,6 +449,7 @@ Status profile_hardware(const HardwareOptions& o) {
       std::sort(sorted.begin(), sorted.end());
       const double healthy = sorted[(sorted.size() - 1) / 2];
       for (double t : best) m.rank_slowdown.push_back(healthy > 0 ? t / healthy : 1.0);
+      runtime::set_threads(o.threads);
       progress.tick("per-rank speed");
     }
 

@@ -303,16 +303,17 @@ void recut(Plan& p, const MixedCluster& d, const CostModel& cm) {
       double t = 0, mem = 0;
       for (int l = 0; l < L; ++l) {
         // A layer of the same shape under the same strategy as the one before costs the same (the
-        // cost model's contract, weft/search/search.h), with no transition between them.
+        // cost model's contract, weft/search/search.h), with no transition between them; the
+        // transition into a layer is paid where the strategy changes, once.
+        lc.layer = l;
         if (l == 0 || !(strat[l] == strat[l - 1]) || !(p.model.layer(l) == p.model.layer(l - 1))) {
-          lc.layer = l;
           const LayerCost c = cm.layer(lc, strat[l]);
-          t = (c.fwd + c.bwd).value();
-          if (l > 0) t += cm.transition(lc, strat[l - 1], strat[l]).value();
-          t *= u.slow[s][j];
+          t = (c.fwd + c.bwd).value() * u.slow[s][j];
           mem = c.mem().value();
         }
-        col.t[l + 1] = col.t[l] + t;
+        double here = t;
+        if (l > 0 && !(strat[l] == strat[l - 1])) here += cm.transition(lc, strat[l - 1], strat[l]).value() * u.slow[s][j];
+        col.t[l + 1] = col.t[l] + here;
         col.m[l + 1] = col.m[l] + mem;
       }
       const LayerCost e = cm.stage_extra(sc, p.embedding);
