@@ -584,13 +584,20 @@ void run_estimate(const EstimateFlags& f, const CLI::App& cmd) {
     std::fputs(notes_text(notes).c_str(), stdout);
     if (!f.out.empty()) std::printf("\nplan written to %s\n", f.out.c_str());
   }
-  if (!e.fits)
+  if (!e.fits) {
+    // The device the figures are of: on mixed devices, the kind whose budget they name (the one with
+    // the least room, weft/search/hetero.h).
+    double device_gib = p.cluster.gpu.memory_gib;
+    if (p.devices)
+      for (const ClusterSpec& g : p.devices->cluster.groups)
+        if (in.cost().memory_budget(g) == e.memory_budget) device_gib = g.gpu.memory_gib;
     fail(Error{ErrorKind::kNoFit, "the plan needs " + printf_str("%.1f", to_gib(e.peak_memory)) +
                                       " GiB per GPU but the cost model allows " + printf_str("%.1f", to_gib(e.memory_budget)) +
-                                      " GiB of the " + printf_str("%.1f", p.cluster.gpu.memory_gib) + " GiB device" +
+                                      " GiB of the " + printf_str("%.1f", device_gib) + " GiB device" +
                                       (in.margin ? " (its reserves and a margin of " + to_string(*in.margin) +
                                                        "; --memory-margin sets the margin)"
                                                  : "")});
+  }
 }
 
 }  // namespace
