@@ -37,6 +37,7 @@
 #include <tuple>
 #include <vector>
 
+#include "weft/core/stats.h"
 #include "weft/cost/analytic.h"
 #include "weft/cost/estimate.h"
 #include "weft/spec/presets.h"
@@ -163,37 +164,6 @@ bool build_plan(const Row& r, const ClusterSpec& base, Plan& p, std::string& why
     return false;
   }
   return true;
-}
-
-std::vector<double> ranks(const std::vector<double>& x) {
-  std::vector<int> idx(x.size());
-  for (size_t i = 0; i < idx.size(); ++i) idx[i] = static_cast<int>(i);
-  std::sort(idx.begin(), idx.end(), [&](int a, int b) { return x[a] < x[b]; });
-  std::vector<double> r(x.size());
-  for (size_t i = 0; i < idx.size();) {
-    size_t j = i;
-    while (j + 1 < idx.size() && x[idx[j + 1]] == x[idx[i]]) ++j;
-    const double avg = (i + j) / 2.0 + 1;
-    for (size_t k = i; k <= j; ++k) r[idx[k]] = avg;
-    i = j + 1;
-  }
-  return r;
-}
-
-double spearman(const std::vector<double>& a, const std::vector<double>& b) {
-  if (a.size() < 2) return std::nan("");
-  const auto ra = ranks(a), rb = ranks(b);
-  double ma = 0, mb = 0;
-  for (size_t i = 0; i < ra.size(); ++i) ma += ra[i], mb += rb[i];
-  ma /= ra.size();
-  mb /= rb.size();
-  double sab = 0, saa = 0, sbb = 0;
-  for (size_t i = 0; i < ra.size(); ++i) {
-    sab += (ra[i] - ma) * (rb[i] - mb);
-    saa += (ra[i] - ma) * (ra[i] - ma);
-    sbb += (rb[i] - mb) * (rb[i] - mb);
-  }
-  return saa > 0 && sbb > 0 ? sab / std::sqrt(saa * sbb) : std::nan("");
 }
 
 struct Stats {
@@ -481,7 +451,7 @@ void print_groups(const char* set, const std::vector<const Row*>& rows) {
                 g.rows.size(), config(*g.choice).c_str(), g.hit() ? "hit" : "MISS", 100 * g.regret, g.rho);
     std::vector<double> m, p;
     for (const Row* r : g.rows) m.push_back(r->measured_ms), p.push_back(r->predicted_ms);
-    const auto rm = ranks(m), rp = ranks(p);
+    const auto rm = average_ranks(m), rp = average_ranks(p);
     std::printf("    %3s %3s %3s %3s %4s %9s %9s %7s %5s %5s |", "tp", "pp", "dp", "mb", "m", "meas ms", "pred ms",
                 "err%", "rk_m", "rk_p");
     for (const Term& t : kTerms) std::printf(" %8s", t.name);

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "metis/metis_plans.h"
+#include "weft/core/stats.h"
 #include "weft/cost/analytic.h"
 #include "weft/plan/strategy.h"
 #include "weft/search/hetero.h"
@@ -31,14 +32,6 @@ std::string describe(const metis::Row& r) {
   s += "] m" + std::to_string(r.micro_batches) + " cut";
   for (int b : r.partition) s += " " + std::to_string(b);
   return s;
-}
-
-std::vector<int> rank_of(const std::vector<double>& v) {
-  std::vector<int> idx(v.size()), r(v.size());
-  for (size_t i = 0; i < v.size(); ++i) idx[i] = static_cast<int>(i);
-  std::stable_sort(idx.begin(), idx.end(), [&](int a, int b) { return v[a] < v[b]; });
-  for (size_t i = 0; i < idx.size(); ++i) r[idx[i]] = static_cast<int>(i) + 1;
-  return r;
 }
 
 }  // namespace
@@ -68,7 +61,7 @@ int main(int argc, char** argv) {
   const metis::Comparison c = metis::compare(*s, cm);
   std::vector<double> mt, wt;
   for (const metis::Costed& k : c.costed) mt.push_back(k.row.cost_ms), wt.push_back(k.weft_ms());
-  const std::vector<int> wr = rank_of(wt), mr = rank_of(mt);
+  const std::vector<double> wr = average_ranks(wt), mr = average_ranks(mt);
   std::printf("\nplans weft expresses: %zu (left out: %d repeats, %d with stages of different GPU counts, %d with a "
               "stage of no block)\n",
               c.costed.size(), c.duplicates, c.unequal_stages, c.empty_stages);
@@ -76,9 +69,8 @@ int main(int argc, char** argv) {
               "weft shares");
   for (size_t i = 0; i < c.costed.size(); ++i) {
     const metis::Costed& k = c.costed[i];
-    std::string shares;
-    for (int x : k.plan.train.dp_shares) shares += (shares.empty() ? "" : ":") + std::to_string(x);
-    std::printf("  %5d %5d %5d %10.1f %10.1f  %-48s %s\n", k.row.rank, mr[i], wr[i], k.row.cost_ms, k.weft_ms(),
+    const std::string shares = shares_label(k.plan.train);
+    std::printf("  %5d %5g %5g %10.1f %10.1f  %-48s %s\n", k.row.rank, mr[i], wr[i], k.row.cost_ms, k.weft_ms(),
                 describe(k.row).c_str(), shares.empty() ? "even" : shares.c_str());
   }
   std::printf("Spearman (Metis's estimate against weft's): %.3f\n", c.spearman);
@@ -98,8 +90,7 @@ int main(int argc, char** argv) {
   int best_rank = 0;
   for (const metis::Costed& k : c.costed)
     if (k.weft_ms() < best) best = k.weft_ms(), best_rank = k.row.rank;
-  std::string shares;
-  for (int x : p.train.dp_shares) shares += (shares.empty() ? "" : ":") + std::to_string(x);
+  const std::string shares = shares_label(p.train);
   std::printf("\nweft's search: %.1f ms (pp%d m%d, layers %s, shares %s) in %.0f ms; the best Metis plan on weft's "
               "model (Metis rank %d) %.1f ms: %.2fx\n",
               p.predicted.step_time_s * 1e3, p.train.pp, p.train.micro_batches, label(p.stages[0].layers[0]).c_str(),

@@ -73,19 +73,11 @@ Json device_groups_json(const HeteroEstimate& e) {
   return a;
 }
 
-// printf into a string (the table rows below have many fields).
-template <typename... A>
-std::string row(const char* format, A... args) {
-  char buf[512];
-  std::snprintf(buf, sizeof buf, format, args...);
-  return buf;
-}
-
 std::string device_groups_table(const Plan& p, const HeteroEstimate& e) {
-  std::string out = row("%-22s %-24s %-9s %7s %6s %8s %10s %16s\n", "device group", "GPU", "ranks", "slowest",
+  std::string out = sprintf_str("%-22s %-24s %-9s %7s %6s %8s %10s %16s\n", "device group", "GPU", "ranks", "slowest",
                         "layers", "samples", "busy/step", "memory GiB");
   for (const DeviceGroupUse& g : e.groups) {
-    out += row("%-22s %-24s %-9s %6.2fx %6d %8d %10s %7.1f / %-6.1f\n", g.name.c_str(), g.gpu.c_str(),
+    out += sprintf_str("%-22s %-24s %-9s %6.2fx %6d %8d %10s %7.1f / %-6.1f\n", g.name.c_str(), g.gpu.c_str(),
                (S(g.first_rank) + "-" + S(g.first_rank + g.ranks - 1)).c_str(), g.slowest, g.layers, g.samples,
                duration_text(g.time_s).c_str(), g.memory_gib, g.budget_gib);
   }
@@ -93,11 +85,7 @@ std::string device_groups_table(const Plan& p, const HeteroEstimate& e) {
          ", per stage its groups run; busy/step: the busiest data-parallel replica of a stage on it,\n"
          "compute and communication summed (gradient traffic that overlaps the backward included, so it can\n"
          "exceed the step)\n";
-  if (!p.train.dp_shares.empty()) {
-    std::string shares;
-    for (int x : p.train.dp_shares) shares += (shares.empty() ? "" : ":") + S(x);
-    out += "data-parallel shares (train.dp_shares): " + shares + "\n";
-  }
+  if (!p.train.dp_shares.empty()) out += "data-parallel shares (train.dp_shares): " + shares_label(p.train) + "\n";
   return out;
 }
 

@@ -83,8 +83,7 @@ runtime::AdaptHooks adapt_hooks() {
     out.current_s = r->current_s;
     out.plan_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     out.bytes_to_move = 0;  // the structure is kept: only the samples each replica reads change
-    std::string shares;
-    for (int x : out.plan.train.dp_shares) shares += (shares.empty() ? "" : ":") + std::to_string(x);
+    const std::string shares = shares_label(out.plan.train);
     const int m = out.plan.train.micro_batches;
     out.change = (shares.empty() ? std::string("even shares") : "shares " + shares) + ", " + std::to_string(m) +
                  " micro-batch" + (m > 1 ? "es" : "");

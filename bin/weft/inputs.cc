@@ -221,6 +221,7 @@ Result<Inputs> load_inputs(const InputFlags& f, const ModelSpec* fallback_model,
   }
   auto analytic = analytic_flags(f);  // its flag errors before any profile is read
   if (!analytic.ok()) return analytic.error();
+  const bool galvatron = f.cost_model == "galvatron" || !f.galvatron_profiles.empty() || !f.galvatron_model.empty();
   // A hardware profile's measured rank speeds (Malleus-style: the same GEMMs on every rank) are
   // stragglers of a cluster of as many GPUs; a slowdown the cluster file or --straggler gives for
   // a GPU stays. Galvatron's inputs plan one kind of device at full speed (below): not applied.
@@ -244,7 +245,6 @@ Result<Inputs> load_inputs(const InputFlags& f, const ModelSpec* fallback_model,
         measured.emplace_back(static_cast<int>(r), rs[r]);
         slow += (slow.empty() ? "" : ", ") + ("GPU " + std::to_string(r) + " " + printf_str("%.2fx", rs[r]));
       }
-    const bool galvatron = f.cost_model == "galvatron" || !f.galvatron_profiles.empty() || !f.galvatron_model.empty();
     if (!measured.empty() && galvatron) {
       in.notes.push_back(f.hardware_profile + " measured stragglers (" + slow +
                          "); Galvatron's inputs plan one kind of device at full speed, so they are not applied");
@@ -269,7 +269,7 @@ Result<Inputs> load_inputs(const InputFlags& f, const ModelSpec* fallback_model,
       if (!st.ok()) return st.error();
     }
     if (m.heterogeneous()) {
-      if (f.cost_model == "galvatron" || !f.galvatron_profiles.empty() || !f.galvatron_model.empty())
+      if (galvatron)
         return Error{ErrorKind::kBadInput, "--cost-model galvatron: Galvatron's model costs one kind of device; "
                                            "mixed or straggling devices are planned with weft's model"};
       if (m.groups.size() > 1 && (!f.model_profile.empty() || !f.hardware_profile.empty()))

@@ -16,11 +16,11 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
-#include <numeric>
 #include <string>
 #include <vector>
 
 #include "weft/core/error.h"
+#include "weft/core/stats.h"
 #include "weft/cost/analytic.h"
 #include "weft/cost/estimate.h"
 #include "weft/core/json.h"
@@ -175,34 +175,6 @@ inline double fitted_time_scale(const std::string& dir, const ModelSpec& model, 
     ++n;
   }
   return std::exp(log_sum / n);
-}
-
-// Average ranks (ties share the mean of their positions), then Pearson's correlation of the ranks.
-inline std::vector<double> ranks(const std::vector<double>& v) {
-  std::vector<int> idx(v.size());
-  std::iota(idx.begin(), idx.end(), 0);
-  std::sort(idx.begin(), idx.end(), [&](int a, int b) { return v[a] < v[b]; });
-  std::vector<double> r(v.size());
-  for (size_t i = 0; i < idx.size();) {
-    size_t k = i;
-    while (k + 1 < idx.size() && v[idx[k + 1]] == v[idx[i]]) ++k;
-    for (size_t t = i; t <= k; ++t) r[idx[t]] = (i + k) / 2.0 + 1;
-    i = k + 1;
-  }
-  return r;
-}
-
-inline double spearman(const std::vector<double>& a, const std::vector<double>& b) {
-  const std::vector<double> x = ranks(a), y = ranks(b);
-  const double n = static_cast<double>(x.size());
-  const double mx = std::accumulate(x.begin(), x.end(), 0.0) / n, my = std::accumulate(y.begin(), y.end(), 0.0) / n;
-  double sxy = 0, sxx = 0, syy = 0;
-  for (size_t i = 0; i < x.size(); ++i) {
-    sxy += (x[i] - mx) * (y[i] - my);
-    sxx += (x[i] - mx) * (x[i] - mx);
-    syy += (y[i] - my) * (y[i] - my);
-  }
-  return sxy / std::sqrt(sxx * syy);
 }
 
 // Everything the comparison reads: the model, the devices (groups "t4" and "a100"), the log, and

@@ -303,14 +303,7 @@ Result<HardwareProfile> hardware_profile_from_json(const Json& j, const std::str
       m.memory_gbps = mo.number_or("memory_gbps", 0);
       m.collective_gap_ms = mo.number_or("collective_gap_ms", 0);
       m.created = mo.str_or("created", "");
-      if (mo.has("rank_slowdown")) {
-        const Json& a = mo.json().at("rank_slowdown");
-        if (!a.is_array()) mo.fail("rank_slowdown", "must be an array of factors, one per rank");
-        for (const Json& x : a) {
-          if (!x.is_number()) mo.fail("rank_slowdown", "every factor must be a number");
-          m.rank_slowdown.push_back(x.get<double>());
-        }
-      }
+      if (mo.has("rank_slowdown")) m.rank_slowdown = mo.array_of_number("rank_slowdown");
     }
     for (const JsonObj& co : o.array_of_obj("collectives")) {
       co.reject_unknown({"kind", "group_size", "placement", "ranks_per_node", "concurrent_groups", "fit", "samples"});

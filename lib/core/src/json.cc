@@ -123,6 +123,17 @@ std::vector<long long> JsonObj::array_of_int(std::string_view key) const {
   return out;
 }
 
+std::vector<double> JsonObj::array_of_number(std::string_view key) const {
+  const Json& v = at(key);
+  if (!v.is_array()) fail(key, "expected an array, got " + type_name(v));
+  std::vector<double> out;
+  for (size_t i = 0; i < v.size(); ++i) {
+    if (!v[i].is_number()) fail(std::string(key) + "[" + std::to_string(i) + "]", "expected a number, got " + show(v[i]));
+    out.push_back(v[i].get<double>());
+  }
+  return out;
+}
+
 std::vector<std::string> JsonObj::array_of_str(std::string_view key) const {
   const Json& v = at(key);
   if (!v.is_array()) fail(key, "expected an array, got " + type_name(v));

@@ -6,6 +6,12 @@
 
 namespace weft {
 
+std::string shares_label(const TrainSettings& t) {
+  std::string out;
+  for (int x : t.dp_shares) out += (out.empty() ? "" : ":") + std::to_string(x);
+  return out;
+}
+
 const LayerStrategy& Plan::layer_strategy(int i) const {
   const Stage* in = nullptr;
   for (const auto& st : stages)
@@ -131,11 +137,8 @@ Result<Plan> plan_from_json(const Json& j, const std::string& path) {
       if (!d.is_object()) o.fail("devices", "must be an object");
       PlanDevices dev;
       if (d.contains("gpu_of_rank")) {
-        if (!d["gpu_of_rank"].is_array()) o.fail("devices", "gpu_of_rank must be an array of GPU indices");
-        for (const Json& x : d["gpu_of_rank"]) {
-          if (!x.is_number_integer()) o.fail("devices", "gpu_of_rank must be an array of GPU indices");
-          dev.gpu_of_rank.push_back(x.get<int>());
-        }
+        for (long long x : JsonObj(d, o.field("devices")).array_of_int("gpu_of_rank"))
+          dev.gpu_of_rank.push_back(static_cast<int>(x));
         d.erase("gpu_of_rank");
       }
       if (!d.contains("groups")) o.fail("devices", "missing groups (the node groups in rank order)");
@@ -147,14 +150,8 @@ Result<Plan> plan_from_json(const Json& j, const std::string& path) {
 
     JsonObj t = o.obj("train");
     t.reject_unknown({"seq", "global_batch", "micro_batches", "pp", "vp", "schedule", "dtype", "varlen", "dp_shares"});
-    if (t.has("dp_shares")) {
-      const Json& v = t.json().at("dp_shares");
-      if (!v.is_array()) t.fail("dp_shares", "must be an array of positive integers");
-      for (const Json& x : v) {
-        if (!x.is_number_integer()) t.fail("dp_shares", "must be an array of positive integers");
-        p.train.dp_shares.push_back(x.get<int>());
-      }
-    }
+    if (t.has("dp_shares"))
+      for (long long x : t.array_of_int("dp_shares")) p.train.dp_shares.push_back(static_cast<int>(x));
     if (t.has("varlen")) {
       JsonObj v = t.obj("varlen");
       v.reject_unknown({"min_group", "max_group"});

@@ -13,6 +13,7 @@
 
 #include "machine.h"
 #include "weft/calibration/model_profile.h"
+#include "weft/core/stats.h"
 #include "weft/cost/memory.h"
 #include "weft/plan/geometry.h"
 #include "weft/profiler/profiler.h"
@@ -35,12 +36,6 @@ std::string gib(double b) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "%.2f GiB", b / 1073741824.0);
   return buf;
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
 // The layer shard one rank of a tp-way group holds, as a one-layer model of its own.

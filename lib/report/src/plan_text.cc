@@ -2,7 +2,6 @@
 #include "weft/report/plan_text.h"
 
 #include <algorithm>
-#include <cstdarg>
 #include <cstdio>
 #include <utility>
 
@@ -11,19 +10,6 @@
 namespace weft {
 
 namespace {
-
-// One printf conversion of any arguments into a string.
-[[gnu::format(printf, 1, 2)]] std::string sprintf_str(const char* format, ...) {
-  va_list args, again;
-  va_start(args, format);
-  va_copy(again, args);
-  const int n = std::vsnprintf(nullptr, 0, format, args);
-  va_end(args);
-  std::string out(n > 0 ? n : 0, '\0');
-  if (n > 0) std::vsnprintf(out.data(), out.size() + 1, format, again);
-  va_end(again);
-  return out;
-}
 
 // Runs of identical strategies in a stage: (first layer, last layer, strategy), model numbering.
 struct Run {

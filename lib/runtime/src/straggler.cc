@@ -5,6 +5,8 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include "weft/core/stats.h"
+
 namespace weft::runtime {
 
 Result<SlowRank> parse_slow(const std::string& s, int world) {
@@ -49,11 +51,9 @@ std::vector<std::string> StragglerDetector::update(int step, const std::vector<d
   const size_t n = compute_s.size();
   if (n < 2) return out;
   slow_run_.resize(n, 0), fast_run_.resize(n, 0);
-  std::vector<double> sorted = compute_s;
-  std::sort(sorted.begin(), sorted.end());
-  const double median = n % 2 ? sorted[n / 2] : (sorted[n / 2 - 1] + sorted[n / 2]) / 2;
+  const double mid = median(compute_s);
   for (size_t r = 0; r < n; ++r) {
-    const bool slow = median > 0 && compute_s[r] > o_.margin * median;
+    const bool slow = mid > 0 && compute_s[r] > o_.margin * mid;
     slow_run_[r] = slow ? slow_run_[r] + 1 : 0;
     fast_run_[r] = slow ? 0 : fast_run_[r] + 1;
     char b[256];
@@ -63,12 +63,12 @@ std::vector<std::string> StragglerDetector::update(int step, const std::vector<d
       std::snprintf(b, sizeof b,
                     "weft: rank %d is a straggler: %.3f s of compute in step %d against the ranks' median %.3f s "
                     "(%.2fx; slower than %.2fx for %d steps in a row)",
-                    rank, compute_s[r], step, median, compute_s[r] / median, o_.margin, o_.steps);
+                    rank, compute_s[r], step, mid, compute_s[r] / mid, o_.margin, o_.steps);
       out.emplace_back(b);
     } else if (!slow && fast_run_[r] == o_.steps && stragglers_.count(rank)) {
       stragglers_.erase(rank);
       std::snprintf(b, sizeof b, "weft: rank %d is no longer a straggler: %.3f s of compute in step %d, median %.3f s",
-                    rank, compute_s[r], step, median);
+                    rank, compute_s[r], step, mid);
       out.emplace_back(b);
     }
   }
@@ -96,13 +96,6 @@ std::vector<double> measured_slowdown(const std::vector<double>& compute_s, cons
   return ratio;
 }
 
-namespace {
-double median_of(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.size() % 2 ? v[v.size() / 2] : (v[v.size() / 2 - 1] + v[v.size() / 2]) / 2;
-}
-}  // namespace
-
 std::optional<std::vector<double>> Adapter::update(const std::vector<double>& compute_s,
                                                    const std::vector<double>& expected_s) {
   const size_t n = compute_s.size();
@@ -119,7 +112,7 @@ std::optional<std::vector<double>> Adapter::update(const std::vector<double>& co
     for (size_t r = 0; r < n; ++r) {
       std::vector<double> v;
       for (const auto& c : calibrating_) v.push_back(c[r]);
-      calib_[r] = median_of(v);
+      calib_[r] = median(v);
     }
     calibrating_.clear();
     return std::nullopt;
@@ -142,7 +135,7 @@ std::optional<std::vector<double>> Adapter::update(const std::vector<double>& co
   for (size_t r = 0; r < n; ++r) {
     std::vector<double> v;
     for (const auto& w : window_) v.push_back(w[r]);
-    out[r] = std::max(1.0, std::round(median_of(v) * 20) / 20);
+    out[r] = std::max(1.0, std::round(median(v) * 20) / 20);
   }
   window_.clear();
   return out;

@@ -572,8 +572,9 @@ Status train(const TrainOptions& given) {
                        {"predicted_speedup", r.predicted_s > 0 ? r.current_s / r.predicted_s : 1.0},
                        {"slowdowns", *want},
                        {"bytes_to_move", r.bytes_to_move}};
+            } else {
+              adapter.assume(*want);
             }
-            if (!pays) adapter.assume(*want);
           }
         }
       }

@@ -7,14 +7,15 @@
 #include <chrono>
 #include <future>
 #include <limits>
+#include <functional>
 #include <map>
-#include <set>
 #include <numeric>
+#include <set>
 
 #include "weft/core/assert.h"
 #include "weft/core/format.h"
-#include "weft/search/partition.h"
 #include "weft/plan/geometry.h"
+#include "weft/search/partition.h"
 
 namespace weft {
 
@@ -228,6 +229,26 @@ ShareCurve share_curve(const Plan& p, const Units& u, const CostModel& cm, int j
   return c;
 }
 
+// Integer shares, one or more each, summing to `total`, that minimise the largest time(j, share):
+// one sample at a time to the replica that would finish it first (exact when each time grows with
+// its share), never beyond most(j). Empty when a sample fits no replica.
+std::vector<int> water_fill(int replicas, int total, const std::function<double(int j, int share)>& time,
+                            const std::function<int(int j)>& most) {
+  std::vector<int> x(replicas, 1);
+  for (int left = total - replicas; left > 0; --left) {
+    int best = -1;
+    double bt = 0;
+    for (int j = 0; j < replicas; ++j) {
+      if (x[j] + 1 > most(j)) continue;
+      const double t = time(j, x[j] + 1);
+      if (best < 0 || t < bt - 1e-12) best = j, bt = t;
+    }
+    if (best < 0) return {};
+    ++x[best];
+  }
+  return x;
+}
+
 // Balances the replicas: integer shares summing to the micro-batch that minimise the slowest
 // replica's step (min-max water filling over each distinct replica's share curve, one sample at a
 // time to the replica that would finish first), within each replica's memory. Kept only if the
@@ -246,18 +267,9 @@ void fit_shares(Plan& p, const MixedCluster& d, const CostModel& cm) {
     if (it == curves.end()) it = curves.emplace(u.signature[j], share_curve(p, u, cm, j, largest)).first;
     curve[j] = &it->second;
   }
-  std::vector<int> x(dp, 1);
-  for (int left = P - dp; left > 0; --left) {
-    int best = -1;
-    double bt = 0;
-    for (int j = 0; j < dp; ++j) {
-      if (x[j] + 1 > curve[j]->most()) continue;
-      const double t = (*curve[j])(x[j] + 1);
-      if (best < 0 || t < bt) best = j, bt = t;
-    }
-    if (best < 0) return;  // the micro-batch does not fit the replicas: even shares stay
-    ++x[best];
-  }
+  std::vector<int> x = water_fill(
+      dp, P, [&](int j, int b) { return (*curve[j])(b); }, [&](int j) { return curve[j]->most(); });
+  if (x.empty()) return;  // the micro-batch does not fit the replicas: even shares stay
   if (std::all_of(x.begin(), x.end(), [&](int v) { return v == x[0]; })) return;  // even
   Plan q = p;
   q.train.dp_shares = x;
@@ -399,6 +411,26 @@ SubsetResult fastest_subset(const ModelSpec& model, const MixedCluster& devices,
       out.step_s = r->top[0].predicted.step_time_s;
     }
     break;
+  }
+  return out;
+}
+
+// Structures the homogeneous searches propose: their best kStructures, of which placement tries
+// the best kPlaced and, beyond them, the best of each pipeline shape (pp, vp) not yet among them.
+// On one kind of device the near-best plans are often one shape in small variations (context
+// parallelism on or off, a ZeRO stage); on mixed devices another depth can place far better (a
+// deeper pipeline gives the partition DP finer cuts), so every shape the search ranked high is tried.
+constexpr int kStructures = 16, kPlaced = 8;
+
+std::vector<Plan> diverse(std::vector<Plan> top) {
+  std::vector<Plan> out;
+  std::set<std::pair<int, int>> shapes;
+  for (size_t i = 0; i < top.size(); ++i) {
+    const std::pair<int, int> shape{top[i].train.pp, top[i].train.vp};
+    if (static_cast<int>(i) < kPlaced || !shapes.count(shape)) {
+      shapes.insert(shape);
+      out.push_back(std::move(top[i]));
+    }
   }
   return out;
 }
@@ -563,14 +595,9 @@ Result<Rebalanced> rebalance(const Plan& p, const std::vector<double>& slowdown,
   out.current_s = makespan(now);
   std::vector<int> x = now;
   if (u.replicas > 1 && P >= u.replicas && single_layout(base)) {
-    // One sample at a time to the replica that would finish it first (min-max, exact for this model).
-    x.assign(u.replicas, 1);
-    for (int left = P - u.replicas; left > 0; --left) {
-      int best = 0;
-      for (int j = 1; j < u.replicas; ++j)
-        if ((x[j] + 1) * slow[j] < (x[best] + 1) * slow[best] - 1e-12) best = j;
-      ++x[best];
-    }
+    // Min-max over samples x slowdown (exact for this model).
+    x = water_fill(
+        u.replicas, P, [&](int j, int b) { return b * slow[j]; }, [&](int) { return P; });
     if (makespan(x) >= out.current_s) x = now;  // no better than the running shares: keep them
   }
   Plan q = base;
@@ -592,30 +619,6 @@ Result<Rebalanced> rebalance(const Plan& p, const std::vector<double>& slowdown,
   out.plan = std::move(q);
   return out;
 }
-
-namespace {
-
-// Structures the homogeneous searches propose: their best kStructures, of which placement tries
-// the best kPlaced and, beyond them, the best of each pipeline shape (pp, vp) not yet among them.
-// On one kind of device the near-best plans are often one shape in small variations (context
-// parallelism on or off, a ZeRO stage); on mixed devices another depth can place far better (a
-// deeper pipeline gives the partition DP finer cuts), so every shape the search ranked high is tried.
-constexpr int kStructures = 16, kPlaced = 8;
-
-std::vector<Plan> diverse(std::vector<Plan> top) {
-  std::vector<Plan> out;
-  std::set<std::pair<int, int>> shapes;
-  for (size_t i = 0; i < top.size(); ++i) {
-    const std::pair<int, int> shape{top[i].train.pp, top[i].train.vp};
-    if (static_cast<int>(i) < kPlaced || !shapes.count(shape)) {
-      shapes.insert(shape);
-      out.push_back(std::move(top[i]));
-    }
-  }
-  return out;
-}
-
-}  // namespace
 
 Result<HeteroResult> hetero_search(const ModelSpec& model, const MixedCluster& devices, const CostModel& cm,
                                    const SearchOptions& opt) {

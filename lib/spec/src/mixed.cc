@@ -150,13 +150,7 @@ Result<MixedCluster> mixed_cluster_from_json(const Json& j, const std::string& p
       m.between.gbps = b.number("gbps");
       m.between.latency_us = b.number_or("latency_us", m.between.latency_us);
     }
-    if (o.has("slowdown")) {
-      if (!o.json().at("slowdown").is_array()) o.fail("slowdown", "must be an array of factors, one per GPU");
-      for (const Json& x : o.json().at("slowdown")) {
-        if (!x.is_number()) o.fail("slowdown", "every factor must be a number");
-        m.slowdown.push_back(x.get<double>());
-      }
-    }
+    if (o.has("slowdown")) m.slowdown = o.array_of_number("slowdown");
     Status st = validate(m);
     if (!st.ok()) return st.error().with_context(path);
     return m;

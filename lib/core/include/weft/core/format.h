@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cmath>
+#include <cstdarg>
 #include <cstdio>
 #include <sstream>
 #include <string>
@@ -32,6 +33,19 @@ inline std::string printf_str(const char* format, double x) {
   char buf[128];
   std::snprintf(buf, sizeof buf, format, x);
   return buf;
+}
+
+// One printf conversion of any arguments into a string: sprintf_str("%-6s %3d", "tp", 4).
+[[gnu::format(printf, 1, 2)]] inline std::string sprintf_str(const char* format, ...) {
+  va_list args, again;
+  va_start(args, format);
+  va_copy(again, args);
+  const int n = std::vsnprintf(nullptr, 0, format, args);
+  va_end(args);
+  std::string out(n > 0 ? n : 0, '\0');
+  if (n > 0) std::vsnprintf(out.data(), out.size() + 1, format, again);
+  va_end(again);
+  return out;
 }
 
 // Rounded to an integer with thousands separators: grouped(1234567) == "1,234,567".

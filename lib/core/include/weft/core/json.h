@@ -38,6 +38,7 @@ class JsonObj {
   JsonObj obj(std::string_view key) const;
   std::vector<JsonObj> array_of_obj(std::string_view key) const;
   std::vector<long long> array_of_int(std::string_view key) const;
+  std::vector<double> array_of_number(std::string_view key) const;
   std::vector<std::string> array_of_str(std::string_view key) const;
 
   // Optional fields with a default.

@@ -43,6 +43,9 @@ struct TrainSettings {
   bool operator==(const TrainSettings&) const = default;
 };
 
+// The data-parallel shares as people read them, "5:1:5:5"; "" when they are even (no dp_shares).
+std::string shares_label(const TrainSettings& t);
+
 // Predicted figures written by the planner; the runtime ignores them.
 struct StagePrediction {
   double time_s = 0;           // busy time of this stage in one step (forward+backward of m micro-batches)
