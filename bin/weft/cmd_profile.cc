@@ -56,6 +56,9 @@ void register_profile_commands(CLI::App& app) {
       ->delimiter(',')
       ->capture_default_str();
   md->add_option("--threads", m->threads, "Intra-op threads (as weft train --threads)")->capture_default_str();
+  md->add_option("--device", m->device, "cpu or cuda (device 0; a CUDA build of PyTorch)")->capture_default_str();
+  md->add_option("--dtype", m->dtype, "fp32 or bf16 (parameters and activations; bf16 with --device cuda)")
+      ->capture_default_str();
   md->add_option("--time-per-point", m->time_per_point_s, "Seconds spent timing each point")->capture_default_str();
   md->add_option("--memory-fraction", m->memory_fraction,
                  "Share of the available memory a point may use; larger points are skipped and recorded")

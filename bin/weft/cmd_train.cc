@@ -139,6 +139,10 @@ void register_train_commands(CLI::App& app) {
   t->add_option("--device", o->device,
                 "auto (cuda:LOCAL_RANK when CUDA is available, else cpu), cpu or cuda (an error without CUDA)")
       ->capture_default_str();
+  t->add_option("--backend", o->backend,
+                "With --device cuda: nccl (one GPU per rank), gloo (CUDA tensors copied through host memory; ranks "
+                "may share a GPU) or auto (nccl when this libtorch has it, else gloo)")
+      ->capture_default_str();
   t->add_option("--bucket-mb", o->bucket_mb, "Data-parallel gradient bucket cap in MiB (as DDP's bucket_cap_mb)")
       ->capture_default_str();
   t->add_option("--grad-overlap", o->grad_overlap,

@@ -121,5 +121,90 @@ TEST_P(PipelineExecutor, TwoStagesGiveTheLossAndGradientsOfOneModel) {
 INSTANTIATE_TEST_SUITE_P(Schedules, PipelineExecutor, testing::Values(Schedule::kGpipe, Schedule::k1F1B),
                          [](const auto& info) { return std::string(to_string(info.param)); });
 
+// The other rank of a two-rank group, simulated: it holds the same tensors, so a sum doubles, a
+// gather repeats and a reduce-scatter doubles this rank's half. Records the storages it was handed
+// and answers asynchronous calls with an empty Pending (done at once).
+class TwinComm : public Comm {
+ public:
+  TwinComm() : Comm({0, 1}, 0, "twin") {}
+  std::vector<const void*> seen;
+  void allreduce_sum(at::Tensor& t) override { see(t), t.mul_(2); }
+  Pending allreduce_sum_async(at::Tensor t) override {
+    see(t), t.mul_(2);
+    return {};
+  }
+  void allreduce_max(at::Tensor& t) override { see(t); }
+  at::Tensor allgather(const at::Tensor& t) override { return see(t), at::stack({t, t}); }
+  Pending allgather_into_async(at::Tensor out, const at::Tensor& shard) override {
+    see(out), see(shard);
+    out.copy_(at::cat({shard.reshape({-1}), shard.reshape({-1})}));
+    return {};
+  }
+  at::Tensor reduce_scatter(const at::Tensor& in) override { return see(in), in.reshape({-1}).narrow(0, 0, in.numel() / 2) * 2; }
+  Pending reduce_scatter_async(const at::Tensor& in, std::function<void(at::Tensor)> then) override {
+    then(reduce_scatter(in));
+    return {};
+  }
+  Pending reduce_scatter_v_async(const at::Tensor& in, std::vector<int64_t> counts,
+                                 std::function<void(at::Tensor)> then) override {
+    see(in);
+    then(in.reshape({-1}).narrow(0, 0, counts[0]) * 2);
+    return {};
+  }
+  at::Tensor alltoall(const at::Tensor& in) override { return see(in), in.clone(); }
+  Pending send(const at::Tensor& t, int, int) override {
+    see(t);
+    return {};
+  }
+  void recv(at::Tensor& t, int, int) override { see(t), t.fill_(7); }
+  void barrier() override {}
+
+ private:
+  void see(const at::Tensor& t) { seen.push_back(t.storage().data()); }
+};
+
+at::Tensor ft(std::vector<float> v) { return at::tensor(v); }
+
+// host_staged() hands the transport copies, never the caller's storage, and puts every result back
+// where the caller expects it: in place (views too), returned, or through the continuation (on the
+// CPU here, with copy_cpu_tensors, the copies a CUDA tensor takes; data/reference/h100 ran them on a GPU).
+TEST(HostStagedComm, CopiesInAndResultsBack) {
+  auto twin = std::make_unique<TwinComm>();
+  TwinComm* t = twin.get();
+  std::unique_ptr<Comm> c = host_staged(std::move(twin), /*copy_cpu_tensors=*/true);
+  EXPECT_EQ(c->size(), 2);
+  at::Tensor flat = at::arange(8, at::kFloat);
+  at::Tensor view = flat.narrow(0, 2, 4);  // a view into a larger buffer, reduced in place
+  c->allreduce_sum(view);
+  EXPECT_TRUE(at::equal(flat, ft({0.f, 1, 4, 6, 8, 10, 6, 7})));
+  Pending p = c->allreduce_sum_async(view);
+  p.wait();
+  EXPECT_TRUE(at::equal(view, ft({8.f, 12, 16, 20})));
+  at::Tensor out = at::zeros({6});
+  at::Tensor shard = ft({1.f, 2, 3});
+  c->allgather_into_async(out, shard).wait();
+  EXPECT_TRUE(at::equal(out, ft({1.f, 2, 3, 1, 2, 3})));
+  EXPECT_TRUE(at::equal(c->allgather(shard), ft({1.f, 2, 3, 1, 2, 3}).view({2, 3})));
+  at::Tensor got;
+  c->reduce_scatter_async(ft({1.f, 2, 3, 4}), [&](at::Tensor r) { got = r; }).wait();
+  EXPECT_TRUE(at::equal(got, ft({2.f, 4})));
+  c->reduce_scatter_v_async(ft({1.f, 2, 3}), {1, 2}, [&](at::Tensor r) { got = r; }).wait();
+  EXPECT_TRUE(at::equal(got, ft({2.f})));
+  at::Tensor r = at::zeros({3});
+  c->recv(r, 1, 0);
+  EXPECT_TRUE(at::equal(r, at::full({3}, 7.f)));
+  // None of the caller's storages reached the transport.
+  for (const at::Tensor& mine : {flat, out, shard, r})
+    for (const void* s : t->seen) EXPECT_NE(s, mine.storage().data());
+  EXPECT_EQ(t->seen.size(), 8u);
+}
+
+TEST(Pending, AndThenOnAnEmptyPendingRunsAtOnce) {
+  std::vector<int> order;
+  Pending empty;
+  empty.and_then([&] { order.push_back(1); });
+  EXPECT_EQ(order, (std::vector<int>{1}));
+}
+
 }  // namespace
 }  // namespace weft::runtime

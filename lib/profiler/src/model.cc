@@ -5,6 +5,12 @@
 // the figures hold compute only; the hardware profile prices the collectives.
 #include <ATen/ATen.h>
 #include <torch/autograd.h>
+#include <torch/cuda.h>
+#ifdef WEFT_HAVE_CUDA
+#include <c10/cuda/CUDACachingAllocator.h>
+#include <c10/cuda/CUDAFunctions.h>
+#include <cuda_runtime_api.h>
+#endif
 
 #include <algorithm>
 #include <chrono>
@@ -31,6 +37,43 @@ namespace {
 using Clock = std::chrono::steady_clock;
 double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 constexpr uint64_t kSeed = 1234;
+
+// Where a point runs: the device and dtype of parameters and activations, how its time is read (a
+// CUDA device is synchronised before each clock reading) and how its memory is counted (the CUDA
+// caching allocator's allocated bytes on a GPU, the process heap on the CPU).
+struct Dev {
+  at::Device device = at::kCPU;
+  at::ScalarType dtype = at::kFloat;
+  bool cuda() const { return device.is_cuda(); }
+  void sync() const {
+    if (cuda()) torch::cuda::synchronize(device.index());
+  }
+  double in_use_bytes() const {
+#ifdef WEFT_HAVE_CUDA
+    if (cuda()) {
+      const auto st = c10::cuda::CUDACachingAllocator::getDeviceStats(device.index());
+      return static_cast<double>(st.allocated_bytes[0].current);
+    }
+#endif
+    return heap_in_use_bytes();
+  }
+  double available_bytes() const {
+#ifdef WEFT_HAVE_CUDA
+    if (cuda()) {
+      // Free device memory plus what the caching allocator holds unused (the current device is
+      // this one: profile_model sets it).
+      size_t free = 0, total = 0;
+      if (cudaMemGetInfo(&free, &total) != cudaSuccess) return 0;
+      const auto st = c10::cuda::CUDACachingAllocator::getDeviceStats(device.index());
+      return static_cast<double>(free) +
+             static_cast<double>(st.reserved_bytes[0].current - st.allocated_bytes[0].current);
+    }
+#endif
+    return memory_available_bytes();
+  }
+  at::TensorOptions act() const { return at::TensorOptions().dtype(dtype).device(device); }
+  at::TensorOptions ids() const { return at::TensorOptions().dtype(at::kLong).device(device); }
+};
 
 std::string gib(double b) {
   char buf[32];
@@ -75,9 +118,9 @@ Plan one_layer_plan(const ModelSpec& m, int mb, int seq, Recompute rc, int zero 
 struct Rig {
   runtime::GroupSet groups;
   std::unique_ptr<runtime::Model> model;
-  explicit Rig(const Plan& p) : groups(runtime::CommConfig{}) {
+  Rig(const Plan& p, const Dev& d) : groups(runtime::CommConfig{}) {
     groups.build(process_groups(p));
-    model = std::make_unique<runtime::Model>(p, 0, groups, kSeed);
+    model = std::make_unique<runtime::Model>(p, 0, groups, kSeed, d.device, d.dtype);
   }
 };
 
@@ -114,71 +157,81 @@ PhaseSample sample(int tp, Recompute rc, int zero, int mb, int seq, const Timed&
   return ps;
 }
 
-Timed time_layer(runtime::Model& model, int mb, int seq, int64_t H, const ModelOptions& o) {
+Timed time_layer(runtime::Model& model, int mb, int seq, int64_t H, const ModelOptions& o, const Dev& d) {
   return repeat(
       [&] {
-        at::Tensor x = at::randn({mb, seq, H}, at::kFloat).requires_grad_(true);
-        at::Tensor dy = at::randn({mb, seq, H}, at::kFloat);
-        const double before = heap_in_use_bytes();
+        at::Tensor x = at::randn({mb, seq, H}, d.act()).requires_grad_(true);
+        at::Tensor dy = at::randn({mb, seq, H}, d.act());
+        d.sync();
+        const double before = d.in_use_bytes();
         auto t0 = Clock::now();
         at::Tensor y = model.forward_layers(x);
+        d.sync();
         const double f = since(t0);
-        const double act = heap_in_use_bytes() - before;
+        const double act = d.in_use_bytes() - before;
         t0 = Clock::now();
         torch::autograd::backward({y}, {dy});
+        d.sync();
         return Timed{f, since(t0), std::max(0.0, act)};
       },
       o.time_per_point_s, o.min_iters);
 }
 
-Timed time_embedding(runtime::Model& model, int mb, int seq, int64_t V, int64_t H, const ModelOptions& o) {
+Timed time_embedding(runtime::Model& model, int mb, int seq, int64_t V, int64_t H, const ModelOptions& o,
+                     const Dev& d) {
   return repeat(
       [&] {
-        at::Tensor tokens = at::randint(V, {mb, seq}, at::kLong);
-        at::Tensor dx = at::randn({mb, seq, H}, at::kFloat);
-        const double before = heap_in_use_bytes();
+        at::Tensor tokens = at::randint(V, {mb, seq}, d.ids());
+        at::Tensor dx = at::randn({mb, seq, H}, d.act());
+        d.sync();
+        const double before = d.in_use_bytes();
         auto t0 = Clock::now();
         at::Tensor x = model.embed(tokens);
+        d.sync();
         const double f = since(t0);
-        const double act = heap_in_use_bytes() - before;
+        const double act = d.in_use_bytes() - before;
         t0 = Clock::now();
         torch::autograd::backward({x}, {dx});
+        d.sync();
         return Timed{f, since(t0), std::max(0.0, act)};
       },
       o.time_per_point_s, o.min_iters);
 }
 
-Timed time_head(runtime::Model& model, int mb, int seq, int64_t V, int64_t H, const ModelOptions& o) {
+Timed time_head(runtime::Model& model, int mb, int seq, int64_t V, int64_t H, const ModelOptions& o, const Dev& d) {
   return repeat(
       [&] {
-        at::Tensor x = at::randn({mb, seq, H}, at::kFloat).requires_grad_(true);
-        at::Tensor targets = at::randint(V, {mb, seq}, at::kLong);
-        const double before = heap_in_use_bytes();
+        at::Tensor x = at::randn({mb, seq, H}, d.act()).requires_grad_(true);
+        at::Tensor targets = at::randint(V, {mb, seq}, d.ids());
+        d.sync();
+        const double before = d.in_use_bytes();
         auto t0 = Clock::now();
         at::Tensor loss = model.head_loss(x, targets) / static_cast<double>(mb * seq);
+        d.sync();
         const double f = since(t0);
-        const double act = heap_in_use_bytes() - before;
+        const double act = d.in_use_bytes() - before;
         t0 = Clock::now();
         loss.backward();
+        d.sync();
         return Timed{f, since(t0), std::max(0.0, act)};
       },
       o.time_per_point_s, o.min_iters);
 }
 
 // Bytes a point may need at its peak: model states (24 bytes per parameter in the runtime: weights,
-// gradients, two moments, two masks) plus twice the analytic activation estimate (forward
-// temporaries and the backward's gradients of them) and the logits of the head.
-double point_need(const ModelSpec& sm, int mb, int seq, Recompute rc) {
+// gradients, two moments, two masks; an upper bound in bf16) plus twice the analytic activation
+// estimate (forward temporaries and the backward's gradients of them) and the logits of the head.
+double point_need(const ModelSpec& sm, int mb, int seq, Recompute rc, const Dev& d) {
   const LayerShape& L = sm.groups[0].shape;
   const double params = layer_params(L).total() + embedding_params(sm) + lm_head_params(sm);
   ActivationOptions ao;
   ao.samples = mb;
   ao.seq = seq;
-  ao.elem_bytes = 4;
-  ao.flash_attention = false;
+  ao.elem_bytes = d.dtype == at::kFloat ? 4 : 2;
+  ao.flash_attention = false;  // an upper bound
   (void)rc;  // recompute saves memory: the estimate without it is an upper bound
   const double act = layer_activation_bytes(L, LayerStrategy{}, ao).value();
-  const double logits = 4.0 * mb * seq * static_cast<double>(sm.vocab) * 3;
+  const double logits = ao.elem_bytes * mb * seq * static_cast<double>(sm.vocab) * 3;
   return 24 * params + 2 * act + logits;
 }
 
@@ -217,17 +270,43 @@ Status profile_model(const ModelOptions& o) {
       if (s > m.max_seq)
         return bad("--seq: " + std::to_string(s) + " exceeds the model's learned position table of " +
                    std::to_string(m.max_seq));
+  Dev dev;
+  if (o.dtype == "bf16") {
+    dev.dtype = at::kBFloat16;
+  } else if (o.dtype != "fp32") {
+    return bad("--dtype: expected fp32 or bf16, got \"" + o.dtype + "\"");
+  }
+  std::string device_name = cpu_model();
+  if (o.device == "cuda") {
+#ifdef WEFT_HAVE_CUDA
+    if (!torch::cuda::is_available() || torch::cuda::device_count() < 1)
+      return bad("--device cuda: no CUDA device is visible to this process (torch::cuda::device_count() is " +
+                 std::to_string(torch::cuda::device_count()) + ")");
+    dev.device = at::Device(at::kCUDA, 0);
+    c10::cuda::set_device(0);
+    (void)at::empty({1}, dev.act());  // the caching allocator keeps no statistics before its first use
+    cudaDeviceProp props{};
+    if (cudaGetDeviceProperties(&props, 0) == cudaSuccess) device_name = props.name;
+#else
+    return bad("--device cuda: this weft was built against a libtorch without CUDA; build it against a CUDA "
+               "PyTorch (docs/runtime.md, \"Building on a GPU machine\")");
+#endif
+  } else if (o.device != "cpu") {
+    return bad("--device: expected cpu or cuda, got \"" + o.device + "\"");
+  }
+  if (dev.dtype == at::kBFloat16 && !dev.cuda())
+    return bad("--dtype bf16: needs --device cuda (CPU bf16 kernels are not what a GPU runs)");
   runtime::set_threads(o.threads);
 
   ModelProfile prof;
   prof.model = m;
-  prof.device = "cpu";
-  prof.device_name = cpu_model();
+  prof.device = o.device;
+  prof.device_name = device_name;
   prof.hostname = host_name();
   prof.threads = o.threads;
   prof.created = utc_now();
   prof.runtime.grad_sync_overlaps_backward = true;
-  prof.runtime.dtype = "fp32";
+  prof.runtime.dtype = o.dtype;
 
   // Distinct layer shapes (groups of one shape are measured once).
   std::vector<const LayerGroup*> groups;
@@ -258,20 +337,28 @@ Status profile_model(const ModelOptions& o) {
   try {
     const LayerGroup& g0 = *groups.front();
     // Optimizer step cost and model-state bytes per parameter: the full tp=1 one-layer model
-    // (embedding, one layer, head), the smallest point. Measured first, on a fresh heap.
+    // (embedding, one layer, head), the smallest point. Measured first, on a fresh heap. The
+    // optimizer runs on fp32 weights and states whatever --dtype is (the master copy of mixed
+    // precision).
     {
+      Dev fp32 = dev;
+      fp32.dtype = at::kFloat;
       const Plan p = one_layer_plan(shard_model(m, g0, 1), mbs.front(), seqs.front(), Recompute::kNone);
-      const double before = heap_in_use_bytes();
-      Rig rig(p);
+      fp32.sync();
+      const double before = fp32.in_use_bytes();
+      Rig rig(p, fp32);
       runtime::Optimizer opt(*rig.model, runtime::AdamWConfig{});
+      fp32.sync();
       const double params = static_cast<double>(rig.model->local_param_count());
-      prof.runtime.state_bytes_per_param = std::max(0.0, heap_in_use_bytes() - before) / params;
+      prof.runtime.state_bytes_per_param = std::max(0.0, fp32.in_use_bytes() - before) / params;
       const Timed t = repeat(
           [&] {
+            fp32.sync();
             auto t0 = Clock::now();
             opt.zero_grad();
             (void)opt.local_norm_sq();
             opt.step(1e-4, 1.0);
+            fp32.sync();
             return Timed{since(t0), 0, 0};
           },
           o.time_per_point_s, o.min_iters);
@@ -298,7 +385,7 @@ Status profile_model(const ModelOptions& o) {
                 continue;
               }
               const ModelSpec sm = shard_model(m, *g, tp);
-              const double need = point_need(sm, mb, seq, rc), avail = memory_available_bytes();
+              const double need = point_need(sm, mb, seq, rc, dev), avail = dev.available_bytes();
               if (need > o.memory_fraction * avail) {
                 skip(what, "needs about " + gib(need) + ", " + gib(avail) + " available");
                 progress.tick(what);
@@ -310,8 +397,8 @@ Status profile_model(const ModelOptions& o) {
                 progress.tick(what);
                 continue;
               }
-              Rig rig(p);
-              lp.samples.push_back(sample(tp, rc, zero, mb, seq, time_layer(*rig.model, mb, seq, m.hidden, o)));
+              Rig rig(p, dev);
+              lp.samples.push_back(sample(tp, rc, zero, mb, seq, time_layer(*rig.model, mb, seq, m.hidden, o, dev)));
               progress.tick(what);
             }
           }
@@ -331,15 +418,15 @@ Status profile_model(const ModelOptions& o) {
                                      " micro-batch " + std::to_string(mb) + " seq " + std::to_string(seq);
             ModelSpec em = shard_model(m, g0, 1);  // the layer is not timed here
             em.vocab = (m.vocab + tp - 1) / tp;     // the vocab-parallel shard (the last may be shorter)
-            const double need = point_need(em, mb, seq, Recompute::kNone), avail = memory_available_bytes();
+            const double need = point_need(em, mb, seq, Recompute::kNone, dev), avail = dev.available_bytes();
             if (need > o.memory_fraction * avail) {
               skip(what, "needs about " + gib(need) + ", " + gib(avail) + " available");
               progress.tick(what);
               continue;
             }
-            Rig rig(one_layer_plan(em, mb, seq, Recompute::kNone, zero));
-            const Timed e = time_embedding(*rig.model, mb, seq, em.vocab, m.hidden, o);
-            const Timed h = time_head(*rig.model, mb, seq, em.vocab, m.hidden, o);
+            Rig rig(one_layer_plan(em, mb, seq, Recompute::kNone, zero), dev);
+            const Timed e = time_embedding(*rig.model, mb, seq, em.vocab, m.hidden, o, dev);
+            const Timed h = time_head(*rig.model, mb, seq, em.vocab, m.hidden, o, dev);
             prof.embedding.push_back(sample(tp, Recompute::kNone, zero, mb, seq, e));
             prof.head.push_back(sample(tp, Recompute::kNone, zero, mb, seq, h));
             progress.tick(what);

@@ -46,6 +46,21 @@ Pending& Pending::operator=(Pending&& o) noexcept {
 }
 Pending::~Pending() = default;
 
+void Pending::and_then(std::function<void()> f) {
+  if (done_) {
+    f();
+    return;
+  }
+  if (!then_) {
+    then_ = std::move(f);
+    return;
+  }
+  then_ = [first = std::move(then_), second = std::move(f)]() {
+    first();
+    second();
+  };
+}
+
 bool Pending::completed() const { return done_ || !work_ || work_->isCompleted(); }
 
 namespace {
@@ -112,7 +127,10 @@ class LocalComm final : public Comm {
 
 // All-reduce of t over pg with op, in place: a non-contiguous t goes through a contiguous copy that
 // is copied back when the returned Pending is waited on.
-Pending allreduce_in_place(c10d::ProcessGroup& pg, at::Tensor t, c10d::ReduceOp op) {
+// PG: c10d::ProcessGroupGloo or ProcessGroupNCCL (a c10d::ProcessGroup in libtorch 1.13, a
+// c10d::Backend in PyTorch 2.x: hence templates rather than a base-class reference).
+template <class PG>
+Pending allreduce_in_place(PG& pg, at::Tensor t, c10d::ReduceOp op) {
   std::vector<at::Tensor> v{t.contiguous()};
   c10d::AllreduceOptions o;
   o.reduceOp = op;
@@ -124,7 +142,8 @@ Pending allreduce_in_place(c10d::ProcessGroup& pg, at::Tensor t, c10d::ReduceOp 
 
 // Reduce-scatter with per-rank counts as one all-to-all (every rank receives the W slices of its
 // part) and a local sum in rank order, run by `then` when the Pending is waited on.
-Pending reduce_scatter_by_alltoall(c10d::ProcessGroup& pg, const at::Tensor& in, const std::vector<int64_t>& counts,
+template <class PG>
+Pending reduce_scatter_by_alltoall(PG& pg, const at::Tensor& in, const std::vector<int64_t>& counts,
                                    int rank, std::function<void(at::Tensor)> then) {
   const int W = static_cast<int>(counts.size());
   at::Tensor flat = in.reshape({-1}).contiguous();
@@ -137,7 +156,8 @@ Pending reduce_scatter_by_alltoall(c10d::ProcessGroup& pg, const at::Tensor& in,
 }
 
 // Equal-split all-to-all over the leading dimension.
-at::Tensor alltoall_equal(c10d::ProcessGroup& pg, const at::Tensor& in, int size) {
+template <class PG>
+at::Tensor alltoall_equal(PG& pg, const at::Tensor& in, int size) {
   TORCH_CHECK(in.dim() >= 1 && in.size(0) == size, "alltoall: leading dimension ", in.size(0), " for ", size, " ranks");
   at::Tensor src = in.contiguous();
   at::Tensor out = at::empty_like(src);
@@ -324,6 +344,76 @@ class NcclComm final : public Comm {
 };
 #endif
 
+// CUDA tensors through a Gloo group: each is copied to host memory, travels through Gloo, and the
+// results are copied back to its device (CPU tensors pass straight through). Ranks may then share a
+// GPU, which NCCL refuses, and a libtorch without NCCL can still train on CUDA; the copies cost
+// PCIe time NCCL does not (docs/runtime.md, "Several ranks on one GPU").
+class HostStagedComm final : public Comm {
+ public:
+  HostStagedComm(std::unique_ptr<Comm> gloo, bool copy_cpu_tensors)
+      : Comm(gloo->ranks(), gloo->rank(), gloo->name()), inner_(std::move(gloo)), all_(copy_cpu_tensors) {}
+
+  void allreduce_sum(at::Tensor& t) override { staged(t, [&](at::Tensor& h) { inner_->allreduce_sum(h); }); }
+  Pending allreduce_sum_async(at::Tensor t) override {
+    if (!stages(t)) return inner_->allreduce_sum_async(std::move(t));
+    at::Tensor h = host(t);
+    Pending p = inner_->allreduce_sum_async(h);
+    p.and_then([t, h]() mutable { t.copy_(h); });
+    return p;
+  }
+  void allreduce_max(at::Tensor& t) override { staged(t, [&](at::Tensor& h) { inner_->allreduce_max(h); }); }
+  at::Tensor allgather(const at::Tensor& t) override { return inner_->allgather(host(t)).to(t.device()); }
+  Pending allgather_into_async(at::Tensor out, const at::Tensor& shard) override {
+    if (!stages(out)) return inner_->allgather_into_async(std::move(out), host(shard));
+    at::Tensor h = at::empty(out.sizes(), out.options().device(at::kCPU));
+    Pending p = inner_->allgather_into_async(h, host(shard));
+    p.and_then([out, h]() mutable { out.copy_(h); });
+    return p;
+  }
+  at::Tensor reduce_scatter(const at::Tensor& in) override { return inner_->reduce_scatter(host(in)).to(in.device()); }
+  Pending reduce_scatter_async(const at::Tensor& in, std::function<void(at::Tensor)> then) override {
+    return inner_->reduce_scatter_async(host(in), back_to(in.device(), std::move(then)));
+  }
+  Pending reduce_scatter_v_async(const at::Tensor& in, std::vector<int64_t> counts,
+                                 std::function<void(at::Tensor)> then) override {
+    return inner_->reduce_scatter_v_async(host(in), std::move(counts), back_to(in.device(), std::move(then)));
+  }
+  at::Tensor alltoall(const at::Tensor& in) override { return inner_->alltoall(host(in)).to(in.device()); }
+  Pending send(const at::Tensor& t, int peer, int tag) override { return inner_->send(host(t), peer, tag); }
+  void recv(at::Tensor& t, int peer, int tag) override {
+    staged(t, [&](at::Tensor& h) { inner_->recv(h, peer, tag); });
+  }
+  void barrier() override { inner_->barrier(); }
+
+ private:
+  bool stages(const at::Tensor& t) const { return all_ || t.is_cuda(); }
+  // A host copy of t (a new tensor even on the CPU when staging), or t itself.
+  at::Tensor host(const at::Tensor& t) const {
+    return stages(t) ? t.to(at::TensorOptions().device(at::kCPU), /*non_blocking=*/false, /*copy=*/true).contiguous() : t;
+  }
+  // Runs op on a host copy of t and copies the result back into t (a view stays a view).
+  template <class Op>
+  void staged(at::Tensor& t, Op op) const {
+    if (!stages(t)) return op(t);
+    at::Tensor h = host(t);
+    op(h);
+    t.copy_(h);
+  }
+  static std::function<void(at::Tensor)> back_to(at::Device d, std::function<void(at::Tensor)> then) {
+    return [d, then = std::move(then)](at::Tensor r) { then(r.to(d)); };
+  }
+  std::unique_ptr<Comm> inner_;
+  bool all_;
+};
+
+}  // namespace
+
+std::unique_ptr<Comm> host_staged(std::unique_ptr<Comm> gloo, bool copy_cpu_tensors) {
+  return std::make_unique<HostStagedComm>(std::move(gloo), copy_cpu_tensors);
+}
+
+namespace {
+
 // Counts what passes through another Comm (the groups GroupSet builds with two or more ranks).
 // Thread-safe: the gradient channel is used from the reduction's worker hooks.
 class RecordingComm final : public Comm {
@@ -416,8 +506,8 @@ struct GroupSet::Impl {
 };
 
 GroupSet::GroupSet(const CommConfig& cfg) : cfg_(cfg), impl_(std::make_unique<Impl>()) {
-  WEFT_ASSERT(!(cfg.cuda && cfg.world > 1 && !nccl_compiled()),
-              "CUDA tensors across ranks need NCCL, and this libtorch was built without it");
+  WEFT_ASSERT(!(cfg.cuda && cfg.nccl && cfg.world > 1 && !nccl_compiled()),
+              "CUDA tensors through NCCL, and this libtorch was built without it");
   for (int r = 0; r < cfg.world; ++r) all_.push_back(r);
   if (cfg.world > 1) {
     // A peer that dies must surface as a failed socket write the caller reports (naming the rank),
@@ -476,7 +566,7 @@ void GroupSet::build(std::vector<std::vector<int>> groups, Channel ch) {
     auto pg = c10::make_intrusive<c10d::ProcessGroupGloo>(prefixed, me, static_cast<int>(g.size()), opts);
     auto gloo = std::make_unique<GlooComm>(g, me, std::move(pg));
 #ifdef USE_C10D_NCCL
-    if (cfg_.cuda) {
+    if (cfg_.cuda && cfg_.nccl) {
       auto nopts = c10d::ProcessGroupNCCL::Options::create();
       nopts->timeout = cfg_.collective_timeout;
       auto nstore = c10::make_intrusive<c10d::PrefixStore>(prefix + "/nccl", impl_->store);
@@ -485,6 +575,10 @@ void GroupSet::build(std::vector<std::vector<int>> groups, Channel ch) {
       continue;
     }
 #endif
+    if (cfg_.cuda && !cfg_.nccl) {
+      groups_[key] = std::make_unique<RecordingComm>(host_staged(std::move(gloo)));
+      continue;
+    }
     groups_[key] = std::make_unique<RecordingComm>(std::move(gloo));
   }
 }

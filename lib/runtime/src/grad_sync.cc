@@ -1,6 +1,6 @@
 #include "weft/runtime/grad_sync.h"
 
-#include <torch/csrc/autograd/utils/lambda_post_hook.h>
+#include <torch/csrc/autograd/function_hook.h>
 #include <torch/csrc/autograd/variable.h>
 
 #include <algorithm>
@@ -10,6 +10,23 @@
 #include "weft/runtime/buckets.h"
 
 namespace weft::runtime {
+
+namespace {
+// Runs `fn` after a gradient accumulator has run. Written against FunctionPostHook itself, whose
+// signature is the same in libtorch 1.13 and PyTorch 2.x (utils::LambdaPostHook's is not).
+class GradReadyHook final : public torch::autograd::FunctionPostHook {
+ public:
+  explicit GradReadyHook(std::function<void()> fn) : fn_(std::move(fn)) {}
+  torch::autograd::variable_list operator()(const torch::autograd::variable_list& outputs,
+                                            const torch::autograd::variable_list&) override {
+    fn_();
+    return outputs;
+  }
+
+ private:
+  std::function<void()> fn_;
+};
+}  // namespace
 
 GradSync::GradSync(Model& m, GradSyncOptions o) : model_(m), opt_(o) {
   std::vector<Unit>& units = m.units();
@@ -40,11 +57,7 @@ GradSync::GradSync(Model& m, GradSyncOptions o) : model_(m), opt_(o) {
     for (size_t p = 0; p < bucket_of[ui].size(); ++p) {
       auto acc = torch::autograd::impl::grad_accumulator(units[ui].leaves[p]);
       const int bi = bucket_of[ui][p], u = static_cast<int>(ui), pi = static_cast<int>(p);
-      hook_keys_.push_back(acc->add_post_hook(std::make_unique<torch::autograd::utils::LambdaPostHook>(
-          [this, bi, u, pi](const torch::autograd::variable_list& outputs, const torch::autograd::variable_list&) {
-            on_grad(bi, u, pi);
-            return outputs;
-          })));
+      hook_keys_.push_back(acc->add_post_hook(std::make_unique<GradReadyHook>([this, bi, u, pi] { on_grad(bi, u, pi); })));
       accumulators_.push_back(std::move(acc));
     }
   }

@@ -1,6 +1,7 @@
 #include "weft/runtime/model.h"
 
 #include <ATen/CPUGeneratorImpl.h>
+#include <torch/version.h>
 
 #include <cmath>
 #include <limits>
@@ -80,9 +81,9 @@ std::vector<std::pair<int64_t, int64_t>> owned_ranges(const Unit& u, Flag flag) 
 
 // ---- Model ----
 
-Model::Model(const Plan& p, int rank, GroupSet& groups, uint64_t seed, at::Device device)
+Model::Model(const Plan& p, int rank, GroupSet& groups, uint64_t seed, at::Device device, at::ScalarType dtype)
     : plan_(p), device_(device), rank_(rank), S_(p.devices_per_stage()), groups_(groups) {
-  const at::TensorOptions on = at::TensorOptions().dtype(at::kFloat).device(device);
+  const at::TensorOptions on = at::TensorOptions().dtype(dtype).device(device);
   stage_ = rank / S_;
   const int pp = p.train.pp;
   std::vector<int> stage_ranks;
@@ -127,7 +128,7 @@ Model::Model(const Plan& p, int rank, GroupSet& groups, uint64_t seed, at::Devic
       at::Tensor local = ps.shard_dim >= 0 ? full.narrow(ps.shard_dim, ps.shard_start, ps.shard_len) : full;
       full_flat.narrow(0, ps.offset, ps.numel()).copy_(local.reshape({-1}));
     }
-    full_flat = full_flat.to(device);
+    full_flat = full_flat.to(device, dtype);
     if (u.spec.zero < 3) {
       u.flat = full_flat;
       if (u.spec.zero < 2) u.grad = at::zeros({u.spec.padded}, on);
@@ -291,7 +292,7 @@ at::Tensor Model::embed(const at::Tensor& tokens) {
     const int64_t vlen = w.size(0);
     at::Tensor in = tokens.ge(vocab_start_).logical_and(tokens.lt(vocab_start_ + vlen));
     at::Tensor idx = (tokens - vocab_start_) * in.to(at::kLong);
-    x = at::embedding(w, idx) * in.unsqueeze(-1).to(at::kFloat);
+    x = at::embedding(w, idx) * in.unsqueeze(-1).to(w.scalar_type());
     x = e.sp ? reduce_scatter_seq(x, *emb_tp_) : reduce_from(x, *emb_tp_);
   }
   if (plan_.model.position == PositionKind::kLearned) {
@@ -343,6 +344,12 @@ at::Tensor causal_attention(const std::vector<at::Tensor>& in) {
     v = v.repeat_interleave(q.size(1) / v.size(1), 1);
   }
   const int64_t T = q.size(2);
+#if TORCH_VERSION_MAJOR >= 2
+  // PyTorch 2.x: the fused kernel a GPU user runs (FlashAttention-2 or memory-efficient attention on
+  // CUDA, a fused CPU kernel otherwise), which never materialises the T x T scores. Packed documents
+  // keep the explicit mask below.
+  if (in.size() <= 3) return at::scaled_dot_product_attention(q, k, v, {}, 0.0, /*is_causal=*/true).transpose(1, 2);
+#endif
   at::Tensor s = at::matmul(q, k.transpose(-2, -1)) * (1.0 / std::sqrt(static_cast<double>(q.size(3))));
   at::Tensor mask = at::ones({T, T}, q.options().dtype(at::kBool)).triu(1);
   if (in.size() > 3) {
@@ -363,8 +370,8 @@ at::Tensor rope(const at::Tensor& x, int64_t pos0, const at::Tensor& pos = at::T
   at::Tensor ang = p.unsqueeze(-1) * inv;  // [1 or b, t, half]
   at::Tensor emb = at::cat({ang, ang}, -1);
   const int64_t rows = pos.defined() ? b : 1;
-  at::Tensor c = emb.cos().to(at::kFloat).view({rows, t, 1, d});
-  at::Tensor s = emb.sin().to(at::kFloat).view({rows, t, 1, d});
+  at::Tensor c = emb.cos().to(x.scalar_type()).view({rows, t, 1, d});
+  at::Tensor s = emb.sin().to(x.scalar_type()).view({rows, t, 1, d});
   at::Tensor rot = at::cat({-x.narrow(3, half, d - half), x.narrow(3, 0, half)}, -1);
   return x * c + rot * s;
 }

@@ -12,11 +12,14 @@ namespace weft::runtime {
 Status check_supported(const Plan& p) { return runtime_supports(p); }
 
 std::string precision_note(const Plan& p, const std::string& device) {
-  const std::string what = "parameters, activations, gradients and collectives in fp32 on " + device +
-                           (device == "cpu" ? " (Gloo)" : " (NCCL)");
+  // device: "cpu", "cuda" (NCCL between ranks) or "cuda-gloo" (CUDA tensors staged through Gloo)
+  const bool cpu = device == "cpu";
+  const std::string what = "parameters, activations, gradients and collectives in fp32 on " +
+                           std::string(cpu ? "cpu (Gloo)" : device == "cuda-gloo" ? "cuda (Gloo, through host memory)"
+                                                                                  : "cuda (NCCL)");
   if (p.train.dtype == DType::kFp32) return "precision: " + what;
   return std::string("train.dtype ") + to_string(p.train.dtype) + " runs in fp32: " + what + "; " +
-         (device == "cpu" ? "Gloo has no bf16 and this CPU build computes in fp32"
+         (cpu ? "Gloo has no bf16 and this CPU build computes in fp32"
                           : "mixed precision is not implemented") +
          "; master weights and Adam states are fp32 as planned";
 }

@@ -4,6 +4,9 @@
 // prints), fault.h (the --fault hook), weft/runtime/pipeline_executor.h (one step of a stage's
 // passes and transfers) and state.h (checkpoints, parameter files).
 #include <c10/core/impl/DeviceGuardImplInterface.h>
+#ifdef WEFT_HAVE_CUDA
+#include <c10/cuda/CUDACachingAllocator.h>
+#endif
 
 #include <algorithm>
 #include <chrono>
@@ -36,7 +39,7 @@ using Clock = std::chrono::steady_clock;
 
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
-CommConfig comm_config(const DistEnv& env, const TrainOptions& o, const at::Device& device) {
+CommConfig comm_config(const DistEnv& env, const TrainOptions& o, const DeviceChoice& device) {
   CommConfig cfg;
   cfg.rank = env.rank;
   cfg.world = env.world;
@@ -44,7 +47,8 @@ CommConfig comm_config(const DistEnv& env, const TrainOptions& o, const at::Devi
   cfg.master_port = env.master_port;
   cfg.timeout = std::chrono::milliseconds(static_cast<int64_t>(o.timeout_s * 1000));
   cfg.collective_timeout = std::chrono::milliseconds(static_cast<int64_t>(o.collective_timeout_s * 1000));
-  cfg.cuda = device.is_cuda();
+  cfg.cuda = device.device.is_cuda();
+  cfg.nccl = device.nccl;
   return cfg;
 }
 
@@ -278,10 +282,21 @@ Json collectives_between(const std::vector<CollectiveRecord>& before, const std:
   return out;
 }
 
+// The CUDA caching allocator's peak of allocated bytes on `device` since the process started (what
+// torch.cuda.max_memory_allocated() reports); 0 on the CPU.
+double device_peak_bytes(const at::Device& device) {
+#ifdef WEFT_HAVE_CUDA
+  if (device.is_cuda())
+    return static_cast<double>(c10::cuda::CUDACachingAllocator::getDeviceStats(device.index()).allocated_bytes[0].peak);
+#endif
+  return 0;
+}
+
 // Collective over the world: what every rank held, one object per rank (the summary's "ranks").
 Json held_by_ranks(Comm& world, const HeldBytes& held, const at::Device& device) {
   at::Tensor mine = at::tensor({static_cast<double>(held.params), static_cast<double>(held.grads),
-                                static_cast<double>(held.optimizer), static_cast<double>(gathered_param_bytes().peak)},
+                                static_cast<double>(held.optimizer), static_cast<double>(gathered_param_bytes().peak),
+                                device_peak_bytes(device)},
                                at::kDouble);
   at::Tensor all = world.allgather(mine.to(device)).to(at::kCPU);
   Json ranks = Json::array();
@@ -291,6 +306,9 @@ Json held_by_ranks(Comm& world, const HeldBytes& held, const at::Device& device)
                          {"grad_bytes", static_cast<int64_t>(all[r][1].item<double>())},
                          {"optimizer_bytes", static_cast<int64_t>(all[r][2].item<double>())},
                          {"peak_gathered_param_bytes", static_cast<int64_t>(all[r][3].item<double>())}});
+  if (device.is_cuda())
+    for (int r = 0; r < world.size(); ++r)
+      ranks[r]["peak_device_bytes"] = static_cast<int64_t>(all[r][4].item<double>());
   return ranks;
 }
 
@@ -384,9 +402,9 @@ Status train(const TrainOptions& given) {
     vl = std::move(v).value();
   }
   set_threads(o.threads);
-  auto device_r = pick_device(o.device, env);
+  auto device_r = pick_device(o.device, o.backend, env);
   if (!device_r.ok()) return device_r.error();
-  const at::Device device = device_r.value();
+  const at::Device device = device_r->device;
   // The rank's GPU becomes the current device of this thread (NCCL communicators and every CUDA
   // allocation follow it).
   if (device.is_cuda()) c10::impl::getDeviceGuardImpl(at::kCUDA)->setDevice(device);
@@ -397,7 +415,7 @@ Status train(const TrainOptions& given) {
 
   Job job(rank);
   try {
-    job.groups = std::make_unique<GroupSet>(comm_config(env, o, device));
+    job.groups = std::make_unique<GroupSet>(comm_config(env, o, *device_r));
     if (env.world > 1) job.watchdog = std::make_unique<Watchdog>(*job.groups, o.timeout_s);
     job.groups->build(process_groups(plan));
     if (vl) job.groups->build(varlen_groups(env.world, plan.embedding.tp, vl->min_group, vl->max_group));
@@ -432,7 +450,7 @@ Status train(const TrainOptions& given) {
   GroupSet& groups = *job.groups;
   Comm& world = groups.world();
   if (rank == 0)
-    print_start(rep, o, plan, env.world, *data, opt.grad_sync(), device.is_cuda() ? "cuda" : "cpu", start_step,
+    print_start(rep, o, plan, env.world, *data, opt.grad_sync(), !device.is_cuda() ? "cpu" : device_r->nccl || env.world == 1 ? "cuda" : "cuda-gloo", start_step,
                 vl ? &*vl : nullptr);
   // Variable-length steps: the stage packing each micro-batch; the planner (started before the model
   // was built unless the run resumes) is planning the first steps on its own thread.

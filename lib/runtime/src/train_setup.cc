@@ -150,23 +150,34 @@ Result<VarlenSetup> setup_varlen(const TrainOptions& o, const Plan& plan, const 
   return v;
 }
 
-Result<at::Device> pick_device(const std::string& want, const DistEnv& env) {
-  if (want == "cpu") return at::Device(at::kCPU);
+Result<DeviceChoice> pick_device(const std::string& want, const std::string& backend, const DistEnv& env) {
+  auto bad = [](const std::string& m) { return Error{ErrorKind::kBadInput, m}; };
+  if (backend != "auto" && backend != "nccl" && backend != "gloo")
+    return bad("--backend: expected auto, nccl or gloo, got \"" + backend + "\"");
+  if (want == "cpu") {
+    if (backend == "nccl") return bad("--backend nccl: NCCL carries CUDA tensors; --device cpu trains on the CPU (Gloo)");
+    return DeviceChoice{};
+  }
   const bool cuda = torch::cuda::is_available();
-  const bool comm_ok = env.world == 1 || nccl_compiled();
-  if (want == "auto" && !(cuda && comm_ok)) return at::Device(at::kCPU);
+  if (want == "auto" && !(cuda && (env.world == 1 || nccl_compiled() || backend == "gloo"))) return DeviceChoice{};
   if (!cuda)
-    return Error{ErrorKind::kBadInput, "--device cuda: CUDA is not available to this process "
-                                       "(torch::cuda::is_available() is false: a libtorch built without CUDA, "
-                                       "no GPU, or none visible); use --device cpu or auto"};
-  if (!comm_ok)
-    return Error{ErrorKind::kBadInput, "--device cuda: " + std::to_string(env.world) +
-                                           " ranks on CUDA need NCCL, and this libtorch was built without it"};
+    return bad("--device cuda: CUDA is not available to this process (torch::cuda::is_available() is false: a "
+               "libtorch built without CUDA, no GPU, or none visible); use --device cpu or auto");
   const int64_t n = static_cast<int64_t>(torch::cuda::device_count());
-  if (env.local_rank >= n)
-    return Error{ErrorKind::kBadInput, "--device cuda: LOCAL_RANK " + std::to_string(env.local_rank) + " but only " +
-                                           std::to_string(n) + " CUDA device(s) are visible"};
-  return at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(env.local_rank));
+  if (n < 1) return bad("--device cuda: no CUDA device is visible (torch::cuda::device_count() is 0)");
+  const bool nccl = env.world > 1 && (backend == "nccl" || (backend == "auto" && nccl_compiled()));
+  if (nccl && !nccl_compiled())
+    return bad("--backend nccl: this libtorch was built without NCCL; use --backend gloo (CUDA tensors copied "
+               "through host memory)");
+  if (backend != "gloo" && env.local_rank >= n)
+    return bad("--device cuda: LOCAL_RANK " + std::to_string(env.local_rank) + " but only " + std::to_string(n) +
+               " CUDA device(s) are visible, and NCCL refuses two ranks on one device: run at most " +
+               std::to_string(n) + " ranks per node, or --backend gloo to share the GPUs (CUDA tensors copied "
+               "through host memory)");
+  DeviceChoice c;
+  c.device = at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(env.local_rank % n));
+  c.nccl = nccl;
+  return c;
 }
 
 }  // namespace weft::runtime

@@ -38,8 +38,13 @@ struct VarlenSetup {
 };
 Result<VarlenSetup> setup_varlen(const TrainOptions& o, const Plan& plan, const TokenSource& data, int world);
 
-// --device: cpu; cuda:LOCAL_RANK; auto: cuda when a GPU is usable (and, with more than one rank,
-// the libtorch has NCCL), else cpu. A `cuda` request that cannot be met is an error naming why.
-Result<at::Device> pick_device(const std::string& want, const DistEnv& env);
+// --device and --backend: cpu; cuda:LOCAL_RANK under NCCL, cuda:(LOCAL_RANK mod GPUs) under Gloo;
+// auto: cuda when a GPU is usable (and, with more than one rank, the libtorch has NCCL), else cpu.
+// A request that cannot be met is an error naming why and what to do, before any process group.
+struct DeviceChoice {
+  at::Device device = at::kCPU;
+  bool nccl = false;  // CUDA tensors between ranks through NCCL (else Gloo, staged through host memory)
+};
+Result<DeviceChoice> pick_device(const std::string& want, const std::string& backend, const DistEnv& env);
 
 }  // namespace weft::runtime

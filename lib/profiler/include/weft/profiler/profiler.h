@@ -46,6 +46,8 @@ struct ModelOptions {
   std::vector<int> micro_batch = {1, 2, 4};
   std::vector<std::string> recompute = {"none", "selective", "full"};
   int threads = 1;
+  std::string device = "cpu";    // cpu | cuda (device 0; needs a CUDA build of PyTorch)
+  std::string dtype = "fp32";    // fp32 | bf16 (parameters and activations; bf16 needs cuda)
   double time_per_point_s = 0.3; // target measuring time per (size, phase)
   int min_iters = 3;             // timed repetitions at least (after one warm-up)
   // Fraction of the memory available when a point starts that it may use; points needing more are

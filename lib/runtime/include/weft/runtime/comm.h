@@ -27,6 +27,9 @@ class Pending {
   Pending& operator=(Pending&&) noexcept;
   ~Pending();
   void wait();
+  // Runs f after the operation and the continuation so far, when it is waited on (at once for an
+  // empty Pending: its operation has completed).
+  void and_then(std::function<void()> f);
   bool done() const { return done_; }
   // Whether the operation has finished on the transport's side (wait() may still have to run the
   // continuation). True for an empty Pending.
@@ -104,11 +107,18 @@ struct CommConfig {
   std::chrono::milliseconds timeout{60000};  // the store: joining the job, store operations
   // One collective or point-to-point transfer of a Gloo or NCCL group (PyTorch's default 30 min).
   std::chrono::milliseconds collective_timeout{1800000};
-  // Each group also gets a ProcessGroupNCCL for CUDA tensors (needs a libtorch with NCCL:
-  // USE_C10D_NCCL, which callers check first with nccl_compiled(); GroupSet asserts it when
-  // world > 1). The current CUDA device must already be set.
+  // CUDA tensors: with nccl, each group also gets a ProcessGroupNCCL for them (needs a libtorch with
+  // NCCL: USE_C10D_NCCL, which callers check first with nccl_compiled(); GroupSet asserts it when
+  // world > 1; the current CUDA device must already be set); without, they are copied to host
+  // memory, through the group's Gloo, and back (ranks may then share a GPU).
   bool cuda = false;
+  bool nccl = false;
 };
+
+// CUDA tensors through `gloo` (a group's Gloo Comm): each is copied to host memory, travels through
+// Gloo and its results are copied back to its device; CPU tensors pass straight through, unless
+// copy_cpu_tensors (tests: the same copies on the CPU). What GroupSet builds for CUDA without NCCL.
+std::unique_ptr<Comm> host_staged(std::unique_ptr<Comm> gloo, bool copy_cpu_tensors = false);
 
 // Whether this libtorch was built with ProcessGroupNCCL (USE_C10D_NCCL).
 bool nccl_compiled();

@@ -83,7 +83,10 @@ class Model {
   // Builds this rank's units and initialises every parameter from (seed, parameter name), so any
   // plan starts from the same full model (generated on the CPU, then moved to `device`). All
   // process groups the model needs must be built.
-  Model(const Plan& p, int rank, GroupSet& groups, uint64_t seed, at::Device device = at::kCPU);
+  // `dtype`: of parameters, gradients and activations (fp32 in training; the profiler also builds
+  // bf16 models to time a GPU's bf16 kernels).
+  Model(const Plan& p, int rank, GroupSet& groups, uint64_t seed, at::Device device = at::kCPU,
+        at::ScalarType dtype = at::kFloat);
   // Where parameters, gradients, optimizer state and activations live.
   at::Device device() const { return device_; }
 

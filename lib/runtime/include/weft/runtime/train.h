@@ -82,6 +82,10 @@ struct TrainOptions {
   int threads = 1;             // intra-op threads per rank (torch and OpenBLAS)
   std::string device = "auto"; // auto (cuda:LOCAL_RANK when CUDA and NCCL are usable, else cpu) | cpu |
                                // cuda (an error when CUDA is not available)
+  // What carries CUDA tensors between ranks: nccl (one GPU per rank), gloo (copied through host
+  // memory; ranks may share a GPU: rank r runs on cuda:(LOCAL_RANK mod GPUs)) or auto (nccl when
+  // this libtorch has it, else gloo). CPU tensors always go through Gloo.
+  std::string backend = "auto";
   double bucket_mb = 25;       // data-parallel gradient bucket cap in MiB (PyTorch DDP's default)
   std::string grad_overlap = "on";  // on: reduce each bucket during backward as it completes; off:
                                     // after backward returns (same buckets, same results)
