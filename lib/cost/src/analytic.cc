@@ -134,6 +134,15 @@ LayerCost AnalyticCostModel::layer(const LayerContext& ctx, const LayerStrategy&
   // activations, the buffers above and FSDP's gradients (each step's reduce-scatter outputs).
   const Bytes per_step = mem.activations + buffers + (master == MasterWeights::kShardedParams ? mem.grads : Bytes(0));
   mem.other = buffers + per_step * kAllocatorFragmentation;
+  // §5.2 Full recompute re-runs one layer's forward inside its backward: that layer's activations
+  // for one micro-batch are held at the peak besides every layer's input (Korthikanti et al. 2022,
+  // §4.1; measured: GPT-3 1.3B at micro-batch 16 in fp32 on an H100, data/reference/h100), once per
+  // device, each layer carrying its share.
+  if (s.recompute == Recompute::kFull) {
+    LayerStrategy kept = s;
+    kept.recompute = Recompute::kNone;
+    mem.other += layer_activation_bytes(L, kept, lc.activations) / per_device_layers;
+  }
   return out;
 }
 

@@ -58,9 +58,13 @@ GpuTraits gpu_traits(const GpuSpec& gpu) {
   } else if (has(n, "h200")) {
     t = {132, 0.801, 6144, 17920, 2816, true};     // the H100 die (bf16 as H100)
     t.fp8_fraction = 0.734, t.fp8_m = 1280, t.fp8_n = 4096, t.fp8_k = 12032;   // fp8: 1453.4 of 1979
+    t.fp32_fraction = 0.770, t.fp32_m = t.fp32_n = t.fp32_k = 8192;             // fp32 as H100 (same die)
   } else if (has(n, "h100")) {
     t = {132, 0.801, 6144, 17920, 2816, true};     // H100 SXM: 792.1 of 989
     t.fp8_fraction = 0.709, t.fp8_m = 1024, t.fp8_n = 9216, t.fp8_k = 14336;   // fp8: 1402.6 of 1979
+    // fp32: 51.6 of 67 TFLOP/s at 8192^3, sustained (PyTorch 2.11 cuBLAS on an H100 SXM5 80GB;
+    // data/reference/h100/torch_kernels.json, gemm_fp32; 49-51 at the GPT-3 1.3B layer's shapes)
+    t.fp32_fraction = 0.770, t.fp32_m = t.fp32_n = t.fp32_k = 8192;
   } else if (has(n, "b200")) {
     t = {148, 0.776, 1792, 16128, 3072, true};     // B200 SXM (2 x 74 SMs): 1745.0 of 2250
     t.fp8_fraction = 0.763, t.fp8_m = 15360, t.fp8_n = 4096, t.fp8_k = 3072;   // fp8: 3432.5 of 4500
@@ -184,8 +188,14 @@ KernelModel::KernelModel(const GpuSpec& gpu, DType dtype, double time_scale) {
   // Calibrate: at the MAMF shape the model must achieve the measured fraction of peak (the fp8
   // measurement for fp8 GEMMs where there is one).
   const bool fp8 = dtype == DType::kFp8 && gpu.peak(DType::kFp8).value() > 0 && t.fp8_fraction > 0;
-  const double e = fp8 ? gemm_efficiency(t.fp8_m, t.fp8_n, t.fp8_k) : gemm_efficiency(t.mamf_m, t.mamf_n, t.mamf_k);
-  if (e > 0) tile_rate_ = (fp8 ? t.fp8_fraction : t.mamf_fraction) / e;
+  const bool fp32 = dtype == DType::kFp32 && t.fp32_fraction > 0;
+  const double e = fp8    ? gemm_efficiency(t.fp8_m, t.fp8_n, t.fp8_k)
+                   : fp32 ? gemm_efficiency(t.fp32_m, t.fp32_n, t.fp32_k)
+                          : gemm_efficiency(t.mamf_m, t.mamf_n, t.mamf_k);
+  if (e > 0) tile_rate_ = (fp8 ? t.fp8_fraction : fp32 ? t.fp32_fraction : t.mamf_fraction) / e;
+  // A sustained fp32 measurement already is the in-training rate: time_scale divides the peak
+  // below for the memory-bound kernels too, so the tile rate takes it back for the GEMMs.
+  if (fp32 && time_scale > 0) tile_rate_ *= time_scale;
   if (time_scale > 0 && time_scale != 1.0) {
     peak_ /= time_scale;
     hbm_ /= time_scale;

@@ -32,13 +32,26 @@ Result<Framework> framework_from_string(const std::string& name) {
 AnalyticOptions framework_options(Framework f, AnalyticOptions o) {
   o.framework = f;
   switch (f) {
-    // weft's runtime has no traits of its own yet: it is costed as Megatron-LM is (the analytic
-    // model's defaults), so `--framework weft` prices exactly what no --framework does.
     case Framework::kMegatron:
-    case Framework::kWeft:
       o.flash_attention = true;
       o.attention_kernel = AttentionKernel::kCudnn;  // Transformer Engine's choice on Hopper
       o.fused_elementwise = true;
+      o.overlap_grad_sync = true;
+      o.selective = SelectivePolicy::kAttentionCore;
+      o.vocab_parallel_loss = true;
+      break;
+    case Framework::kWeft:
+      // weft's runtime on PyTorch 2.x as measured on an H100 (data/reference/h100, docs/cost-model.md
+      // §2.3): eager ATen operators in the compute dtype (RMSNorm as x * rsqrt(mean(x^2) + eps) * w,
+      // rotate-half rotary), PyTorch's fused attention read in place, which runs at cuDNN
+      // attention's rates there; attention-core selective recompute and its own vocab-parallel loss.
+      o.flash_attention = true;
+      o.attention_kernel = AttentionKernel::kCudnn;
+      o.fused_elementwise = false;
+      o.eager_fp32_math = false;
+      o.eager_attention_copy = false;
+      o.dropout = false;
+      o.fused_grad_accumulation = false;
       o.overlap_grad_sync = true;
       o.selective = SelectivePolicy::kAttentionCore;
       o.vocab_parallel_loss = true;

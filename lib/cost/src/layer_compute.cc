@@ -46,6 +46,12 @@ constexpr double kTorchLossPeakBytesPerLogit = 12;
 // sides of the casts (4 + 4) and the complex product (4 read, 4 written), plus 2e.
 constexpr double kEagerRmsNormBytes = 28;
 constexpr double kEagerRopeBytes = 16;
+// The same operators in the compute dtype (weft's runtime), per element in units of e: the RMSNorm
+// x^2 (read, write), the mean (read), x * rsqrt (read, write) and the weight product (read, write):
+// 7; rotate-half rotary x * cos (2), the negated half (1), the concatenation (2), rot * sin (2) and
+// the sum (3): 10.
+constexpr double kEagerRmsNormElems = 7;
+constexpr double kEagerRopeElems = 10;
 // §4 Host (CPU) time of an eager framework: one ATen operator with autograd recording costs about
 // 7 us (PyTorch issue #41383: 6.8 s per 10^6 scalar ops with requires_grad), one Python
 // torch.autograd.Function.apply about 20 us (PyTorch issue #189573: 20.7 us median); backward
@@ -92,7 +98,7 @@ LayerCompute layer_compute(const LayerContext& ctx, const LayerStrategy& s, cons
   const double kv = static_cast<double>(L.kv_heads) * L.head_dim;
   const double blocks = L.kind == LayerKind::kCrossDecoder ? 2 : 1;
   const double norms = blocks + 1;
-  const bool dropout = L.bias;     // GPT-2/3 and BERT style layers train with dropout (§2)
+  const bool dropout = L.bias && opt.dropout;  // GPT-2/3 and BERT style layers train with dropout (§2)
   const bool causal = L.kind != LayerKind::kEncoder;
   const bool flash = opt.flash_attention || s.cp > 1;
   const bool moe = L.moe.enabled();
@@ -143,9 +149,10 @@ LayerCompute layer_compute(const LayerContext& ctx, const LayerStrategy& s, cons
   // --- FFN (§2.1): dense, or routed experts (tokens spread evenly) + shared experts
   const double in_mats = L.ffn_kind == FfnKind::kSwiglu ? 2 : 1;
   // Per FFN element: fused SwiGLU reads gate and up and writes the product (3e), fused (bias-)GELU
-  // reads and writes (2e); eager SwiGLU runs SiLU (2e) then the product (3e), eager GELU with a
-  // bias adds it first (2e: the bias itself is one row).
-  const double act_bytes = (swiglu ? (eager ? 5 : 3) : (eager && L.bias ? 4 : 2)) * e;
+  // reads and writes (2e); eager SwiGLU runs SiLU (2e) then the product (3e); eager GELU reads and
+  // writes (2e): the FC1 bias is added by the GEMM itself (nn.Linear / at::linear, cuBLASLt's bias
+  // epilogue), measured on an H100 (data/reference/h100: GPT-3 2.7B layer).
+  const double act_bytes = (swiglu ? (eager ? 5 : 3) : 2) * e;
   auto dense_ffn = [&](double ff) {
     if (ff <= 0) return;
     f.gemm += seconds(km.gemm(tokens, in_mats * ff / t, h)) + seconds(km.gemm(tokens, h, ff / t));
@@ -188,7 +195,8 @@ LayerCompute layer_compute(const LayerContext& ctx, const LayerStrategy& s, cons
   // the residual and write the sum (3e, + the 1-byte mask). Eager: an RMSNorm in fp32 as plain
   // operators (cast, square, mean, rsqrt, scale, cast back, weight) moves 28 + 4e bytes (LayerNorm
   // stays one ATen kernel); a bias add (2e) and a dropout (2e + 1) are kernels of their own.
-  const double norm_bytes = eager && rms ? kEagerRmsNormBytes + 4 * e : 2 * e;
+  const double eager_norm_bytes = opt.eager_fp32_math ? kEagerRmsNormBytes + 4 * e : kEagerRmsNormElems * e;
+  const double norm_bytes = eager && rms ? eager_norm_bytes : 2 * e;
   const double residual_bytes = eager ? 3 * e + (L.bias ? 2 * e : 0.0) + (dropout ? 2 * e + 1 : 0.0) : 3 * e + mask;
   const double norm_kernel = seconds(km.memory(Bytes(norm_bytes * norm_tokens * h)));
   const double residual_kernel = seconds(km.memory(Bytes(residual_bytes * norm_tokens * h)));
@@ -199,8 +207,10 @@ LayerCompute layer_compute(const LayerContext& ctx, const LayerStrategy& s, cons
   // output out of the heads-first layout (2e per element) and, with GQA, repeats K and V to every
   // query head before the attention kernel (e per read element, e per written).
   double layout_bytes = 0;
-  if (rope) layout_bytes += (eager ? kEagerRopeBytes + 2 * e : 2 * e) * (q + kv) / t;
-  if (eager && flash) layout_bytes += 2 * e * q / t + (kv < q ? 2 * e * (kv + q) / t : 0.0);
+  const double eager_rope_bytes = opt.eager_fp32_math ? kEagerRopeBytes + 2 * e : kEagerRopeElems * e;
+  if (rope) layout_bytes += (eager ? eager_rope_bytes : 2 * e) * (q + kv) / t;
+  if (eager && flash)
+    layout_bytes += (opt.eager_attention_copy ? 2 * e * q / t : 0.0) + (kv < q ? 2 * e * (kv + q) / t : 0.0);
   if (layout_bytes > 0) {
     const double layout_kernel = seconds(km.memory(Bytes(layout_bytes * tokens)));
     f.mem += blocks * layout_kernel;
@@ -252,6 +262,9 @@ LayerCompute layer_compute(const LayerContext& ctx, const LayerStrategy& s, cons
   const StateBytes per_param = state_bytes_per_param(tr.dtype);
   const double opt_params = hp.dense / (s.zero >= 1 ? safe(hp.shard) : 1.0) +
                             hp.expert / (s.zero >= 1 ? safe(hp.expert_shard) : 1.0);
+  // --- weight-gradient accumulation (§2.3) as its own kernel: read the new gradient and the
+  // buffer, write the buffer, per parameter this device holds
+  if (!opt.fused_grad_accumulation) b.mem += seconds(km.memory(Bytes(3 * e * (hp.dense + hp.expert))));
   out.optimizer = km.memory(Bytes((kAdamStateBytes + per_param.grads + per_param.weights) * opt_params));
   out.f = f;
   out.b = b;
@@ -268,6 +281,8 @@ LayerCompute layer_compute(const LayerContext& ctx, const LayerStrategy& s, cons
   ao.dropout = dropout;
   ao.eager_elementwise = eager;
   ao.rms_norm = rms;
+  ao.eager_norm_bytes = opt.eager_fp32_math ? 4 : e;
+  ao.eager_attention_copy = opt.eager_attention_copy;
   ao.alternate_matmuls = opt.selective == SelectivePolicy::kAlternateMatmuls;
   ao.fp8_gemm_inputs = fp8;
   return out;
@@ -288,7 +303,7 @@ EdgeCompute edge_compute(const StageContext& ctx, const LayerStrategy& emb, cons
   const double tokens = samples * tr.seq / (u * cp);
   const double norm_tokens = emb.sp ? tokens / t : tokens;
   const double h = static_cast<double>(model.hidden), vocab = static_cast<double>(model.vocab);
-  const bool dropout = model.num_layers() > 0 && model.layer(0).bias;
+  const bool dropout = model.num_layers() > 0 && model.layer(0).bias && opt.dropout;
   const double mask = dropout ? 1.0 : 0.0;
   if (ctx.first()) {
     // lookup: read rows and positions, write the sum (+ dropout); backward scatter-adds rows

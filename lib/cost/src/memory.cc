@@ -180,17 +180,17 @@ Bytes layer_activation_bytes(const LayerShape& s, const LayerStrategy& st, const
     if (o.eager_elementwise) {
       // the kernel keeps its own heads-first output besides the projection's contiguous input, and
       // K, V repeated to every query head (GQA)
-      attn += e * tokens * q / t + (kv < q ? 2 * e * tokens * (q - kv) / t : 0.0);
+      attn += (o.eager_attention_copy ? e * tokens * q / t : 0.0) + (kv < q ? 2 * e * tokens * (q - kv) / t : 0.0);
     }
   } else if (keep_core) {
     attn += (e + mask + (o.dropout ? e : 0.0)) * scores;
   }
-  if (o.eager_elementwise && o.rms_norm) attn += 4 * tokens * h * rep;  // the norm's fp32 input copy
+  if (o.eager_elementwise && o.rms_norm) attn += o.eager_norm_bytes * tokens * h * rep;  // the norm's own copy
   if (s.kind == LayerKind::kCrossDecoder) attn *= 2;  // self- and cross-attention blocks
 
   // FFN block: norm input, FC1 input, activation inputs, the down projection's input, dropout mask.
   double ffn = e * tokens * h * rep + g * tokens * h * rep + mask * tokens * h * rep;
-  if (o.eager_elementwise && o.rms_norm) ffn += 4 * tokens * h * rep;
+  if (o.eager_elementwise && o.rms_norm) ffn += o.eager_norm_bytes * tokens * h * rep;
   // Per FFN element: the activation's inputs (gate and up, or the GELU input), the down
   // projection's input; eager SwiGLU also keeps the SiLU output for the product's backward.
   const double inner = (s.ffn_kind == FfnKind::kSwiglu ? (o.eager_elementwise ? 3.0 : 2.0) : 1.0) * e + g;

@@ -58,6 +58,21 @@ struct AnalyticOptions {
   // rotary kernels, or torch.compile) or run as the eager PyTorch operators of a plain
   // implementation (one kernel per operator, fp32 norm and rotary math; docs/cost-model.md §2.3).
   bool fused_elementwise = true;
+  // With fused_elementwise off: the eager RMSNorm and rotary embedding upcast to fp32 (Llama's
+  // reference layers as torchtitan runs them) or run as plain operators in the compute dtype (weft's
+  // runtime: x * rsqrt(mean(x^2) + eps) * w and rotate-half rotary; docs/cost-model.md §2.3); and
+  // whether the attention output is copied out of the heads-first layout (transpose().contiguous())
+  // or read in place (weft's runtime: PyTorch's fused attention writes it tokens-first).
+  bool eager_fp32_math = true;
+  bool eager_attention_copy = true;
+  // Layers with biases (GPT-2/3, BERT) train with dropout on the attention probabilities and on each
+  // block's output, as Megatron-LM's and the models' own configurations do; weft's runtime has none.
+  bool dropout = true;
+  // The weight-gradient GEMMs accumulate into the gradient buffer (Megatron's
+  // gradient_accumulation_fusion), or each micro-batch's weight gradients are added into it by a
+  // kernel of their own (PyTorch's AccumulateGrad, as in weft's runtime: 3 e bytes per parameter per
+  // backward; docs/cost-model.md §2.3).
+  bool fused_grad_accumulation = true;
   // Loss: Megatron's vocab-parallel cross entropy, in place on one fp32 copy of the logits; or
   // PyTorch's F.cross_entropy on an fp32 copy (torchtitan), which holds three fp32 tensors per
   // logit at its peak (docs/cost-model.md §5.3).

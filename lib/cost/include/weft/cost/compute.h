@@ -28,6 +28,12 @@ struct GpuTraits {
   // The same for fp8 inputs (float8_e4m3fn), where measured; 0: the bf16 figures.
   double fp8_fraction = 0;
   double fp8_m = 0, fp8_n = 0, fp8_k = 0;
+  // fp32 GEMMs (CUDA-core SGEMM: PyTorch's default fp32 matmul precision, no TF32), where
+  // measured: the fraction of the fp32 peak sustained back to back at a shape. Sustained figures
+  // are what training sees, so KernelModel does not apply compute_time_scale to them again. 0: the
+  // bf16 figures.
+  double fp32_fraction = 0;
+  double fp32_m = 0, fp32_n = 0, fp32_k = 0;
   // Hopper or newer: runs FlashAttention-3 and cuDNN's fused attention (flash_attention_rates).
   bool hopper_or_newer = false;
 };

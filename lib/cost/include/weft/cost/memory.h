@@ -144,6 +144,11 @@ struct ActivationOptions {
   // projection saves its own contiguous copy) and K and V repeated to every query head (GQA).
   bool eager_elementwise = false;
   bool rms_norm = false;
+  // What an eager RMSNorm saves besides its input, per element: its fp32 input copy (4 bytes,
+  // torchtitan) or x * rsqrt(...) in the compute dtype (elem_bytes, weft's runtime); and whether the
+  // attention kernel's heads-first output is kept besides the output projection's copy of it.
+  double eager_norm_bytes = 4;
+  bool eager_attention_copy = true;
   // Selective recompute keeps the output of every other matmul and of the attention kernel
   // (torchtitan's op-level policy) instead of dropping the attention core.
   bool alternate_matmuls = false;
