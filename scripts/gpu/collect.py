@@ -1,0 +1,78 @@
+#!/usr/bin/env python3
+"""Turns the logs of scripts/gpu/h100.sh (its gpu-results folder) into the checked-in files
+data/reference/h100/parity.json and closed_loop.json.
+Usage: python3 scripts/gpu/collect.py GPU_RESULTS_DIR OUT_DIR
+"""
+import json
+import os
+import sys
+
+
+def steps(path):
+    """The step objects and the summary of a `weft train --format json` log (rank prefixes dropped)."""
+    out, summary = [], None
+    with open(path) as f:
+        for line in f:
+            if "{" not in line:
+                continue
+            j = json.loads(line[line.index("{"):])
+            if j.get("summary"):
+                summary = j
+            elif "step" in j:
+                out.append(j)
+    return out, summary
+
+
+def rel(a, b):
+    return max(abs(x - y) / abs(y) for x, y in zip(a, b))
+
+
+def main():
+    src, dst = sys.argv[1], sys.argv[2]
+    parity = {"dtype": "fp32", "device": "NVIDIA H100 80GB HBM3", "one_rank": [], "ranks_on_one_gpu": []}
+    for name, cmd in (("gpt", "weft train --steps 20 --seed 7 --device cpu|cuda"),
+                      ("llama", "weft train --model scripts/gpu/small-llama.json --seq 128 --global-batch 8 "
+                                "--micro-batches 2 --lr 3e-3 --steps 20 --seed 7 --device cpu|cuda")):
+        cpu, _ = steps(os.path.join(src, "parity_%s_cpu.jsonl" % name))
+        cuda, _ = steps(os.path.join(src, "parity_%s_cuda.jsonl" % name))
+        parity["one_rank"].append({
+            "model": name, "command": cmd,
+            "cpu_loss": [s["loss"] for s in cpu], "cuda_loss": [s["loss"] for s in cuda],
+            "max_rel_loss": rel([s["loss"] for s in cuda], [s["loss"] for s in cpu]),
+            "max_rel_grad_norm": rel([s["grad_norm"] for s in cuda], [s["grad_norm"] for s in cpu])})
+    for plan in ("dp2", "dp2z3", "tp2sp", "pp2", "ulysses2", "dp2tp2z1"):
+        with open(os.path.join("data/reference/h100/plans", "parity_" + plan + ".json")) as f:
+            p = json.load(f)
+        m = p["train"]["micro_batches"]
+        got, _ = steps(os.path.join(src, "multi_%s.jsonl" % plan))
+        ref, _ = steps(os.path.join(src, "multi_ref_m%d.jsonl" % m))
+        parity["ranks_on_one_gpu"].append({
+            "plan": "plans/parity_%s.json" % plan, "ranks": p["cluster"]["nodes"] * p["cluster"]["gpus_per_node"],
+            "micro_batches": m,
+            "command": "weft launch -n N -- weft train --plan P --lr 3e-3 --steps 10 --seed 7 --device cuda --backend gloo",
+            "loss": [s["loss"] for s in got], "reference_loss": [s["loss"] for s in ref],
+            "max_rel_loss": rel([s["loss"] for s in got], [s["loss"] for s in ref]),
+            "max_rel_grad_norm": rel([s["grad_norm"] for s in got], [s["grad_norm"] for s in ref])})
+    loop = {"model": "gpt3-1.3b", "seq": 1024, "dtype": "fp32", "device": "NVIDIA H100 80GB HBM3",
+            "note": "mean_step_time_s leaves the first step out; peak_device_bytes is the CUDA caching allocator's "
+                    "peak of allocated bytes (torch.cuda.max_memory_allocated)", "runs": []}
+    runs = [("loop_gb8_mb1", "loop_gb8_m1", "weft train --model gpt3-1.3b --seq 1024 --global-batch 8 --micro-batches 1"),
+            ("loop_gb8_mb2", "loop_gb8_m2", "weft train --model gpt3-1.3b --seq 1024 --global-batch 8 --micro-batches 2"),
+            ("loop_gb16_mb4", "loop_gb16_m4", "weft train --model gpt3-1.3b --seq 1024 --global-batch 16 --micro-batches 4"),
+            ("loop_gb16_m1_full", "loop_gb16_m1_full", "weft train --plan data/reference/h100/plans/loop_gb16_m1_full.json"),
+            ("loop_gb8_m1_selective", "loop_gb8_m1_selective",
+             "weft train --plan data/reference/h100/plans/loop_gb8_m1_selective.json")]
+    for log, plan, cmd in runs:
+        st, summ = steps(os.path.join(src, log + ".jsonl"))
+        loop["runs"].append({"plan": "plans/%s.json" % plan, "command": cmd + " --steps 6 --seed 7 --device cuda",
+                             "step_time_s": [s["step_time_s"] for s in st],
+                             "mean_step_time_s": summ["mean_step_time_s"],
+                             "peak_device_bytes": summ["ranks"][0]["peak_device_bytes"]})
+    for name, obj in (("parity.json", parity), ("closed_loop.json", loop)):
+        with open(os.path.join(dst, name), "w") as f:
+            json.dump(obj, f, indent=1)
+            f.write("\n")
+
+
+if __name__ == "__main__":
+    main()
