@@ -124,6 +124,20 @@ TEST(ProfileModel, BadFlagsNameTheFlag) {
   r = run("profile model --model " + tiny_model(dir) + " --recompute some --out " + (dir / "x.json").string());
   EXPECT_EQ(r.code, 2);
   EXPECT_NE(r.output.find("--recompute"), std::string::npos) << r.output;
+  r = run("profile model --model " + tiny_model(dir) + " --seq 16 --dtype fp16 --out " + (dir / "x.json").string());
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.output.find("--dtype: expected fp32 or bf16, got \"fp16\""), std::string::npos) << r.output;
+  r = run("profile model --model " + tiny_model(dir) + " --seq 16 --dtype bf16 --out " + (dir / "x.json").string());
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.output.find("--dtype bf16: needs --device cuda"), std::string::npos) << r.output;
+  r = run("profile model --model " + tiny_model(dir) + " --seq 16 --device tpu --out " + (dir / "x.json").string());
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.output.find("--device: expected cpu or cuda, got \"tpu\""), std::string::npos) << r.output;
+  // This build's libtorch has no CUDA: the error names the build (a CUDA build names the device count).
+  r = run("profile model --model " + tiny_model(dir) + " --seq 16 --device cuda --out " + (dir / "x.json").string());
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.output.find("--device cuda: "), std::string::npos) << r.output;
+  EXPECT_FALSE(fs::exists(dir / "x.json"));
 }
 
 TEST(ProfileHardware, TwoRanksWriteAReadableProfile) {

@@ -610,6 +610,12 @@ TEST(RuntimeBadInput, BadFlagsAndMissingData) {
   r = run(driver() + " train --resume");
   EXPECT_EQ(r.status, 2);
   EXPECT_NE(r.output.find("--resume needs --checkpoint-dir"), std::string::npos) << r.output;
+  r = run(driver() + " train --backend mpi");
+  EXPECT_EQ(r.status, 2);
+  EXPECT_NE(r.output.find("--backend: expected auto, nccl or gloo, got \"mpi\""), std::string::npos) << r.output;
+  r = run(driver() + " train --device cpu --backend nccl");
+  EXPECT_EQ(r.status, 2);
+  EXPECT_NE(r.output.find("--backend nccl: NCCL carries CUDA tensors"), std::string::npos) << r.output;
   r = run(driver() + " train --device tpu");
   EXPECT_EQ(r.status, 2);
   EXPECT_NE(r.output.find("--device: expected auto, cpu or cuda, got \"tpu\""), std::string::npos) << r.output;

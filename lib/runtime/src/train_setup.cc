@@ -33,6 +33,8 @@ Status check_options(const TrainOptions& o) {
   if (!(o.bucket_mb > 0)) return bad("--bucket-mb: must be positive, got " + std::to_string(o.bucket_mb));
   if (o.device != "auto" && o.device != "cpu" && o.device != "cuda")
     return bad("--device: expected auto, cpu or cuda, got \"" + o.device + "\"");
+  if (o.backend != "auto" && o.backend != "nccl" && o.backend != "gloo")
+    return bad("--backend: expected auto, nccl or gloo, got \"" + o.backend + "\"");
   if (o.grad_overlap != "on" && o.grad_overlap != "off")
     return bad("--grad-overlap: expected on or off, got \"" + o.grad_overlap + "\"");
   if (!(o.lr >= 0)) return bad("--lr: must be positive, got " + std::to_string(o.lr));
@@ -152,8 +154,6 @@ Result<VarlenSetup> setup_varlen(const TrainOptions& o, const Plan& plan, const 
 
 Result<DeviceChoice> pick_device(const std::string& want, const std::string& backend, const DistEnv& env) {
   auto bad = [](const std::string& m) { return Error{ErrorKind::kBadInput, m}; };
-  if (backend != "auto" && backend != "nccl" && backend != "gloo")
-    return bad("--backend: expected auto, nccl or gloo, got \"" + backend + "\"");
   if (want == "cpu") {
     if (backend == "nccl") return bad("--backend nccl: NCCL carries CUDA tensors; --device cpu trains on the CPU (Gloo)");
     return DeviceChoice{};
