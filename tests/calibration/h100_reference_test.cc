@@ -164,11 +164,13 @@ namespace {
 // The closed loop: single-GPU plans of GPT-3 1.3B (fp32, seq 1024; micro-batch 4-16, gradient
 // accumulation 1-4 micro-batches, recompute none, selective and full) that weft's runtime trained on
 // the H100, against `weft estimate --framework weft` of the same plans: step time within 15 % each
-// and 10 % on average, peak memory (what weft prints: allocated bytes plus 10 % allocator
-// fragmentation, against the allocator's allocated peak) within 5 %.
+// and 10 % on average; the peak of allocated bytes (the model without its allocator reserve, which
+// weft's printed peak adds) against the allocator's allocated peak within 5 %.
 TEST(H100Reference, ClosedLoopStepTimeAndPeakMemory) {
   const Json j = read_json_file(h100_file("closed_loop.json"));
-  const AnalyticCostModel cm(*framework_options("weft"));
+  AnalyticOptions o = *framework_options("weft");
+  o.allocator_fragmentation = 0;
+  const AnalyticCostModel cm(o);
   double sum = 0;
   int runs = 0;
   for (const Json& r : j.at("runs")) {
@@ -218,5 +220,52 @@ TEST(H100Reference, CudaParityWasMeasured) {
   }
 }
 
+}  // namespace
+}  // namespace weft
+
+namespace weft {
+namespace {
+// The embedding and the LM head with its loss (the stage's extra work), forward and backward:
+// within 12 % where the vocabulary is a multiple of 8 (Llama-2's 32000; measured worst -11.1 %, the
+// Llama head's forward, which runs slower than the GEMM and streaming passes the model counts: the
+// cause is not established). GPT-3's 50257-token vocabulary runs its head 4x slower than the model
+// says, which the GEMM measurement explains (H100Reference.GemmRatesAtTheLayersShapes): cuBLAS has
+// no fast kernel for the unpadded width, and weft's runtime does not pad it (Megatron pads to a
+// multiple of 128), so the model is held only to being the lower bound there.
+TEST(H100Reference, EmbeddingAndHead) {
+  const ClusterSpec c = one_h100();
+  const AnalyticCostModel cm(*framework_options("weft"));
+  int points = 0;
+  for (const char* f : {"llama-2-7b_bf16.json", "gpt3-2.7b_bf16.json", "gpt3-1.3b_fp32.json"}) {
+    auto p = read_model_profile(h100_file(f));
+    ASSERT_TRUE(p.ok()) << p.error().message;
+    const DType dt = p->runtime.dtype == "bf16" ? DType::kBf16 : DType::kFp32;
+    const bool aligned = p->model.vocab % 8 == 0 || dt == DType::kFp32;  // fp32 runs CUDA-core SGEMM
+    ASSERT_EQ(p->head.size(), p->embedding.size());
+    for (size_t i = 0; i < p->head.size(); ++i) {
+      const PhaseSample& h = p->head[i];
+      const PhaseSample& e = p->embedding[i];
+      if (h.zero != 0) continue;
+      StageContext ctx;
+      ctx.model = &p->model;
+      ctx.cluster = &c;
+      ctx.train = settings(h, dt);
+      const LayerCost lc = cm.stage_extra(ctx, LayerStrategy{});
+      const double fwd = h.forward_s + e.forward_s, bwd = h.backward_s + e.backward_s;
+      const double ef = rel(lc.fwd.value(), fwd), eb = rel(lc.bwd.value(), bwd);
+      std::printf("%-22s embedding + head mb %d: forward %6.2f ms (%+5.1f%%) backward %6.2f ms (%+5.1f%%)\n", f,
+                  h.micro_batch, fwd * 1e3, 100 * ef, bwd * 1e3, 100 * eb);
+      if (aligned) {
+        EXPECT_LE(std::fabs(ef), 0.12) << f << " mb " << h.micro_batch;
+        EXPECT_LE(std::fabs(eb), 0.12) << f << " mb " << h.micro_batch;
+      } else {
+        EXPECT_LT(lc.fwd.value(), fwd) << f << " mb " << h.micro_batch;
+        EXPECT_LT(lc.bwd.value(), bwd) << f << " mb " << h.micro_batch;
+      }
+      ++points;
+    }
+  }
+  EXPECT_EQ(points, 2 + 4 + 3);
+}
 }  // namespace
 }  // namespace weft

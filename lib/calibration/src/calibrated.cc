@@ -286,12 +286,9 @@ LayerCost CalibratedCostModel::stage_extra(const StageContext& ctx, const LayerS
                     ")");
     return a;
   }
-  const double e = dtype_bytes(wire_dtype(tr));
-  const double t = safe(emb.tp), u = safe(emb.ulysses), cp = safe(emb.cp), dp = safe(emb.dp);
+  const double u = safe(emb.ulysses), cp = safe(emb.cp), dp = safe(emb.dp);
   const double samples = tr.pipeline_micro_batch() / dp;
   const double seq_local = tr.seq / (u * cp);  // the embedding and head work token by token
-  const double tokens = samples * seq_local;
-  const double vocab = static_cast<double>(model.vocab);
   std::optional<PhaseCost> E, H;
   if (ctx.first()) E = interpolate(mp_->embedding, emb.tp, Recompute::kNone, samples, seq_local);
   if (ctx.last()) H = interpolate(mp_->head, emb.tp, Recompute::kNone, samples, seq_local);
@@ -356,10 +353,10 @@ LayerCost CalibratedCostModel::stage_extra(const StageContext& ctx, const LayerS
   out.memory = a.memory;
   rescale_states(out.memory, mp_->runtime.state_bytes_per_param, tr.dtype);
   // Measured activations include the logits and the loss's saved softmax, which the analytic model
-  // books under `other`; keep the rest of it there (NCCL's buffers, ZeRO-3's gathered head). A
-  // measured runtime overhead is a reserve of the budget (memory_budget, as the analytic model's).
+  // books as its transient; keep `other` (NCCL's buffers, ZeRO-3's gathered head). A measured
+  // runtime overhead is a reserve of the budget (memory_budget, as the analytic model's).
   out.memory.activations = Bytes(saved * micro_batches_in_flight(tr, ctx.stage));
-  if (H) out.memory.other = Bytes(std::max(0.0, a.memory.other.value() - (e + 4) * tokens * vocab / t));
+  if (H) out.memory.transient = Bytes(0);
   return out;
 }
 

@@ -133,15 +133,16 @@ LayerCost AnalyticCostModel::layer(const LayerContext& ctx, const LayerStrategy&
   // §5.4 The allocator's fragmentation over what the step allocates and frees again: the
   // activations, the buffers above and FSDP's gradients (each step's reduce-scatter outputs).
   const Bytes per_step = mem.activations + buffers + (master == MasterWeights::kShardedParams ? mem.grads : Bytes(0));
-  mem.other = buffers + per_step * kAllocatorFragmentation;
+  mem.other = buffers + per_step * opt_.allocator_fragmentation;
   // §5.2 Full recompute re-runs one layer's forward inside its backward: that layer's activations
   // for one micro-batch are held at the peak besides every layer's input (Korthikanti et al. 2022,
   // §4.1; measured: GPT-3 1.3B at micro-batch 16 in fp32 on an H100, data/reference/h100), once per
-  // device, each layer carrying its share.
+  // device (a transient: not at once with the loss's logits).
   if (s.recompute == Recompute::kFull) {
     LayerStrategy kept = s;
     kept.recompute = Recompute::kNone;
-    mem.other += layer_activation_bytes(L, kept, lc.activations) / per_device_layers;
+    mem.transient = layer_activation_bytes(L, kept, lc.activations);
+    out.transient_share = mem.transient / per_device_layers;
   }
   return out;
 }
@@ -164,7 +165,7 @@ LayerCost AnalyticCostModel::stage_extra(const StageContext& ctx, const LayerStr
     out.memory.optimizer = Bytes(sb.optimizer * ec.params);
   }
   out.memory.activations = Bytes(ec.saved);
-  out.memory.other = Bytes(ec.logits);
+  out.memory.transient = Bytes(ec.logits);
   // §5.1 ZeRO-3 gathers the LM head for the loss, which peaks with every layer's activations
   // still held; the embedding is gathered only at the two ends of the step.
   if (emb.zero >= 3 && ctx.last()) {
@@ -173,8 +174,9 @@ LayerCost AnalyticCostModel::stage_extra(const StageContext& ctx, const LayerStr
   }
   // §5.4 The allocator's fragmentation over what the step allocates and frees again.
   const bool fsdp_grads = master_weights(opt_) == MasterWeights::kShardedParams && emb.zero >= 2;
-  out.memory.other += (out.memory.activations + out.memory.other + (fsdp_grads ? out.memory.grads : Bytes(0))) *
-                      kAllocatorFragmentation;
+  out.memory.other += (out.memory.activations + out.memory.transient + out.memory.other +
+                       (fsdp_grads ? out.memory.grads : Bytes(0))) *
+                      opt_.allocator_fragmentation;
   // §5.4 NCCL's buffers, once per device (on the first virtual stage of each device group), for
   // the communicators of the stage's layout; a measured runtime overhead counts them already.
   if (ctx.stage < std::max(1, tr.pp) && opt_.runtime_overhead_gib <= 0)

@@ -1,5 +1,6 @@
 #include "weft/cost/breakdown.h"
 
+#include <algorithm>
 #include <utility>
 
 namespace weft {
@@ -41,6 +42,7 @@ MemoryBreakdown& MemoryBreakdown::operator+=(const MemoryBreakdown& o) {
   optimizer += o.optimizer;
   activations += o.activations;
   other += o.other;
+  transient = std::max(transient, o.transient);
   return *this;
 }
 
@@ -53,7 +55,7 @@ Json to_json(const TimeBreakdown& t) {
 Json to_json(const MemoryBreakdown& m) {
   return Json{{"weights_gib", to_gib(m.weights)},     {"grads_gib", to_gib(m.grads)},
               {"optimizer_gib", to_gib(m.optimizer)}, {"activations_gib", to_gib(m.activations)},
-              {"other_gib", to_gib(m.other)},         {"total_gib", to_gib(m.total())}};
+              {"other_gib", to_gib(m.other + m.transient)},         {"total_gib", to_gib(m.total())}};
 }
 
 }  // namespace weft

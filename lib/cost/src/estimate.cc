@@ -144,7 +144,7 @@ void annotate(Plan& p, const Estimate& e, const CostModel& cm) {
     pr.grads_gib = to_gib(m.grads);
     pr.optimizer_gib = to_gib(m.optimizer);
     pr.activations_gib = to_gib(m.activations);
-    pr.other_gib = to_gib(m.other);
+    pr.other_gib = to_gib(m.other + m.transient);
   }
 }
 

@@ -52,6 +52,7 @@ AnalyticOptions framework_options(Framework f, AnalyticOptions o) {
       o.eager_attention_copy = false;
       o.dropout = false;
       o.fused_grad_accumulation = false;
+      o.loss_in_fp32 = false;
       o.overlap_grad_sync = true;
       o.selective = SelectivePolicy::kAttentionCore;
       o.vocab_parallel_loss = true;

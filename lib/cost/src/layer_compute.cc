@@ -39,6 +39,13 @@ constexpr double kLossBwdBytesPerLogit = 8 + 4;                  // + e
 constexpr double kTorchLossFwdBytesPerLogit = 4 + 12;  // + e
 constexpr double kTorchLossBwdBytesPerLogit = 4 + 16 + 4;  // + e
 constexpr double kTorchLossPeakBytesPerLogit = 12;
+// §2.3 weft's runtime's vocab-parallel cross entropy in the compute dtype, per local logit in units
+// of e: forward takes the row max (1), shifts (2), exponentiates (2), sums (1) and divides in
+// place to keep the softmax (2): 8; backward clones the softmax (2) and scales it in place (2): 4.
+// Its forward holds the logits, the shifted copy and the exponentials at once: 3.
+constexpr double kComputeDtypeLossFwdElems = 8;
+constexpr double kComputeDtypeLossBwdElems = 4;
+constexpr double kComputeDtypeLossPeakElems = 3;
 // §2.3 Eager RMSNorm in fp32 (Llama's reference implementation, as torchtitan runs it), bytes per
 // element: 28 for the fp32 sides of the casts in and out (4 + 4), x^2 (4 read, 4 written), the mean
 // (4 read) and x * rsqrt (4 + 4), plus 4e for the casts' compute-dtype sides and the weight
@@ -78,6 +85,11 @@ double bwd_gemm(const KernelModel& km, double m, double n, double k, double batc
 }
 
 double seconds(Seconds s) { return s.value(); }
+
+// Bytes per element an eager RMSNorm moves (§2.3): in fp32 (cast in and out) or in the compute dtype.
+double eager_rms_norm_bytes(const AnalyticOptions& opt, double e) {
+  return opt.eager_fp32_math ? kEagerRmsNormBytes + 4 * e : kEagerRmsNormElems * e;
+}
 
 }  // namespace
 
@@ -195,8 +207,7 @@ LayerCompute layer_compute(const LayerContext& ctx, const LayerStrategy& s, cons
   // the residual and write the sum (3e, + the 1-byte mask). Eager: an RMSNorm in fp32 as plain
   // operators (cast, square, mean, rsqrt, scale, cast back, weight) moves 28 + 4e bytes (LayerNorm
   // stays one ATen kernel); a bias add (2e) and a dropout (2e + 1) are kernels of their own.
-  const double eager_norm_bytes = opt.eager_fp32_math ? kEagerRmsNormBytes + 4 * e : kEagerRmsNormElems * e;
-  const double norm_bytes = eager && rms ? eager_norm_bytes : 2 * e;
+  const double norm_bytes = eager && rms ? eager_rms_norm_bytes(opt, e) : 2 * e;
   const double residual_bytes = eager ? 3 * e + (L.bias ? 2 * e : 0.0) + (dropout ? 2 * e + 1 : 0.0) : 3 * e + mask;
   const double norm_kernel = seconds(km.memory(Bytes(norm_bytes * norm_tokens * h)));
   const double residual_kernel = seconds(km.memory(Bytes(residual_bytes * norm_tokens * h)));
@@ -314,25 +325,37 @@ EdgeCompute edge_compute(const StageContext& ctx, const LayerStrategy& emb, cons
     out.fns_f += 1 + (emb.tp > 1 ? 1 : 0);
   }
   if (ctx.last()) {
-    f.mem += seconds(km.memory(Bytes(2 * e * norm_tokens * h)));
-    b.mem += kElementwiseBackward * seconds(km.memory(Bytes(2 * e * norm_tokens * h)));
+    // the final norm: fused (2e per element) or eager as in the layers
+    const bool eager_rms = !opt.fused_elementwise && model.norm == NormKind::kRmsNorm;
+    const double norm_bytes = eager_rms ? eager_rms_norm_bytes(opt, e) : 2 * e;
+    f.mem += seconds(km.memory(Bytes(norm_bytes * norm_tokens * h)));
+    b.mem += kElementwiseBackward * seconds(km.memory(Bytes(norm_bytes * norm_tokens * h)));
     f.gemm += seconds(km.gemm(tokens, vocab / t, h));
     b.gemm += bwd_gemm(km, tokens, vocab / t, h);
     const double local_logits = tokens * vocab / t;
     const bool megatron_loss = opt.vocab_parallel_loss;
-    f.mem += seconds(km.memory(
-        Bytes(((megatron_loss ? kLossFwdBytesPerLogit : kTorchLossFwdBytesPerLogit) + e) * local_logits)));
-    b.mem += seconds(km.memory(
-        Bytes(((megatron_loss ? kLossBwdBytesPerLogit : kTorchLossBwdBytesPerLogit) + e) * local_logits)));
-    // compute-dtype logits and their fp32 copy (Megatron's loss works in place on it), or PyTorch's
-    // three fp32 tensors; one micro-batch
-    out.logits = (megatron_loss ? e + 4 : kTorchLossPeakBytesPerLogit) * local_logits;
-    out.saved += e * norm_tokens * h;
+    if (!opt.loss_in_fp32) {
+      f.mem += seconds(km.memory(Bytes(kComputeDtypeLossFwdElems * e * local_logits)));
+      b.mem += seconds(km.memory(Bytes(kComputeDtypeLossBwdElems * e * local_logits)));
+      out.logits = kComputeDtypeLossPeakElems * e * local_logits;
+    } else {
+      f.mem += seconds(km.memory(
+          Bytes(((megatron_loss ? kLossFwdBytesPerLogit : kTorchLossFwdBytesPerLogit) + e) * local_logits)));
+      b.mem += seconds(km.memory(
+          Bytes(((megatron_loss ? kLossBwdBytesPerLogit : kTorchLossBwdBytesPerLogit) + e) * local_logits)));
+      // compute-dtype logits and their fp32 copy (Megatron's loss works in place on it), or
+      // PyTorch's three fp32 tensors; one micro-batch
+      out.logits = (megatron_loss ? e + 4 : kTorchLossPeakBytesPerLogit) * local_logits;
+    }
+    // the final norm's input (and an eager RMSNorm's own copy)
+    out.saved += (eager_rms ? (opt.eager_fp32_math ? 4.0 / e + 1 : 2.0) : 1.0) * e * norm_tokens * h;
     out.ops_f += 25;
     out.fns_f += 3 + (emb.tp > 1 ? 2 : 0);
   }
   // optimizer (§6) over the local shard of the parameters
   for (double n : edge_param_buckets(ctx, emb)) out.params += n;
+  // weight-gradient accumulation as its own kernel (§2.3), as in the layers
+  if (!opt.fused_grad_accumulation) b.mem += seconds(km.memory(Bytes(3 * e * out.params)));
   if (out.params > 0) {
     const StateBytes per_param = state_bytes_per_param(tr.dtype);
     const double opt_params = out.params / (emb.zero >= 1 ? safe(emb.shard_group()) : 1.0);

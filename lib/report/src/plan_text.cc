@@ -149,7 +149,7 @@ std::string estimate_table(const Plan& p, const Estimate& e, const std::optional
     const auto& m = st.memory;
     out += sprintf_str("%-5zu %6d %10s %8.1f %8.2f %8.2f %8.2f %8.2f %8.2f%s\n", s, p.stages[s].num_layers(),
                        duration_text(st.time.value()).c_str(), p.stages[s].predicted.memory_gib, to_gib(m.weights),
-                       to_gib(m.grads), to_gib(m.optimizer), to_gib(m.activations), to_gib(m.other),
+                       to_gib(m.grads), to_gib(m.optimizer), to_gib(m.activations), to_gib(m.other + m.transient),
                        st.fits ? "" : " !");
   }
   const TimeBreakdown& b = e.breakdown;

@@ -33,9 +33,13 @@ struct MemoryBreakdown {
   Bytes grads;
   Bytes optimizer;         // Adam moments (+ master weights where counted there)
   Bytes activations;       // saved activations of all micro-batches in flight
-  Bytes other;             // embedding/logits buffers, communication buffers, runtime overhead
+  Bytes other;             // communication buffers, allocator reserve, runtime overhead
+  // The largest short-lived peak on top of the rest: the loss's logits at the end of the forward,
+  // a recomputed layer's activations inside its backward. They never coexist, so += keeps the
+  // larger (docs/cost-model.md §5.4); JSON and plan files count it under other.
+  Bytes transient;
 
-  Bytes total() const { return weights + grads + optimizer + activations + other; }
+  Bytes total() const { return weights + grads + optimizer + activations + other + transient; }
   MemoryBreakdown& operator+=(const MemoryBreakdown& o);
 };
 

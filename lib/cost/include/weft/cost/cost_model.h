@@ -44,7 +44,14 @@ struct LayerCost {
   Seconds optimizer;           // per step: optimizer update of the local shard
   TimeBreakdown time;          // per micro-batch detail of fwd+bwd; dp_comm/optimizer per step
   MemoryBreakdown memory;      // per device at peak (activations already x micro-batches in flight)
-  Bytes mem() const { return memory.total(); }
+  // What the search adds up per layer: memory.transient counts once per stage, at its largest, when
+  // breakdowns are combined (estimate()); the search's plain sums take this share of it instead
+  // (a layer's share of its device's layers; the edges all of it), which over-counts a stage whose
+  // transients would not coexist, never under-counts. Negative: all of it.
+  Bytes transient_share = Bytes(-1);
+  Bytes mem() const {
+    return memory.total() - memory.transient + (transient_share.value() >= 0 ? transient_share : memory.transient);
+  }
 };
 
 // Per-stage sums the pipeline model combines.
