@@ -90,6 +90,9 @@ double seconds(Seconds s) { return s.value(); }
 double eager_rms_norm_bytes(const AnalyticOptions& opt, double e) {
   return opt.eager_fp32_math ? kEagerRmsNormBytes + 4 * e : kEagerRmsNormElems * e;
 }
+// Bytes per element an eager RMSNorm saves besides its input (§5.2): its fp32 input copy, or
+// x * rsqrt(...) in the compute dtype.
+double eager_rms_norm_copy_bytes(const AnalyticOptions& opt, double e) { return opt.eager_fp32_math ? 4 : e; }
 
 }  // namespace
 
@@ -292,7 +295,7 @@ LayerCompute layer_compute(const LayerContext& ctx, const LayerStrategy& s, cons
   ao.dropout = dropout;
   ao.eager_elementwise = eager;
   ao.rms_norm = rms;
-  ao.eager_norm_bytes = opt.eager_fp32_math ? 4 : e;
+  ao.eager_norm_bytes = eager_rms_norm_copy_bytes(opt, e);
   ao.eager_attention_copy = opt.eager_attention_copy;
   ao.alternate_matmuls = opt.selective == SelectivePolicy::kAlternateMatmuls;
   ao.fp8_gemm_inputs = fp8;
@@ -348,7 +351,7 @@ EdgeCompute edge_compute(const StageContext& ctx, const LayerStrategy& emb, cons
       out.logits = (megatron_loss ? e + 4 : kTorchLossPeakBytesPerLogit) * local_logits;
     }
     // the final norm's input (and an eager RMSNorm's own copy)
-    out.saved += (eager_rms ? (opt.eager_fp32_math ? 4.0 / e + 1 : 2.0) : 1.0) * e * norm_tokens * h;
+    out.saved += (e + (eager_rms ? eager_rms_norm_copy_bytes(opt, e) : 0.0)) * norm_tokens * h;
     out.ops_f += 25;
     out.fns_f += 3 + (emb.tp > 1 ? 2 : 0);
   }

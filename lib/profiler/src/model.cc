@@ -157,22 +157,31 @@ PhaseSample sample(int tp, Recompute rc, int zero, int mb, int seq, const Timed&
   return ps;
 }
 
+// One forward and backward on device d: `forward` returns what `backward(out)` differentiates.
+// Forward and backward seconds (the device synchronised before each clock reading) and the bytes
+// the forward left allocated (its saved activations and output).
+template <class Fwd, class Bwd>
+Timed forward_backward(const Dev& d, Fwd forward, Bwd backward) {
+  d.sync();
+  const double before = d.in_use_bytes();
+  auto t0 = Clock::now();
+  at::Tensor out = forward();
+  d.sync();
+  const double f = since(t0);
+  const double act = d.in_use_bytes() - before;
+  t0 = Clock::now();
+  backward(out);
+  d.sync();
+  return Timed{f, since(t0), std::max(0.0, act)};
+}
+
 Timed time_layer(runtime::Model& model, int mb, int seq, int64_t H, const ModelOptions& o, const Dev& d) {
   return repeat(
       [&] {
         at::Tensor x = at::randn({mb, seq, H}, d.act()).requires_grad_(true);
         at::Tensor dy = at::randn({mb, seq, H}, d.act());
-        d.sync();
-        const double before = d.in_use_bytes();
-        auto t0 = Clock::now();
-        at::Tensor y = model.forward_layers(x);
-        d.sync();
-        const double f = since(t0);
-        const double act = d.in_use_bytes() - before;
-        t0 = Clock::now();
-        torch::autograd::backward({y}, {dy});
-        d.sync();
-        return Timed{f, since(t0), std::max(0.0, act)};
+        return forward_backward(
+            d, [&] { return model.forward_layers(x); }, [&](const at::Tensor& y) { torch::autograd::backward({y}, {dy}); });
       },
       o.time_per_point_s, o.min_iters);
 }
@@ -183,17 +192,8 @@ Timed time_embedding(runtime::Model& model, int mb, int seq, int64_t V, int64_t 
       [&] {
         at::Tensor tokens = at::randint(V, {mb, seq}, d.ids());
         at::Tensor dx = at::randn({mb, seq, H}, d.act());
-        d.sync();
-        const double before = d.in_use_bytes();
-        auto t0 = Clock::now();
-        at::Tensor x = model.embed(tokens);
-        d.sync();
-        const double f = since(t0);
-        const double act = d.in_use_bytes() - before;
-        t0 = Clock::now();
-        torch::autograd::backward({x}, {dx});
-        d.sync();
-        return Timed{f, since(t0), std::max(0.0, act)};
+        return forward_backward(
+            d, [&] { return model.embed(tokens); }, [&](const at::Tensor& x) { torch::autograd::backward({x}, {dx}); });
       },
       o.time_per_point_s, o.min_iters);
 }
@@ -203,17 +203,9 @@ Timed time_head(runtime::Model& model, int mb, int seq, int64_t V, int64_t H, co
       [&] {
         at::Tensor x = at::randn({mb, seq, H}, d.act()).requires_grad_(true);
         at::Tensor targets = at::randint(V, {mb, seq}, d.ids());
-        d.sync();
-        const double before = d.in_use_bytes();
-        auto t0 = Clock::now();
-        at::Tensor loss = model.head_loss(x, targets) / static_cast<double>(mb * seq);
-        d.sync();
-        const double f = since(t0);
-        const double act = d.in_use_bytes() - before;
-        t0 = Clock::now();
-        loss.backward();
-        d.sync();
-        return Timed{f, since(t0), std::max(0.0, act)};
+        return forward_backward(
+            d, [&] { return model.head_loss(x, targets) / static_cast<double>(mb * seq); },
+            [](const at::Tensor& loss) { loss.backward(); });
       },
       o.time_per_point_s, o.min_iters);
 }
