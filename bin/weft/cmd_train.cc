@@ -143,6 +143,10 @@ void register_train_commands(CLI::App& app) {
                 "With --device cuda: nccl (one GPU per rank), gloo (CUDA tensors copied through host memory; ranks "
                 "may share a GPU) or auto (nccl when this libtorch has it, else gloo)")
       ->capture_default_str();
+  t->add_option("--precision", o->precision,
+                "auto (the plan's train.dtype on CUDA when it is bf16, else fp32), fp32, or bf16: mixed precision (bf16 "
+                "compute from fp32 parameters; fp32 gradients, reduction, optimizer and loss)")
+      ->capture_default_str();
   t->add_option("--bucket-mb", o->bucket_mb, "Data-parallel gradient bucket cap in MiB (as DDP's bucket_cap_mb)")
       ->capture_default_str();
   t->add_option("--grad-overlap", o->grad_overlap,

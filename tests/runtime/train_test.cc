@@ -141,11 +141,24 @@ TEST(RuntimeTrain, LogSaysOnceWhichDtypeTrainsAndCommunicates) {
   EXPECT_EQ(count(r.output, "fp32"), 1u) << r.output;
   r = run(driver() + " train --steps 1 --format json --plan " + bf16);
   ASSERT_EQ(r.status, 0) << r.output;
-  EXPECT_EQ(count(r.output, "weft: warning: train.dtype bf16 runs in fp32: parameters, activations, gradients and "
-                            "collectives in fp32 on cpu (Gloo); Gloo has no bf16"),
+  EXPECT_EQ(count(r.output, "weft: warning: train.dtype bf16 runs as fp32: parameters, activations, gradients and "
+                            "collectives in fp32 on cpu (Gloo); bf16 matrix products on this CPU are slower than fp32 "
+                            "(--precision bf16 runs them anyway)"),
             1u)
       << r.output;
-  EXPECT_EQ(count(r.output, "bf16"), 2u) << r.output;  // "train.dtype bf16" and "Gloo has no bf16", one line
+  EXPECT_EQ(count(r.output, "bf16"), 3u) << r.output;  // all on the one line
+  // --precision bf16 runs the bf16 plan as planned: mixed precision, no warning.
+  r = run(driver() + " train --steps 1 --format json --precision bf16 --plan " + bf16);
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_EQ(count(r.output, "weft: precision: bf16 mixed precision on cpu (Gloo): layers compute in bf16 from fp32 "
+                            "parameters; activations and their collectives in bf16 (carried as fp32 by Gloo); "
+                            "gradients, their reduction, AdamW states and the loss in fp32"),
+            1u)
+      << r.output;
+  EXPECT_EQ(count(r.output, "warning"), 0u) << r.output;
+  r = run(driver() + " train --steps 1 --precision fp16 --plan " + bf16);
+  EXPECT_EQ(r.status, 2) << r.output;
+  EXPECT_EQ(count(r.output, "--precision: expected auto, fp32 or bf16, got \"fp16\""), 1u) << r.output;
   std::filesystem::remove_all(dir);
 }
 

@@ -38,7 +38,8 @@ using Clock = std::chrono::steady_clock;
 double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 constexpr uint64_t kSeed = 1234;
 
-// Where a point runs: the device and dtype of parameters and activations, how its time is read (a
+// Where a point runs: the device and the dtype the layers compute in (bf16: as `weft train
+// --precision bf16` runs, from fp32 parameters, the loss in fp32), how its time is read (a
 // CUDA device is synchronised before each clock reading) and how its memory is counted (the CUDA
 // caching allocator's allocated bytes on a GPU, the process heap on the CPU).
 struct Dev {
@@ -120,7 +121,7 @@ struct Rig {
   std::unique_ptr<runtime::Model> model;
   Rig(const Plan& p, const Dev& d) : groups(runtime::CommConfig{}) {
     groups.build(process_groups(p));
-    model = std::make_unique<runtime::Model>(p, 0, groups, kSeed, d.device, d.dtype);
+    model = std::make_unique<runtime::Model>(p, 0, groups, kSeed, d.device, at::kFloat, d.dtype);
   }
 };
 

@@ -345,9 +345,11 @@ class NcclComm final : public Comm {
 #endif
 
 // CUDA tensors through a Gloo group: each is copied to host memory, travels through Gloo, and the
-// results are copied back to its device (CPU tensors pass straight through). Ranks may then share a
-// GPU, which NCCL refuses, and a libtorch without NCCL can still train on CUDA; the copies cost
-// PCIe time NCCL does not (docs/runtime.md, "Several ranks on one GPU").
+// results are copied back to its device (fp32 CPU tensors pass straight through). Ranks may then
+// share a GPU, which NCCL refuses, and a libtorch without NCCL can still train on CUDA; the copies
+// cost PCIe time NCCL does not (docs/runtime.md, "Several ranks on one GPU"). bf16 tensors (mixed
+// precision's activations), which Gloo does not reduce, travel as fp32 on either device: a sum is
+// then computed in fp32 and rounded once, as NCCL's bf16 ring rounds at every step.
 class HostStagedComm final : public Comm {
  public:
   HostStagedComm(std::unique_ptr<Comm> gloo, bool copy_cpu_tensors)
@@ -362,23 +364,23 @@ class HostStagedComm final : public Comm {
     return p;
   }
   void allreduce_max(at::Tensor& t) override { staged(t, [&](at::Tensor& h) { inner_->allreduce_max(h); }); }
-  at::Tensor allgather(const at::Tensor& t) override { return inner_->allgather(host(t)).to(t.device()); }
+  at::Tensor allgather(const at::Tensor& t) override { return back(inner_->allgather(host(t)), t); }
   Pending allgather_into_async(at::Tensor out, const at::Tensor& shard) override {
     if (!stages(out)) return inner_->allgather_into_async(std::move(out), host(shard));
-    at::Tensor h = at::empty(out.sizes(), out.options().device(at::kCPU));
+    at::Tensor h = at::empty(out.sizes(), out.options().device(at::kCPU).dtype(wire(out)));
     Pending p = inner_->allgather_into_async(h, host(shard));
     p.and_then([out, h]() mutable { out.copy_(h); });
     return p;
   }
-  at::Tensor reduce_scatter(const at::Tensor& in) override { return inner_->reduce_scatter(host(in)).to(in.device()); }
+  at::Tensor reduce_scatter(const at::Tensor& in) override { return back(inner_->reduce_scatter(host(in)), in); }
   Pending reduce_scatter_async(const at::Tensor& in, std::function<void(at::Tensor)> then) override {
-    return inner_->reduce_scatter_async(host(in), back_to(in.device(), std::move(then)));
+    return inner_->reduce_scatter_async(host(in), back_to(in, std::move(then)));
   }
   Pending reduce_scatter_v_async(const at::Tensor& in, std::vector<int64_t> counts,
                                  std::function<void(at::Tensor)> then) override {
-    return inner_->reduce_scatter_v_async(host(in), std::move(counts), back_to(in.device(), std::move(then)));
+    return inner_->reduce_scatter_v_async(host(in), std::move(counts), back_to(in, std::move(then)));
   }
-  at::Tensor alltoall(const at::Tensor& in) override { return inner_->alltoall(host(in)).to(in.device()); }
+  at::Tensor alltoall(const at::Tensor& in) override { return back(inner_->alltoall(host(in)), in); }
   Pending send(const at::Tensor& t, int peer, int tag) override { return inner_->send(host(t), peer, tag); }
   void recv(at::Tensor& t, int peer, int tag) override {
     staged(t, [&](at::Tensor& h) { inner_->recv(h, peer, tag); });
@@ -386,11 +388,18 @@ class HostStagedComm final : public Comm {
   void barrier() override { inner_->barrier(); }
 
  private:
-  bool stages(const at::Tensor& t) const { return all_ || t.is_cuda(); }
-  // A host copy of t (a new tensor even on the CPU when staging), or t itself.
-  at::Tensor host(const at::Tensor& t) const {
-    return stages(t) ? t.to(at::TensorOptions().device(at::kCPU), /*non_blocking=*/false, /*copy=*/true).contiguous() : t;
+  static at::ScalarType wire(const at::Tensor& t) {
+    return t.scalar_type() == at::kBFloat16 ? at::kFloat : t.scalar_type();
   }
+  bool stages(const at::Tensor& t) const { return all_ || t.is_cuda() || wire(t) != t.scalar_type(); }
+  // A host copy of t in the dtype Gloo carries (a new tensor even on the CPU when staging), or t.
+  at::Tensor host(const at::Tensor& t) const {
+    return stages(t) ? t.to(at::TensorOptions().device(at::kCPU).dtype(wire(t)), /*non_blocking=*/false, /*copy=*/true)
+                           .contiguous()
+                     : t;
+  }
+  // A result r of a collective on host(like), on like's device and in its dtype.
+  static at::Tensor back(const at::Tensor& r, const at::Tensor& like) { return r.to(like.device(), like.scalar_type()); }
   // Runs op on a host copy of t and copies the result back into t (a view stays a view).
   template <class Op>
   void staged(at::Tensor& t, Op op) const {
@@ -399,8 +408,8 @@ class HostStagedComm final : public Comm {
     op(h);
     t.copy_(h);
   }
-  static std::function<void(at::Tensor)> back_to(at::Device d, std::function<void(at::Tensor)> then) {
-    return [d, then = std::move(then)](at::Tensor r) { then(r.to(d)); };
+  static std::function<void(at::Tensor)> back_to(const at::Tensor& like, std::function<void(at::Tensor)> then) {
+    return [d = like.device(), dt = like.scalar_type(), then = std::move(then)](at::Tensor r) { then(r.to(d, dt)); };
   }
   std::unique_ptr<Comm> inner_;
   bool all_;
@@ -575,11 +584,8 @@ void GroupSet::build(std::vector<std::vector<int>> groups, Channel ch) {
       continue;
     }
 #endif
-    if (cfg_.cuda && !cfg_.nccl) {
-      groups_[key] = std::make_unique<RecordingComm>(host_staged(std::move(gloo)));
-      continue;
-    }
-    groups_[key] = std::make_unique<RecordingComm>(std::move(gloo));
+    // CUDA tensors without NCCL, and bf16 tensors on either device, go through host_staged.
+    groups_[key] = std::make_unique<RecordingComm>(host_staged(std::move(gloo)));
   }
 }
 

@@ -35,13 +35,38 @@ int64_t Unit::owned_begin() const { return spec.zero == 0 ? 0 : shard_rank * sha
 int64_t Unit::owned_len() const { return spec.zero == 0 ? spec.numel : shard; }
 
 std::vector<at::Tensor> Unit::weights(at::Tensor* gathered) {
-  if (spec.zero < 3) return leaves;
-  at::Tensor full = gather_shard(shard_leaf, *sync);
-  if (gathered && sync->size() > 1) *gathered = full;  // size 1: `full` is the shard leaf itself
-  std::vector<at::Tensor> out;
-  out.reserve(spec.params.size());
-  for (const auto& p : spec.params) out.push_back(full.narrow(0, p.offset, p.numel()).view(p.local_shape));
-  return out;
+  if (spec.zero == 3 && sync->size() > 1) {
+    at::Tensor full = gather_shard(shard_leaf, *sync, compute);
+    if (gathered) *gathered = full;
+    std::vector<at::Tensor> out;
+    out.reserve(spec.params.size());
+    for (const auto& p : spec.params) out.push_back(full.narrow(0, p.offset, p.numel()).view(p.local_shape));
+    return out;
+  }
+  // The parameters are all local: the leaves, or the whole unit in the shard of a one-rank ZeRO-3.
+  const bool whole = spec.zero == 3;
+  const at::Tensor& base = whole ? shard_leaf : flat;
+  auto split = [&](const at::Tensor& buf) {
+    std::vector<at::Tensor> out;
+    out.reserve(spec.params.size());
+    for (const auto& p : spec.params) out.push_back(buf.narrow(0, p.offset, p.numel()).view(p.local_shape));
+    return out;
+  };
+  if (base.scalar_type() == compute) return whole ? split(shard_leaf) : leaves;
+  if (cast_version == static_cast<int64_t>(base._version()) && !cast.empty()) return cast;
+  // The casts are differentiable (their backward hands fp32 gradients to the parameters) and keep
+  // nothing for it, so one cast serves every micro-batch and recomputation of the step; made with
+  // grad mode on even inside a forward without it (a full recompute's first pass), so that the
+  // backward's pass can use them.
+  cast.clear();  // the previous values' copies go before the new ones are made
+  at::AutoGradMode grad_on(true);
+  if (whole) {
+    cast = split(shard_leaf.to(compute));
+  } else {
+    for (const auto& l : leaves) cast.push_back(l.to(compute));
+  }
+  cast_version = static_cast<int64_t>(base._version());
+  return cast;
 }
 
 at::Tensor Unit::release(const at::Tensor& y, const at::Tensor& gathered) {
@@ -81,8 +106,15 @@ std::vector<std::pair<int64_t, int64_t>> owned_ranges(const Unit& u, Flag flag) 
 
 // ---- Model ----
 
-Model::Model(const Plan& p, int rank, GroupSet& groups, uint64_t seed, at::Device device, at::ScalarType dtype)
-    : plan_(p), device_(device), rank_(rank), S_(p.devices_per_stage()), groups_(groups) {
+Model::Model(const Plan& p, int rank, GroupSet& groups, uint64_t seed, at::Device device, at::ScalarType dtype,
+             at::ScalarType compute)
+    : plan_(p),
+      device_(device),
+      dtype_(dtype),
+      compute_(compute == at::ScalarType::Undefined ? dtype : compute),
+      rank_(rank),
+      S_(p.devices_per_stage()),
+      groups_(groups) {
   const at::TensorOptions on = at::TensorOptions().dtype(dtype).device(device);
   stage_ = rank / S_;
   const int pp = p.train.pp;
@@ -106,6 +138,7 @@ Model::Model(const Plan& p, int rank, GroupSet& groups, uint64_t seed, at::Devic
   for (auto& spec : unit_specs(p, rank)) {
     Unit u;
     u.spec = std::move(spec);
+    u.compute = compute_;
     u.sync = &groups.get(u.spec.sync_ranks);
     if (u.spec.zero < 3)
       u.grad_sync = groups.has(u.spec.sync_ranks, Channel::kGrad) ? &groups.get(u.spec.sync_ranks, Channel::kGrad)
@@ -496,6 +529,9 @@ at::Tensor Model::head_loss(const at::Tensor& x_in, const at::Tensor& targets) {
   else W = (table = find_unit("wte"))->weights(&table_full)[0];
   at::Tensor logits = at::matmul(h, W.t());
   logits = logits.reshape({-1, logits.size(-1)});
+  // Mixed precision: the softmax and the loss in fp32 (Megatron's cross entropy and autocast do the
+  // same), from logits computed in the compute dtype.
+  if (compute_ != dtype_) logits = logits.to(dtype_);
   at::Tensor loss;
   if (doc_ids_.defined()) {
     const at::Tensor t = targets.reshape({-1});

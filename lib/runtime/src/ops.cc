@@ -171,24 +171,27 @@ void free_gathered(const at::Tensor& full) {
 void refill_gathered(const at::Tensor& full, const at::Tensor& shard, Comm& c) {
   c10::StorageImpl* st = full.storage().unsafeGetStorageImpl();
   if (st->data() == nullptr) adopt_counted(st, st->allocator()->allocate(st->nbytes()));
-  c.allgather_into_async(full, shard).wait();
+  c.allgather_into_async(full, shard.to(full.scalar_type())).wait();
 }
 
 struct GatherShard : torch::autograd::Function<GatherShard> {
-  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& shard, int64_t comm) {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& shard, int64_t comm, at::ScalarType compute) {
     ctx->saved_data["c"] = comm;
+    ctx->saved_data["dtype"] = shard.scalar_type();
     Comm* c = reinterpret_cast<Comm*>(comm);
-    at::Tensor full = new_gathered(shard, c->size());
-    c->allgather_into_async(full, shard).wait();
+    const at::Tensor src = shard.to(compute);
+    at::Tensor full = new_gathered(src, c->size());
+    c->allgather_into_async(full, src).wait();
     ctx->saved_data["full"] = storage_alias(full);  // not the output variable itself (a cycle)
     return full;
   }
   static tensor_list backward(AutogradContext* ctx, tensor_list g) {
-    at::Tensor r = from_handle<Comm>(ctx->saved_data["c"])->reduce_scatter(g[0]);
+    // The gradient is reduced in the shard's dtype (fp32 under mixed precision).
+    at::Tensor r = from_handle<Comm>(ctx->saved_data["c"])->reduce_scatter(g[0].to(ctx->saved_data["dtype"].toScalarType()));
     // Every user of the gathered parameters has run its backward (their gradients are summed in
     // g[0]), so the buffer is freed now rather than when the graph is destroyed.
     free_gathered(ctx->saved_data["full"].toTensor());
-    return {r, at::Tensor()};
+    return {r, at::Tensor(), at::Tensor()};
   }
 };
 
@@ -322,9 +325,10 @@ at::Tensor redistribute(const at::Tensor& x, Comm& stage, const ActivationLayout
   return Redistribute::apply(x, handle(&stage), handle(&from), handle(&to));
 }
 
-at::Tensor gather_shard(const at::Tensor& shard, Comm& c) {
-  if (c.size() == 1) return shard;
-  return GatherShard::apply(shard, handle(&c));
+at::Tensor gather_shard(const at::Tensor& shard, Comm& c, at::ScalarType compute) {
+  if (compute == at::ScalarType::Undefined) compute = shard.scalar_type();
+  if (c.size() == 1) return shard.to(compute);
+  return GatherShard::apply(shard, handle(&c), compute);
 }
 
 at::Tensor release_gathered(const at::Tensor& y, const at::Tensor& full, const at::Tensor& shard, Comm& c) {

@@ -11,17 +11,34 @@ namespace weft::runtime {
 // reads them too; runtime_supports() runs validate() first.
 Status check_supported(const Plan& p) { return runtime_supports(p); }
 
-std::string precision_note(const Plan& p, const std::string& device) {
-  // device: "cpu", "cuda" (NCCL between ranks) or "cuda-gloo" (CUDA tensors staged through Gloo)
+Result<DType> run_precision(const Plan& p, const std::string& want, bool cuda) {
+  if (want == "fp32") return DType::kFp32;
+  if (want == "bf16") return DType::kBf16;
+  if (want != "auto")
+    return Error{ErrorKind::kBadInput, "--precision: expected auto, fp32 or bf16, got \"" + want + "\""};
+  return cuda && p.train.dtype == DType::kBf16 ? DType::kBf16 : DType::kFp32;
+}
+
+std::string precision_note(const Plan& p, const std::string& device, DType run) {
   const bool cpu = device == "cpu";
-  const std::string what = "parameters, activations, gradients and collectives in fp32 on " +
-                           std::string(cpu ? "cpu (Gloo)" : device == "cuda-gloo" ? "cuda (Gloo, through host memory)"
-                                                                                  : "cuda (NCCL)");
-  if (p.train.dtype == DType::kFp32) return "precision: " + what;
-  return std::string("train.dtype ") + to_string(p.train.dtype) + " runs in fp32: " + what + "; " +
-         (cpu ? "Gloo has no bf16 and this CPU build computes in fp32"
-                          : "mixed precision is not implemented") +
-         "; master weights and Adam states are fp32 as planned";
+  const std::string where = cpu ? "cpu (Gloo)" : device == "cuda-gloo" ? "cuda (Gloo, through host memory)" : "cuda (NCCL)";
+  const std::string what =
+      run == DType::kFp32
+          ? "parameters, activations, gradients and collectives in fp32 on " + where
+          : "bf16 mixed precision on " + where +
+                ": layers compute in bf16 from fp32 parameters; activations and their collectives in bf16" +
+                (device == "cuda" ? "" : " (carried as fp32 by Gloo)") +
+                "; gradients, their reduction, AdamW states and the loss in fp32";
+  if (p.train.dtype == run) return "precision: " + what;
+  std::string why = std::string("as --precision ") + to_string(run) + " asks";
+  if (p.train.dtype == DType::kFp16 && run == DType::kFp32)
+    why = "fp16 needs loss scaling, which this runtime does not have; bf16 (--precision bf16) needs none";
+  else if (p.train.dtype == DType::kBf16 && run == DType::kFp32 && cpu)
+    why = "bf16 matrix products on this CPU are slower than fp32 (--precision bf16 runs them anyway)";
+  else if (p.train.dtype != DType::kBf16 && p.train.dtype != DType::kFp16 && run == DType::kFp32)
+    why = "this runtime computes in fp32 or bf16";
+  return std::string("train.dtype ") + to_string(p.train.dtype) + " runs as " + to_string(run) + ": " + what + "; " +
+         why;
 }
 
 namespace {

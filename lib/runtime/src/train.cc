@@ -74,11 +74,12 @@ std::string grad_sync_note(const GradSync& g, const TrainOptions& o) {
 // Rank 0's first lines: the run in one line, the precision and the gradient buckets (--format
 // json: only the precision line, on stderr).
 void print_start(Reporter& rep, const TrainOptions& o, const Plan& plan, int world, const TokenSource& data,
-                 const GradSync& gs, const std::string& device_name, int start_step, const VarlenSetup* vl) {
-  const std::string precision =
-      (plan.train.dtype == DType::kFp32 ? "" : "weft: warning: ") + precision_note(plan, device_name);
+                 const GradSync& gs, const std::string& device_name, DType run, int start_step,
+                 const VarlenSetup* vl) {
+  const bool as_planned = plan.train.dtype == run;
+  const std::string precision = (as_planned ? "" : "weft: warning: ") + precision_note(plan, device_name, run);
   if (o.format != "text") {
-    std::fprintf(stderr, "%s%s\n", plan.train.dtype == DType::kFp32 ? "weft: " : "", precision.c_str());
+    std::fprintf(stderr, "%s%s\n", as_planned ? "weft: " : "", precision.c_str());
     return;
   }
   int64_t params = 0;
@@ -152,7 +153,7 @@ class TrainStage : public PipelineStage {
   bool last_stage() const override { return m_.last_stage(); }
   at::Tensor input(int k) override { return m_.embed(batch(k, false)); }
   at::Tensor input_buffer() override {
-    return at::empty(m_.input_shape(), at::TensorOptions().dtype(at::kFloat).device(m_.device()));
+    return at::empty(m_.input_shape(), at::TensorOptions().dtype(m_.compute_dtype()).device(m_.device()));
   }
   at::Tensor forward(const at::Tensor& x) override { return m_.forward_layers(x); }
   at::Tensor loss(const at::Tensor& y, int k) override { return m_.head_loss(y, batch(k, true)); }
@@ -408,6 +409,9 @@ Status train(const TrainOptions& given) {
   // The rank's GPU becomes the current device of this thread (NCCL communicators and every CUDA
   // allocation follow it).
   if (device.is_cuda()) c10::impl::getDeviceGuardImpl(at::kCUDA)->setDevice(device);
+  auto run_r = run_precision(plan, o.precision, device.is_cuda());
+  if (!run_r.ok()) return run_r.error();
+  const DType run_dtype = *run_r;
   const std::string plan_hash = json_hash(to_json(plan));
   const int rank = env.rank;
   const int64_t tokens_per_step = static_cast<int64_t>(plan.train.global_batch) * plan.train.seq;
@@ -432,7 +436,8 @@ Status train(const TrainOptions& given) {
   }
   int start_step = 0;
   try {
-    job.model = std::make_unique<Model>(plan, rank, *job.groups, o.seed, device);
+    job.model = std::make_unique<Model>(plan, rank, *job.groups, o.seed, device, at::kFloat,
+                                        run_dtype == DType::kBf16 ? at::kBFloat16 : at::kFloat);
     GradSyncOptions gs;
     gs.bucket_bytes = std::max<int64_t>(1, static_cast<int64_t>(o.bucket_mb * 1024.0 * 1024.0));
     gs.overlap = o.grad_overlap == "on";
@@ -450,7 +455,7 @@ Status train(const TrainOptions& given) {
   GroupSet& groups = *job.groups;
   Comm& world = groups.world();
   if (rank == 0)
-    print_start(rep, o, plan, env.world, *data, opt.grad_sync(), !device.is_cuda() ? "cpu" : device_r->nccl || env.world == 1 ? "cuda" : "cuda-gloo", start_step,
+    print_start(rep, o, plan, env.world, *data, opt.grad_sync(), !device.is_cuda() ? "cpu" : device_r->nccl || env.world == 1 ? "cuda" : "cuda-gloo", run_dtype, start_step,
                 vl ? &*vl : nullptr);
   // Variable-length steps: the stage packing each micro-batch; the planner (started before the model
   // was built unless the run resumes) is planning the first steps on its own thread.

@@ -33,6 +33,8 @@ Status check_options(const TrainOptions& o) {
   if (!(o.bucket_mb > 0)) return bad("--bucket-mb: must be positive, got " + std::to_string(o.bucket_mb));
   if (o.device != "auto" && o.device != "cpu" && o.device != "cuda")
     return bad("--device: expected auto, cpu or cuda, got \"" + o.device + "\"");
+  if (o.precision != "auto" && o.precision != "fp32" && o.precision != "bf16")
+    return bad("--precision: expected auto, fp32 or bf16, got \"" + o.precision + "\"");
   if (o.backend != "auto" && o.backend != "nccl" && o.backend != "gloo")
     return bad("--backend: expected auto, nccl or gloo, got \"" + o.backend + "\"");
   if (o.grad_overlap != "on" && o.grad_overlap != "off")

@@ -42,12 +42,23 @@ struct Unit {
   // Parts of the owned range, [begin, len) from owned_begin(): parameters AdamW decays, and those
   // whose gradient this rank counts in the global norm (one copy of every element in the job).
   std::vector<std::pair<int64_t, int64_t>> decay_ranges, count_ranges;
+  // The dtype weights() gives (mixed precision: bf16 copies of the fp32 parameters, cast inside the
+  // autograd graph so their gradients arrive in fp32); the parameters' own dtype when equal.
+  at::ScalarType compute = at::kFloat;
+  // Local parameters (zero < 3, or ZeRO-3 on one rank) with a compute dtype of their own: the cast
+  // weights of the current parameter values (the parameters' version when cast), made by the
+  // step's first forward and shared by every micro-batch and recomputation until the parameters
+  // change (the optimizer also drops them): 2 bytes per parameter held through the step, as
+  // Megatron holds its bf16 parameters beside the fp32 main copy.
+  std::vector<at::Tensor> cast;
+  int64_t cast_version = -1;
 
   // The range this rank updates: [owned_begin, owned_begin + owned_len) of the padded buffer.
   int64_t owned_begin() const;
   int64_t owned_len() const;
-  // The parameters to compute with, in spec order (zero 3: views of a buffer gathered from all
-  // shards, differentiable; `gathered`, if given, receives that buffer, undefined for zero < 3).
+  // The parameters to compute with, in spec order, in the compute dtype (zero 3: views of a buffer
+  // gathered from all shards in that dtype, differentiable; `gathered`, if given, receives that
+  // buffer, undefined for zero < 3).
   std::vector<at::Tensor> weights(at::Tensor* gathered = nullptr);
   // Ends the forward use of a buffer weights() gathered (zero 3: frees it until backward gathers
   // it again; ops.h release_gathered); returns y unchanged otherwise.
@@ -83,12 +94,17 @@ class Model {
   // Builds this rank's units and initialises every parameter from (seed, parameter name), so any
   // plan starts from the same full model (generated on the CPU, then moved to `device`). All
   // process groups the model needs must be built.
-  // `dtype`: of parameters, gradients and activations (fp32 in training; the profiler also builds
-  // bf16 models to time a GPU's bf16 kernels).
+  // `dtype`: of parameters, gradients and optimizer state; `compute`: of the weights the layers
+  // compute with and of activations (Undefined: `dtype`). Mixed precision is dtype fp32 with compute
+  // bf16 (Megatron's bf16 with fp32 main parameters and gradients): every forward casts the
+  // weights, the gradients come back through the casts in fp32 and are reduced in fp32, the loss
+  // is computed in fp32 from the logits.
   Model(const Plan& p, int rank, GroupSet& groups, uint64_t seed, at::Device device = at::kCPU,
-        at::ScalarType dtype = at::kFloat);
+        at::ScalarType dtype = at::kFloat, at::ScalarType compute = at::ScalarType::Undefined);
   // Where parameters, gradients, optimizer state and activations live.
   at::Device device() const { return device_; }
+  // The dtype of activations (what flows between layers and stages).
+  at::ScalarType compute_dtype() const { return compute_; }
 
   bool first_stage() const { return stage_ == 0; }
   bool last_stage() const { return stage_ == plan_.train.pp - 1; }
@@ -137,6 +153,7 @@ class Model {
 
   const Plan& plan_;
   at::Device device_;
+  at::ScalarType dtype_, compute_;
   int rank_ = 0, stage_ = 0, S_ = 1;
   GroupSet& groups_;
   std::vector<Unit> units_;

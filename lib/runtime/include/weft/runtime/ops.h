@@ -47,7 +47,10 @@ at::Tensor redistribute(const at::Tensor& x, Comm& stage, const ActivationLayout
 // it. Without grad mode (or when y needs no gradient) it returns y and the buffer is freed with its
 // last reference. Peak parameter memory of a stage is then its shards plus the gathered buffers of
 // the units computing at that moment, whatever the number of micro-batches in flight.
-at::Tensor gather_shard(const at::Tensor& shard, Comm& c);
+// `compute` (mixed precision, FSDP's param_dtype): the shard is cast to it before the all-gather,
+// so the buffer and the traffic are in the compute dtype, and the backward's reduce-scatter runs in
+// the shard's dtype (fp32 gradient reduction); Undefined: the shard's own dtype.
+at::Tensor gather_shard(const at::Tensor& shard, Comm& c, at::ScalarType compute = at::ScalarType::Undefined);
 at::Tensor release_gathered(const at::Tensor& y, const at::Tensor& full, const at::Tensor& shard, Comm& c);
 // Frees a gathered buffer (from gather_shard) whose values no backward reads (an embedding
 // lookup's table); undefined tensors are ignored.

@@ -49,7 +49,8 @@ class Optimizer {
   // Sum of squares of this rank's share of the global gradient (each element counted on one rank).
   double local_norm_sq();
   // One AdamW step on every owned range with the gradients scaled by `grad_scale` (clipping), then
-  // the ZeRO-1/2 parameter all-gather. Increments step().
+  // the ZeRO-1/2 parameter all-gather. Increments step(). On CUDA with PyTorch 2.x, PyTorch's fused
+  // AdamW kernel (the gradients scaled in place); elsewhere the same update as eager operators.
   void step(double lr, double grad_scale);
   int64_t step_count() const { return t_; }
   void set_step_count(int64_t t) { t_ = t; }

@@ -19,11 +19,19 @@ namespace weft::runtime {
 // the search also keeps to when a plan is meant for this runtime.
 Status check_supported(const Plan& p);
 
-// The one log line saying in which dtype the run actually computes and communicates, on `device`
-// ("cpu" or "cuda"). Everything runs in fp32: on CPU because Gloo has no bf16 (and CPU bf16 matmuls
-// are slow), on CUDA because mixed precision is not implemented; a plan asking for bf16 or fp16 is
-// therefore adjusted, not refused, and the line then starts with "train.dtype ..." (a warning).
-std::string precision_note(const Plan& p, const std::string& device);
+// The dtype the layers compute in (`weft train --precision`): fp32, or bf16 as mixed precision
+// (bf16 weights cast from fp32 parameters, bf16 activations and tensor/sequence/pipeline traffic;
+// fp32 gradients, gradient reduction, optimizer state and loss). `want`: "fp32", "bf16", or "auto":
+// the plan's train.dtype on CUDA when it is bf16, otherwise fp32 (CPU bf16 matrix products in this
+// libtorch are slower than fp32; fp16 needs loss scaling, which the runtime does not have). An
+// unknown `want` is a kBadInput error naming it.
+Result<DType> run_precision(const Plan& p, const std::string& want, bool cuda);
+
+// The one log line saying in which dtype the run computes and communicates, on `device` ("cpu",
+// "cuda" with NCCL, or "cuda-gloo": CUDA tensors staged through Gloo), for the dtype `run` of
+// run_precision(). When `run` differs from the plan's train.dtype the line starts with
+// "train.dtype ..." and says why (a warning: the plan is adjusted, not refused).
+std::string precision_note(const Plan& p, const std::string& device, DType run);
 
 // The process's place in the job, read like torchrun: RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR,
 // MASTER_PORT; with fallbacks for mpirun (OMPI_COMM_WORLD_RANK / _SIZE / _LOCAL_RANK) and srun

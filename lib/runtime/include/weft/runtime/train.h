@@ -86,6 +86,8 @@ struct TrainOptions {
   // memory; ranks may share a GPU: rank r runs on cuda:(LOCAL_RANK mod GPUs)) or auto (nccl when
   // this libtorch has it, else gloo). CPU tensors always go through Gloo.
   std::string backend = "auto";
+  // auto | fp32 | bf16 (mixed precision): weft/runtime/support.h run_precision().
+  std::string precision = "auto";
   double bucket_mb = 25;       // data-parallel gradient bucket cap in MiB (PyTorch DDP's default)
   std::string grad_overlap = "on";  // on: reduce each bucket during backward as it completes; off:
                                     // after backward returns (same buckets, same results)
