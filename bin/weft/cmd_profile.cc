@@ -33,6 +33,10 @@ void register_profile_commands(CLI::App& app) {
   hw->add_option("--threads", h->threads, "Intra-op threads per rank (as weft train --threads)")->capture_default_str();
   hw->add_option("--timeout", h->timeout_s, "Seconds after which a collective is declared stuck")->capture_default_str();
   hw->add_option("--progress", h->progress, "auto (a bar on a terminal), on or off")->capture_default_str();
+  hw->add_option("--device", h->device,
+                 "cpu (collectives through Gloo, as above) or cuda: GPU 0 alone, GEMM rate by shape, memory "
+                 "bandwidth, launch overhead (one process; a CUDA build of PyTorch)")
+      ->capture_default_str();
   hw->add_option("--slow", h->slow,
                  "RANK:FACTOR: that rank's per-rank speed workload counts FACTOR times as long (a test hook, as "
                  "weft train --slow)");
@@ -57,7 +61,7 @@ void register_profile_commands(CLI::App& app) {
       ->capture_default_str();
   md->add_option("--threads", m->threads, "Intra-op threads (as weft train --threads)")->capture_default_str();
   md->add_option("--device", m->device, "cpu or cuda (device 0; a CUDA build of PyTorch)")->capture_default_str();
-  md->add_option("--dtype", m->dtype, "fp32 or bf16 (parameters and activations; bf16 with --device cuda)")
+  md->add_option("--dtype", m->dtype, "fp32 or bf16 (as weft train --precision bf16: fp32 parameters, bf16 compute; with --device cuda)")
       ->capture_default_str();
   md->add_option("--time-per-point", m->time_per_point_s, "Seconds spent timing each point")->capture_default_str();
   md->add_option("--memory-fraction", m->memory_fraction,

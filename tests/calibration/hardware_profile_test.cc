@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <tuple>
 
 #include "profile_fixtures.h"
 
@@ -79,6 +80,37 @@ TEST(HardwareProfile, RankSlowdownRoundTripsAndIsChecked) {
       << zero.error().message;
   j["machine"]["rank_slowdown"] = "slow";
   EXPECT_FALSE(hardware_profile_from_json(j).ok());
+}
+
+// A GPU's measurements (weft profile hardware --device cuda): the GEMM table and the launch
+// overhead round-trip, the derived tflops is written for people and ignored on reading; a bad
+// dtype, a zero dimension or a non-positive time is refused naming the entry.
+TEST(HardwareProfile, GemmTableAndLaunchOverheadRoundTripAndAreChecked) {
+  HardwareProfile p = sample_profile();
+  p.machine.launch_overhead_us = 5.2;
+  p.gemm = {{"bf16", 4096, 4096, 4096, 2.0e-4}, {"fp32", 2048, 2048, 2048, 3.5e-4}};
+  const Json j = to_json(p);
+  EXPECT_NEAR(j["gemm"][0]["tflops"].get<double>(), 2.0 * 4096 * 4096 * 4096 / 2.0e-4 / 1e12, 1e-9);
+  auto back = hardware_profile_from_json(j);
+  ASSERT_TRUE(back.ok()) << back.error().message;
+  EXPECT_EQ(back.value(), p);
+  EXPECT_FALSE(to_json(sample_profile()).contains("gemm"));  // absent when not measured
+  EXPECT_FALSE(to_json(sample_profile())["machine"].contains("launch_overhead_us"));
+  for (const auto& [field, value, message] :
+       {std::tuple<const char*, Json, const char*>{"dtype", "int8", "gemm[1].dtype: expected bf16, fp16, tf32 or fp32, got \"int8\""},
+        {"k", 0, "gemm[1]: m, n and k must be >= 1, got 2048 x 2048 x 0"},
+        {"seconds", -1.0, "gemm[1].seconds: must be > 0, got -1"}}) {
+    Json bad = j;
+    bad["gemm"][1][field] = value;
+    auto r = hardware_profile_from_json(bad);
+    ASSERT_FALSE(r.ok()) << field;
+    EXPECT_NE(r.error().message.find(message), std::string::npos) << r.error().message;
+  }
+  Json neg = j;
+  neg["machine"]["launch_overhead_us"] = -3;
+  auto r = hardware_profile_from_json(neg);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.error().message.find("machine.launch_overhead_us: must be >= 0"), std::string::npos) << r.error().message;
 }
 
 TEST(HardwareProfile, FitRecoversAnExactLine) {

@@ -163,7 +163,8 @@ Status validate(const HardwareProfile& p) {
                         {"runtime_overhead_gib", m.runtime_overhead_gib},
                         {"matmul_tflops", m.matmul_tflops},
                         {"memory_gbps", m.memory_gbps},
-                        {"collective_gap_ms", m.collective_gap_ms}}) {
+                        {"collective_gap_ms", m.collective_gap_ms},
+                        {"launch_overhead_us", m.launch_overhead_us}}) {
     if (!(v >= 0) || !std::isfinite(v)) return fail(std::string("machine.") + key + ": must be >= 0, got " + num(v));
   }
   if (!m.rank_slowdown.empty() && static_cast<int>(m.rank_slowdown.size()) != m.world_size)
@@ -173,6 +174,16 @@ Status validate(const HardwareProfile& p) {
     if (!(m.rank_slowdown[i] > 0) || !std::isfinite(m.rank_slowdown[i]))
       return fail("machine.rank_slowdown[" + std::to_string(i) + "]: must be a positive factor, got " +
                   num(m.rank_slowdown[i]));
+  for (size_t i = 0; i < p.gemm.size(); ++i) {
+    const GemmSample& g = p.gemm[i];
+    const std::string at = "gemm[" + std::to_string(i) + "]";
+    if (g.dtype != "bf16" && g.dtype != "fp32" && g.dtype != "fp16" && g.dtype != "tf32")
+      return fail(at + ".dtype: expected bf16, fp16, tf32 or fp32, got \"" + g.dtype + "\"");
+    if (g.m < 1 || g.n < 1 || g.k < 1)
+      return fail(at + ": m, n and k must be >= 1, got " + std::to_string(g.m) + " x " + std::to_string(g.n) + " x " +
+                  std::to_string(g.k));
+    if (!(g.seconds > 0) || !std::isfinite(g.seconds)) return fail(at + ".seconds: must be > 0, got " + num(g.seconds));
+  }
   for (size_t i = 0; i < p.collectives.size(); ++i) {
     const CollectiveEntry& e = p.collectives[i];
     const std::string at = "collectives[" + std::to_string(i) + "]";
@@ -242,6 +253,14 @@ Json to_json(const HardwareProfile& p) {
                       {"collective_gap_ms", m.collective_gap_ms},
                       {"created", m.created}};
   if (!m.rank_slowdown.empty()) j["machine"]["rank_slowdown"] = m.rank_slowdown;
+  if (m.launch_overhead_us > 0) j["machine"]["launch_overhead_us"] = m.launch_overhead_us;
+  if (!p.gemm.empty()) {
+    Json gs = Json::array();
+    for (const auto& g : p.gemm)
+      gs.push_back(Json{{"dtype", g.dtype}, {"m", g.m}, {"n", g.n}, {"k", g.k}, {"seconds", g.seconds},
+                        {"tflops", g.tflops()}});
+    j["gemm"] = gs;
+  }
   Json cs = Json::array();
   for (const auto& e : p.collectives) {
     Json samples = Json::array();
@@ -272,8 +291,8 @@ Json to_json(const HardwareProfile& p) {
 Result<HardwareProfile> hardware_profile_from_json(const Json& j, const std::string& path) {
   return parse_profile<HardwareProfile>(path, [&]() -> Result<HardwareProfile> {
     JsonObj o(j, "");
-    o.reject_unknown({"format", "format_version", "machine", "collectives", "overlap", "compute_sharing", "skipped",
-                      "cluster"});
+    o.reject_unknown({"format", "format_version", "machine", "gemm", "collectives", "overlap", "compute_sharing",
+                      "skipped", "cluster"});
     const std::string fmt = o.str("format");
     if (fmt != kFormat) o.fail("format", "expected \"" + std::string(kFormat) + "\", got \"" + fmt + "\"");
     HardwareProfile p;
@@ -285,7 +304,7 @@ Result<HardwareProfile> hardware_profile_from_json(const Json& j, const std::str
       JsonObj mo = o.obj("machine");
       mo.reject_unknown({"hostname", "device", "device_name", "backend", "dtype", "world_size", "ranks_per_node", "nodes",
                          "threads_per_rank", "cores", "memory_per_rank_gib", "runtime_overhead_gib", "matmul_tflops",
-                         "memory_gbps", "collective_gap_ms", "created", "rank_slowdown"});
+                         "memory_gbps", "collective_gap_ms", "launch_overhead_us", "created", "rank_slowdown"});
       MachineFacts& m = p.machine;
       m.hostname = mo.str_or("hostname", "");
       m.device = mo.str("device");
@@ -302,9 +321,15 @@ Result<HardwareProfile> hardware_profile_from_json(const Json& j, const std::str
       m.matmul_tflops = mo.number_or("matmul_tflops", 0);
       m.memory_gbps = mo.number_or("memory_gbps", 0);
       m.collective_gap_ms = mo.number_or("collective_gap_ms", 0);
+      m.launch_overhead_us = mo.number_or("launch_overhead_us", 0);
       m.created = mo.str_or("created", "");
       if (mo.has("rank_slowdown")) m.rank_slowdown = mo.array_of_number("rank_slowdown");
     }
+    if (o.has("gemm"))
+      for (const JsonObj& go : o.array_of_obj("gemm")) {
+        go.reject_unknown({"dtype", "m", "n", "k", "seconds", "tflops"});  // tflops: derived, for people
+        p.gemm.push_back({go.str("dtype"), go.integer("m"), go.integer("n"), go.integer("k"), go.number("seconds")});
+      }
     for (const JsonObj& co : o.array_of_obj("collectives")) {
       co.reject_unknown({"kind", "group_size", "placement", "ranks_per_node", "concurrent_groups", "fit", "samples"});
       CollectiveEntry e;

@@ -2,6 +2,11 @@
 // slow-down, compute sharing and machine facts, through the runtime's own Comm (the Gloo
 // workarounds the training runs with are what gets timed).
 #include <ATen/ATen.h>
+#include <torch/cuda.h>
+#ifdef WEFT_HAVE_CUDA
+#include <c10/cuda/CUDAFunctions.h>
+#include <cuda_runtime_api.h>
+#endif
 
 #include <algorithm>
 #include <atomic>
@@ -301,6 +306,93 @@ Shape p2p_shape(int world, int G, bool inter) {
 
 }  // namespace
 
+#ifdef WEFT_HAVE_CUDA
+// Seconds per call of f on GPU 0: one warm-up call, then calls until `budget` seconds have passed
+// (and at least 3), timed in groups of `per_sync` between device synchronisations; the median group.
+template <class F>
+double gpu_seconds(F f, double budget, int per_sync = 1) {
+  f();
+  torch::cuda::synchronize(0);
+  std::vector<double> t;
+  const auto start = Clock::now();
+  while (since(start) < budget || t.size() < 3) {
+    const auto t0 = Clock::now();
+    for (int i = 0; i < per_sync; ++i) f();
+    torch::cuda::synchronize(0);
+    t.push_back(since(t0) / per_sync);
+  }
+  std::nth_element(t.begin(), t.begin() + t.size() / 2, t.end());
+  return t[t.size() / 2];
+}
+
+// GEMM shapes (m tokens x n outputs x k inputs): squares, and the matrix products of a Llama-2-7B
+// layer over 4096 tokens (qkv / output projection 4096 x 4096, MLP 4096 x 11008 both ways) and its
+// head (vocabulary 32000), the shapes data/reference/h100 profiles.
+struct GemmShape {
+  int64_t m, n, k;
+};
+constexpr GemmShape kGemmShapes[] = {{1024, 1024, 1024},  {2048, 2048, 2048}, {4096, 4096, 4096},
+                                     {8192, 8192, 8192},  {4096, 11008, 4096}, {4096, 4096, 11008},
+                                     {4096, 32000, 4096}, {4096, 12288, 4096}};
+
+// One GPU alone (docs/profiles.md, "A GPU"): fills the machine facts and the GEMM table.
+Status profile_one_gpu(const HardwareOptions& o, HardwareProfile& hp, Progress& progress) {
+  MachineFacts& m = hp.machine;
+  const at::Device dev(at::kCUDA, 0);
+  c10::cuda::set_device(0);
+  m.device = "cuda";
+  m.backend = "none";
+  m.dtype = "bf16";
+  cudaDeviceProp props{};
+  if (cudaGetDeviceProperties(&props, 0) == cudaSuccess) {
+    m.device_name = props.name;
+    m.memory_per_rank_gib = static_cast<double>(props.totalGlobalMem) / 1073741824.0;
+  }
+  const double budget = std::max(0.05, o.time_per_point_s);
+  // Device memory in use before any model: the CUDA context and cuBLAS's workspace after a first
+  // bf16 GEMM (total less free, as nvidia-smi counts it; other processes on the GPU count too).
+  {
+    at::Tensor warm = at::randn({1024, 1024}, at::TensorOptions().device(dev).dtype(at::kBFloat16));
+    (void)at::mm(warm, warm);
+    torch::cuda::synchronize(0);
+    size_t free = 0, total = 0;
+    if (cudaMemGetInfo(&free, &total) == cudaSuccess)
+      m.runtime_overhead_gib = static_cast<double>(total - free) / 1073741824.0;
+  }
+  progress.tick("device memory");
+  for (const char* dt : {"bf16", "fp32"}) {
+    const at::TensorOptions opt = at::TensorOptions().device(dev).dtype(std::string(dt) == "bf16" ? at::kBFloat16 : at::kFloat);
+    for (const GemmShape& s : kGemmShapes) {
+      at::Tensor a = at::randn({s.m, s.k}, opt), b = at::randn({s.k, s.n}, opt), c = at::empty({s.m, s.n}, opt);
+      const double sec = gpu_seconds([&] { at::mm_out(c, a, b); }, budget);
+      hp.gemm.push_back({dt, s.m, s.n, s.k, sec});
+      progress.tick(std::string("gemm ") + dt);
+    }
+  }
+  for (const GemmSample& g : hp.gemm)
+    if (g.dtype == "bf16" && g.m == 8192 && g.n == 8192 && g.k == 8192) m.matmul_tflops = g.tflops();
+  {
+    // Streaming: z = x + y over 1 GiB arrays of fp32 (12 bytes moved per element), as on the CPU.
+    const int64_t len = 256LL << 20;
+    const at::TensorOptions f32 = at::TensorOptions().device(dev).dtype(at::kFloat);
+    at::Tensor x = at::rand({len}, f32), y = at::rand({len}, f32), z = at::empty({len}, f32);
+    const double sec = gpu_seconds([&] { at::add_out(z, x, y); }, budget);
+    m.memory_gbps = 12.0 * static_cast<double>(len) / sec / 1e9;
+  }
+  progress.tick("memory bandwidth");
+  {
+    // Launch overhead: back-to-back in-place adds on one element; the GPU runs each in a few
+    // microseconds, so 1000 of them take the host's time to issue them (an eager operator's floor).
+    at::Tensor one = at::zeros({1}, at::TensorOptions().device(dev).dtype(at::kFloat));
+    m.launch_overhead_us = gpu_seconds([&] { one.add_(1.0); }, budget, 1000) * 1e6;
+  }
+  progress.tick("launch overhead");
+  hp.skipped.push_back("collectives: --device cuda measures one GPU alone (collectives between GPUs over NCCL are "
+                       "not measured by this profiler)");
+  return {};
+}
+#endif
+
 Status profile_hardware(const HardwareOptions& o) {
   auto bad = [](const std::string& m) { return Status(Error{ErrorKind::kBadInput, m}); };
   if (o.out.empty()) return bad("--out: required (the hardware profile to write)");
@@ -314,6 +406,43 @@ Status profile_hardware(const HardwareOptions& o) {
   auto env_r = runtime::read_dist_env();
   if (!env_r.ok()) return env_r.error();
   const runtime::DistEnv env = env_r.value();
+  if (o.device != "cpu" && o.device != "cuda") return bad("--device: expected cpu or cuda, got \"" + o.device + "\"");
+  if (o.device == "cuda") {
+#ifdef WEFT_HAVE_CUDA
+    if (!o.cluster_out.empty())
+      return bad("--cluster-out: a one-GPU profile (--device cuda) has no collectives to derive a cluster from");
+    if (env.world > 1)
+      return bad("--device cuda: measures one GPU in one process, but the job has " + std::to_string(env.world) +
+                 " ranks (collectives between GPUs are not measured); run it without weft launch");
+    if (!torch::cuda::is_available() || torch::cuda::device_count() < 1)
+      return bad("--device cuda: no CUDA device is visible to this process (torch::cuda::device_count() is " +
+                 std::to_string(torch::cuda::device_count()) + ")");
+    HardwareProfile hp;
+    hp.machine.hostname = host_name();
+    hp.machine.cores = cpu_cores();
+    hp.machine.threads_per_rank = o.threads;
+    hp.machine.created = utc_now();
+    runtime::set_threads(o.threads);
+    Progress progress("weft profile hardware", 3 + 2 * static_cast<long>(std::size(kGemmShapes)), o.progress, true);
+    try {
+      Status st = profile_one_gpu(o, hp, progress);
+      if (!st.ok()) return st;
+    } catch (const std::exception& e) {
+      std::string msg = e.what();
+      if (auto nl = msg.find('\n'); nl != std::string::npos) msg = msg.substr(0, nl);
+      return Error{ErrorKind::kRuntime, "--device cuda: " + msg};
+    }
+    progress.finish();
+    Status st = write_hardware_profile(o.out, hp);
+    if (!st.ok()) return st;
+    std::fprintf(stderr, "weft profile: wrote %s (%s: %zu GEMM shapes, %.0f GB/s, launch %.1f us)\n", o.out.c_str(),
+                 hp.machine.device_name.c_str(), hp.gemm.size(), hp.machine.memory_gbps, hp.machine.launch_overhead_us);
+    return {};
+#else
+    return bad("--device cuda: this weft was built against a libtorch without CUDA; build it against a CUDA "
+               "PyTorch (docs/runtime.md, \"Building on a GPU machine\")");
+#endif
+  }
   auto slow_r = runtime::parse_slow(o.slow, env.world);
   if (!slow_r.ok()) return slow_r.error();
   const runtime::SlowRank slow = slow_r.value();

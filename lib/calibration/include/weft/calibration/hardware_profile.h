@@ -110,6 +110,9 @@ struct MachineFacts {
   double matmul_tflops = 0;        // measured square-GEMM rate of one rank alone, dtype above
   double memory_gbps = 0;          // measured streaming rate (read + write) of one rank alone
   double collective_gap_ms = 0;    // compute before each timed collective call (0: back to back)
+  // A GPU (device "cuda"): host time per eager operator, launching back-to-back tiny kernels that
+  // the GPU finishes faster than the host issues them (0: not measured).
+  double launch_overhead_us = 0;
   // Per rank (JSON "rank_slowdown", absent when not measured): the time of the same GEMM workload
   // on that rank over a healthy rank's, the lower median (Malleus's straggler quantification; 1 =
   // healthy, 2 = a straggler at half speed). `weft plan` / `weft estimate` plan a cluster of this
@@ -119,9 +122,20 @@ struct MachineFacts {
   bool operator==(const MachineFacts&) const = default;
 };
 
+// One GEMM shape timed on one device: C[m, n] = A[m, k] B[k, n] in `dtype` ("bf16", "fp32"), the
+// median time of one call; tflops = 2 m n k / seconds / 1e12.
+struct GemmSample {
+  std::string dtype;
+  int64_t m = 0, n = 0, k = 0;
+  double seconds = 0;
+  double tflops() const { return 2.0 * static_cast<double>(m) * n * k / seconds / 1e12; }
+  bool operator==(const GemmSample&) const = default;
+};
+
 struct HardwareProfile {
   int format_version = kHardwareProfileVersion;
   MachineFacts machine;
+  std::vector<GemmSample> gemm;          // GEMM rate by shape (a GPU profile); empty: not measured
   std::vector<CollectiveEntry> collectives;
   OverlapFacts overlap;
   std::vector<ComputeSharing> sharing;   // ascending ranks; empty: not measured

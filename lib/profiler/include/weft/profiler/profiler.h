@@ -31,6 +31,10 @@ struct HardwareOptions {
   // Test hook, as `weft train --slow`: "RANK:FACTOR" counts that rank's per-rank speed workload
   // FACTOR times as long, so the profile names it a straggler. "": none.
   std::string slow;
+  // cpu: the above. cuda: one process measures GPU 0 alone: GEMM rate by shape in bf16 and fp32,
+  // memory bandwidth, kernel launch overhead and the runtime's device memory overhead (collectives
+  // between GPUs are not measured: an error with more than one rank). Needs a CUDA build.
+  std::string device = "cpu";
 };
 
 // Runs one rank of the measurement (under `weft launch -n N`, torchrun, srun or mpirun). Every rank
