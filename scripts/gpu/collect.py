@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Turns the logs of scripts/gpu/h100.sh (its gpu-results folder) into the checked-in files
-data/reference/h100/parity.json and closed_loop.json.
+data/reference/h100/parity.json and closed_loop.json (and, when their logs are there,
+mixed_precision.json and closed_loop_bf16.json).
 Usage: python3 scripts/gpu/collect.py GPU_RESULTS_DIR OUT_DIR
 """
 import json
@@ -27,6 +28,43 @@ def rel(a, b):
     return max(abs(x - y) / abs(y) for x, y in zip(a, b))
 
 
+def ranks_on_one_gpu(src, prefix, flags):
+    """The six parity plans run by 2 or 4 ranks sharing the GPU (logs PREFIX_PLAN.jsonl) against one rank
+    with the same micro-batches (PREFIX_ref_mM.jsonl)."""
+    out = []
+    for plan in ("dp2", "dp2z3", "tp2sp", "pp2", "ulysses2", "dp2tp2z1"):
+        with open(os.path.join("data/reference/h100/plans", "parity_" + plan + ".json")) as f:
+            p = json.load(f)
+        m = p["train"]["micro_batches"]
+        got, _ = steps(os.path.join(src, "%s_%s.jsonl" % (prefix, plan)))
+        ref, _ = steps(os.path.join(src, "%s_ref_m%d.jsonl" % (prefix, m)))
+        out.append({
+            "plan": "plans/parity_%s.json" % plan, "ranks": p["cluster"]["nodes"] * p["cluster"]["gpus_per_node"],
+            "micro_batches": m,
+            "command": "weft launch -n N -- weft train --plan P --lr 3e-3 --steps 10 --seed 7 --device cuda "
+                       "--backend gloo" + flags,
+            "loss": [s["loss"] for s in got], "reference_loss": [s["loss"] for s in ref],
+            "max_rel_loss": rel([s["loss"] for s in got], [s["loss"] for s in ref]),
+            "max_rel_grad_norm": rel([s["grad_norm"] for s in got], [s["grad_norm"] for s in ref])})
+    return out
+
+
+def mixed(src):
+    """--precision bf16 on CUDA: one rank against fp32, several ranks on the GPU against one bf16 rank."""
+    out = {"device": "NVIDIA H100 80GB HBM3", "one_rank": []}
+    for name, cmd in (("gpt", "weft train --steps 20 --seed 7 --device cuda --precision fp32|bf16"),
+                      ("llama", "weft train --model scripts/gpu/small-llama.json --seq 128 --global-batch 8 "
+                                "--micro-batches 2 --lr 3e-3 --steps 20 --seed 7 --device cuda --precision fp32|bf16")):
+        fp32, _ = steps(os.path.join(src, "mixed_%s_fp32.jsonl" % name))
+        bf16, _ = steps(os.path.join(src, "mixed_%s_bf16.jsonl" % name))
+        out["one_rank"].append({
+            "model": name, "command": cmd,
+            "fp32_loss": [s["loss"] for s in fp32], "bf16_loss": [s["loss"] for s in bf16],
+            "max_rel_loss": rel([s["loss"] for s in bf16], [s["loss"] for s in fp32])})
+    out["ranks_on_one_gpu"] = ranks_on_one_gpu(src, "mixed", " --precision bf16")
+    return out
+
+
 def main():
     src, dst = sys.argv[1], sys.argv[2]
     parity = {"dtype": "fp32", "device": "NVIDIA H100 80GB HBM3", "one_rank": [], "ranks_on_one_gpu": []}
@@ -40,19 +78,7 @@ def main():
             "cpu_loss": [s["loss"] for s in cpu], "cuda_loss": [s["loss"] for s in cuda],
             "max_rel_loss": rel([s["loss"] for s in cuda], [s["loss"] for s in cpu]),
             "max_rel_grad_norm": rel([s["grad_norm"] for s in cuda], [s["grad_norm"] for s in cpu])})
-    for plan in ("dp2", "dp2z3", "tp2sp", "pp2", "ulysses2", "dp2tp2z1"):
-        with open(os.path.join("data/reference/h100/plans", "parity_" + plan + ".json")) as f:
-            p = json.load(f)
-        m = p["train"]["micro_batches"]
-        got, _ = steps(os.path.join(src, "multi_%s.jsonl" % plan))
-        ref, _ = steps(os.path.join(src, "multi_ref_m%d.jsonl" % m))
-        parity["ranks_on_one_gpu"].append({
-            "plan": "plans/parity_%s.json" % plan, "ranks": p["cluster"]["nodes"] * p["cluster"]["gpus_per_node"],
-            "micro_batches": m,
-            "command": "weft launch -n N -- weft train --plan P --lr 3e-3 --steps 10 --seed 7 --device cuda --backend gloo",
-            "loss": [s["loss"] for s in got], "reference_loss": [s["loss"] for s in ref],
-            "max_rel_loss": rel([s["loss"] for s in got], [s["loss"] for s in ref]),
-            "max_rel_grad_norm": rel([s["grad_norm"] for s in got], [s["grad_norm"] for s in ref])})
+    parity["ranks_on_one_gpu"] = ranks_on_one_gpu(src, "multi", "")
     loop = {"model": "gpt3-1.3b", "seq": 1024, "dtype": "fp32", "device": "NVIDIA H100 80GB HBM3",
             "note": "mean_step_time_s leaves the first step out; peak_device_bytes is the CUDA caching allocator's "
                     "peak of allocated bytes (torch.cuda.max_memory_allocated)", "runs": []}
@@ -68,7 +94,23 @@ def main():
                              "step_time_s": [s["step_time_s"] for s in st],
                              "mean_step_time_s": summ["mean_step_time_s"],
                              "peak_device_bytes": summ["ranks"][0]["peak_device_bytes"]})
-    for name, obj in (("parity.json", parity), ("closed_loop.json", loop)):
+    outputs = [("parity.json", parity), ("closed_loop.json", loop)]
+    if os.path.exists(os.path.join(src, "mixed_gpt_bf16.jsonl")):
+        outputs.append(("mixed_precision.json", mixed(src)))
+    if os.path.exists(os.path.join(src, "loop_bf16_gb8_m1.jsonl")):
+        bf16 = {"model": "gpt3-1.3b", "seq": 1024, "dtype": "bf16", "device": loop["device"], "note": loop["note"],
+                "runs": []}
+        for plan in ("loop_bf16_gb8_m1", "loop_bf16_gb8_m2", "loop_bf16_gb16_m4", "loop_bf16_gb16_m1_full",
+                     "loop_bf16_gb8_m1_selective"):
+            st, summ = steps(os.path.join(src, plan + ".jsonl"))
+            bf16["runs"].append({"plan": "plans/%s.json" % plan,
+                                 "command": "weft train --plan data/reference/h100/plans/%s.json --steps 6 --seed 7 "
+                                            "--device cuda" % plan,
+                                 "step_time_s": [s["step_time_s"] for s in st],
+                                 "mean_step_time_s": summ["mean_step_time_s"],
+                                 "peak_device_bytes": summ["ranks"][0]["peak_device_bytes"]})
+        outputs.append(("closed_loop_bf16.json", bf16))
+    for name, obj in outputs:
         with open(os.path.join(dst, name), "w") as f:
             json.dump(obj, f, indent=1)
             f.write("\n")

@@ -2,7 +2,8 @@
 # One GPU session's measurements (data/reference/h100/README.md): builds weft against the machine's
 # PyTorch 2.x, checks one CUDA rank against the CPU, profiles Llama-2-7B and GPT-3 2.7B layers in bf16
 # and measures the GPU through PyTorch. Results go to $OUT (default ./gpu-out) as h100.tgz and steps.log.
-# Arguments: the steps to run, of measure parity multi profile loop (default all of them).
+# Arguments: the steps to run, of measure parity multi profile loop mixed hardware profilebf16 loopbf16
+# (default the first five: the fp32 session; the last four measure mixed precision and the hardware).
 # Needs: PyTorch with CUDA (python3 -c 'import torch'), CMake, a C++20 compiler; nlohmann-json and
 # CLI11 from CMAKE_PREFIX_PATH or from .dev/prefix (headers and CMake configs copied there).
 set -u
@@ -115,5 +116,50 @@ if want loop; then
     timeout 90 $W train --plan data/reference/h100/plans/$p.json --steps 6 --seed 7 --format json --device cuda --progress off \
       > "$R/$p.jsonl" 2> "$R/$p.err" || log "loop $p failed: $(tail -2 "$R/$p.err")"
   done
+fi
+
+# Mixed precision (--precision bf16) on CUDA: one rank against fp32, several ranks on the GPU against
+# one bf16 rank.
+if want mixed; then
+  log "mixed precision: one rank, fp32 vs bf16 on cuda"
+  for pr in fp32 bf16; do
+    $W train --steps 20 --seed 7 --format json --device cuda --precision $pr --progress off \
+      > "$R/mixed_gpt_$pr.jsonl" 2> "$R/mixed_gpt_$pr.err" || log "train gpt $pr failed: $(tail -2 "$R/mixed_gpt_$pr.err")"
+    $W train --model scripts/gpu/small-llama.json --seq 128 --global-batch 8 --micro-batches 2 --lr 3e-3 --steps 20 \
+      --seed 7 --format json --device cuda --precision $pr --progress off \
+      > "$R/mixed_llama_$pr.jsonl" 2> "$R/mixed_llama_$pr.err" || log "train llama $pr failed: $(tail -2 "$R/mixed_llama_$pr.err")"
+  done
+  for m in 1 2 4; do
+    $W train --model scripts/gpu/small-llama.json --seq 128 --global-batch 8 --micro-batches $m --lr 3e-3 --steps 10 \
+      --seed 7 --format json --device cuda --precision bf16 --progress off > "$R/mixed_ref_m$m.jsonl" 2> "$R/mixed_ref_m$m.err" \
+      || log "bf16 reference m $m failed: $(tail -2 "$R/mixed_ref_m$m.err")"
+  done
+  for p in dp2 dp2z3 tp2sp pp2 ulysses2 dp2tp2z1; do
+    n=$(python3 -c "import json; c=json.load(open('data/reference/h100/plans/parity_$p.json'))['cluster']; print(c['nodes'] * c['gpus_per_node'])")
+    timeout 120 $W launch -n "$n" -- $W train --plan data/reference/h100/plans/parity_$p.json --lr 3e-3 --steps 10 --seed 7 \
+      --format json --device cuda --backend gloo --precision bf16 --progress off > "$R/mixed_$p.jsonl" 2> "$R/mixed_$p.err" \
+      || log "bf16 plan $p failed: $(tail -3 "$R/mixed_$p.err")"
+  done
+fi
+
+if want hardware; then
+  log "profile hardware: one GPU"
+  timeout 60 $W profile hardware --device cuda --progress off --out "$R/hardware.json" > "$R/hardware.log" 2>&1 \
+    || log "profile hardware failed: $(tail -3 "$R/hardware.log")"
+fi
+
+# The closed loop in mixed precision: the fp32 loop's five plans with train.dtype bf16.
+if want loopbf16; then
+  log "closed loop: gpt3-1.3b, bf16 mixed precision, one GPU"
+  for p in loop_bf16_gb8_m1 loop_bf16_gb8_m2 loop_bf16_gb16_m4 loop_bf16_gb16_m1_full loop_bf16_gb8_m1_selective; do
+    timeout 90 $W train --plan data/reference/h100/plans/$p.json --steps 6 --seed 7 --format json --device cuda --progress off \
+      > "$R/$p.jsonl" 2> "$R/$p.err" || log "loop $p failed: $(tail -2 "$R/$p.err")"
+  done
+fi
+
+# The Llama-2-7B and GPT-3 2.7B layers, embedding and head as --precision bf16 trains them.
+if want profilebf16; then
+  profile llama-2-7b_bf16 200 --model llama-2-7b --device cuda --dtype bf16 --seq 4096 --micro-batch 1 2 --recompute none full
+  profile gpt3-2.7b_bf16 150 --model gpt3-2.7b --device cuda --dtype bf16 --seq 2048 --micro-batch 1 2 3 4 --recompute none
 fi
 log "done"

@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <string>
 
+#include "weft/calibration/hardware_profile.h"
 #include "weft/calibration/model_profile.h"
 #include "weft/core/json.h"
 #include "weft/cost/analytic.h"
@@ -38,6 +39,14 @@ TrainSettings settings(const PhaseSample& s, DType dt) {
 }
 
 double rel(double predicted, double measured) { return predicted / measured - 1; }
+
+// The largest relative difference between two equally long arrays of losses.
+double worst_rel(const Json& a, const Json& b) {
+  EXPECT_EQ(a.size(), b.size());
+  double w = 0;
+  for (size_t i = 0; i < a.size() && i < b.size(); ++i) w = std::max(w, std::fabs(a[i].get<double>() / b[i].get<double>() - 1));
+  return w;
+}
 
 // Every layer point of the three profiles (Llama-2-7B and GPT-3 2.7B in bf16, GPT-3 1.3B in fp32;
 // micro-batches 1-8, recompute none and full). The profiles' ZeRO-3 points are left out: on one
@@ -166,8 +175,8 @@ namespace {
 // the H100, against `weft estimate --framework weft` of the same plans: step time within 15 % each
 // and 10 % on average; the peak of allocated bytes (the model without its allocator reserve, which
 // weft's printed peak adds) against the allocator's allocated peak within 5 %.
-TEST(H100Reference, ClosedLoopStepTimeAndPeakMemory) {
-  const Json j = read_json_file(h100_file("closed_loop.json"));
+void closed_loop(const std::string& file) {
+  const Json j = read_json_file(h100_file(file));
   AnalyticOptions o = *framework_options("weft");
   o.allocator_fragmentation = 0;
   const AnalyticCostModel cm(o);
@@ -189,8 +198,12 @@ TEST(H100Reference, ClosedLoopStepTimeAndPeakMemory) {
   }
   EXPECT_EQ(runs, 5);
   EXPECT_LE(sum / runs, 0.10);
-  std::printf("closed loop: mean step-time error %.1f%% over %d plans\n", 100 * sum / runs, runs);
+  std::printf("closed loop (%s): mean step-time error %.1f%% over %d plans\n", j.at("dtype").get<std::string>().c_str(),
+              100 * sum / runs, runs);
 }
+
+TEST(H100Reference, ClosedLoopStepTimeAndPeakMemory) { closed_loop("closed_loop.json"); }
+TEST(H100Reference, ClosedLoopMixedPrecision) { closed_loop("closed_loop_bf16.json"); }
 
 // The runtime's fp32 parity on CUDA (data/reference/h100/parity.json): one rank on the GPU gives the
 // CPU run's losses within 2e-5 relative over 20 steps (the CPU parity tests' 1e-5 per mode; here
@@ -198,23 +211,16 @@ TEST(H100Reference, ClosedLoopStepTimeAndPeakMemory) {
 // GPU through Gloo give the one-rank CUDA run's losses within 1e-5 over 10 steps, for every plan.
 TEST(H100Reference, CudaParityWasMeasured) {
   const Json j = read_json_file(h100_file("parity.json"));
-  auto worst = [](const Json& a, const Json& b) {
-    EXPECT_EQ(a.size(), b.size());
-    double w = 0;
-    for (size_t i = 0; i < a.size() && i < b.size(); ++i)
-      w = std::max(w, std::fabs(a[i].get<double>() / b[i].get<double>() - 1));
-    return w;
-  };
   ASSERT_EQ(j.at("one_rank").size(), 2u);
   for (const Json& r : j.at("one_rank")) {
     EXPECT_EQ(r.at("cpu_loss").size(), 20u);
-    EXPECT_LE(worst(r.at("cuda_loss"), r.at("cpu_loss")), 2e-5) << r.at("model");
+    EXPECT_LE(worst_rel(r.at("cuda_loss"), r.at("cpu_loss")), 2e-5) << r.at("model");
   }
   ASSERT_EQ(j.at("ranks_on_one_gpu").size(), 6u);
   for (const Json& r : j.at("ranks_on_one_gpu")) {
     EXPECT_GE(r.at("ranks").get<int>(), 2);
     EXPECT_EQ(r.at("loss").size(), 10u);
-    EXPECT_LE(worst(r.at("loss"), r.at("reference_loss")), 1e-5) << r.at("plan");
+    EXPECT_LE(worst_rel(r.at("loss"), r.at("reference_loss")), 1e-5) << r.at("plan");
     // the runs trained: the loss moved
     EXPECT_GT(r.at("loss").front().get<double>() - r.at("loss").back().get<double>(), 0.05) << r.at("plan");
   }
@@ -225,13 +231,15 @@ TEST(H100Reference, CudaParityWasMeasured) {
 
 namespace weft {
 namespace {
-// The embedding and the LM head with its loss (the stage's extra work), forward and backward:
-// within 12 % where the vocabulary is a multiple of 8 (Llama-2's 32000; measured worst -11.1 %, the
-// Llama head's forward, which runs slower than the GEMM and streaming passes the model counts: the
-// cause is not established). GPT-3's 50257-token vocabulary runs its head 4x slower than the model
-// says, which the GEMM measurement explains (H100Reference.GemmRatesAtTheLayersShapes): cuBLAS has
-// no fast kernel for the unpadded width, and weft's runtime does not pad it (Megatron pads to a
-// multiple of 128), so the model is held only to being the lower bound there.
+// The embedding and the LM head with its loss (the stage's extra work; in bf16 as mixed precision
+// trains it, the loss in fp32), forward and backward: within 12 % where the vocabulary is a
+// multiple of 8 (Llama-2's 32000; measured worst -7.7 %). GPT-3's 50257-token vocabulary has no
+// aligned tensor-core GEMM (H100Reference.GemmRatesAtTheLayersShapes measures the forward shape 6.9
+// times slower than the padded one) and weft's runtime does not pad it (Megatron pads to a multiple
+// of 128): the model prices the head's three GEMMs at that measured rate, which gives the forward
+// within 12 % (measured worst +7.0 %) and overprices the backward, whose two GEMMs were not
+// measured on their own and run only 4-5.5 times slower: held to within 35 %, an upper bound
+// (measured +20 to +34 %).
 TEST(H100Reference, EmbeddingAndHead) {
   const ClusterSpec c = one_h100();
   const AnalyticCostModel cm(*framework_options("weft"));
@@ -255,17 +263,86 @@ TEST(H100Reference, EmbeddingAndHead) {
       const double ef = rel(lc.fwd.value(), fwd), eb = rel(lc.bwd.value(), bwd);
       std::printf("%-22s embedding + head mb %d: forward %6.2f ms (%+5.1f%%) backward %6.2f ms (%+5.1f%%)\n", f,
                   h.micro_batch, fwd * 1e3, 100 * ef, bwd * 1e3, 100 * eb);
+      EXPECT_LE(std::fabs(ef), 0.12) << f << " mb " << h.micro_batch;
       if (aligned) {
-        EXPECT_LE(std::fabs(ef), 0.12) << f << " mb " << h.micro_batch;
         EXPECT_LE(std::fabs(eb), 0.12) << f << " mb " << h.micro_batch;
       } else {
-        EXPECT_LT(lc.fwd.value(), fwd) << f << " mb " << h.micro_batch;
-        EXPECT_LT(lc.bwd.value(), bwd) << f << " mb " << h.micro_batch;
+        EXPECT_GT(lc.bwd.value(), bwd) << f << " mb " << h.micro_batch;
+        EXPECT_LE(eb, 0.35) << f << " mb " << h.micro_batch;
       }
       ++points;
     }
   }
   EXPECT_EQ(points, 2 + 4 + 3);
 }
+}  // namespace
+}  // namespace weft
+
+namespace weft {
+namespace {
+
+// `weft profile hardware --device cuda` on the H100 (data/reference/h100/hardware.json): the GEMM
+// rates it measured against the kernel model at the in-training time scale (within 20 % for the
+// squares from 4096 and the shapes of a Llama-2-7B layer over 4096 tokens, as the PyTorch
+// measurements above; measured worst -13.0 %), the smaller squares only held to being slower than
+// the model (it has no fixed cost per GEMM: 2048-cubed bf16 takes 37 us, 30 % more than it gives,
+// 1024-cubed 82 % more), the streaming rate against the
+// model's achievable HBM rate (within 10 %), and the launch overhead against the host time the
+// model charges per eager operator (never below it: an operator launches at least one kernel).
+TEST(H100Reference, HardwareProfileOfOneGpu) {
+  auto hp = read_hardware_profile(h100_file("hardware.json"));
+  ASSERT_TRUE(hp.ok()) << hp.error().message;
+  const ClusterSpec c = one_h100();
+  EXPECT_EQ(hp->machine.device, "cuda");
+  EXPECT_EQ(hp->machine.device_name, "NVIDIA H100 80GB HBM3");
+  EXPECT_NEAR(hp->machine.memory_per_rank_gib, 79.2, 0.5);
+  int shapes = 0;
+  for (const GemmSample& g : hp->gemm) {
+    const DType dt = g.dtype == "bf16" ? DType::kBf16 : DType::kFp32;
+    const KernelModel km(c.gpu, dt, AnalyticOptions{}.compute_time_scale);
+    const double model = km.gemm(g.m, g.n, g.k).value();
+    std::printf("profile hardware %s %5lld x %5lld x %5lld: %4.0f TFLOP/s, model %+5.1f%%\n", g.dtype.c_str(),
+                static_cast<long long>(g.m), static_cast<long long>(g.n), static_cast<long long>(g.k), g.tflops(),
+                100 * rel(model, g.seconds));
+    if (g.m * g.n * g.k < 4096LL * 4096 * 4096) {
+      EXPECT_GT(g.seconds, model) << g.m;
+      continue;
+    }
+    EXPECT_LE(std::fabs(rel(model, g.seconds)), 0.20) << g.dtype << " " << g.m << "x" << g.n << "x" << g.k;
+    ++shapes;
+  }
+  EXPECT_EQ(shapes, 12);
+  const KernelModel km(c.gpu, DType::kBf16, 1.0);
+  const double stream = km.hbm_bytes_per_s() / 1e9;
+  std::printf("profile hardware: streaming %.0f GB/s, model %.0f GB/s; launch %.1f us, model's host time per "
+              "operator %.1f us\n",
+              hp->machine.memory_gbps, stream, hp->machine.launch_overhead_us, AnalyticOptions{}.host_op_us);
+  EXPECT_LE(std::fabs(stream / hp->machine.memory_gbps - 1), 0.10);
+  EXPECT_GT(hp->machine.launch_overhead_us, 1.0);
+  EXPECT_LE(hp->machine.launch_overhead_us, AnalyticOptions{}.host_op_us);
+}
+
+// Mixed precision on the H100 (data/reference/h100/mixed_precision.json, `weft train --precision
+// bf16`): one bf16 rank tracks the fp32 run within 1 % over 20 steps (measured worst 0.82 %: the
+// trajectories part by bf16 rounding and the gap grows with the steps; the CPU tests hold 5 steps
+// to 2^-8), and is not the fp32 run; several ranks sharing the GPU through Gloo track the one bf16
+// rank within 2^-8 over 10 steps (measured worst 6.9e-4).
+TEST(H100Reference, MixedPrecisionWasMeasured) {
+  const Json j = read_json_file(h100_file("mixed_precision.json"));
+  ASSERT_EQ(j.at("one_rank").size(), 2u);
+  for (const Json& r : j.at("one_rank")) {
+    EXPECT_EQ(r.at("bf16_loss").size(), 20u);
+    const double w = worst_rel(r.at("bf16_loss"), r.at("fp32_loss"));
+    EXPECT_LE(w, 0.01) << r.at("model");
+    EXPECT_GT(w, 1e-4) << r.at("model");
+    EXPECT_GT(r.at("bf16_loss").front().get<double>() - r.at("bf16_loss").back().get<double>(), 0.3) << r.at("model");
+  }
+  ASSERT_EQ(j.at("ranks_on_one_gpu").size(), 6u);
+  for (const Json& r : j.at("ranks_on_one_gpu")) {
+    EXPECT_EQ(r.at("loss").size(), 10u);
+    EXPECT_LE(worst_rel(r.at("loss"), r.at("reference_loss")), 1.0 / 256) << r.at("plan");
+  }
+}
+
 }  // namespace
 }  // namespace weft

@@ -21,8 +21,10 @@ namespace {
 
 // §5.1 Where the fp32 master weights live: torchtitan trains with FSDP2 (fully_shard with
 // MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32)), whose sharded fp32 parameters are
-// the master; Megatron's distributed optimizer and Megatron-FSDP keep a separate one.
+// the master; Megatron's distributed optimizer and Megatron-FSDP keep a separate one; weft's runtime
+// steps on its fp32 parameters, beside a once-per-step compute-dtype cast.
 MasterWeights master_weights(const AnalyticOptions& o) {
+  if (o.framework == Framework::kWeft) return MasterWeights::kFp32Params;
   const bool fsdp = o.framework == Framework::kTorchtitan || o.framework == Framework::kTorchtitanCompile;
   return fsdp ? MasterWeights::kShardedParams : MasterWeights::kInOptimizer;
 }

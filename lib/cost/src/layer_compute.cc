@@ -3,6 +3,7 @@
 // numbers below refer to it.
 #include "layer_compute.h"
 
+#include <cmath>
 #include <vector>
 
 #include "weft/cost/compute.h"
@@ -39,11 +40,22 @@ constexpr double kLossBwdBytesPerLogit = 8 + 4;                  // + e
 constexpr double kTorchLossFwdBytesPerLogit = 4 + 12;  // + e
 constexpr double kTorchLossBwdBytesPerLogit = 4 + 16 + 4;  // + e
 constexpr double kTorchLossPeakBytesPerLogit = 12;
-// §2.3 weft's runtime's vocab-parallel cross entropy in the compute dtype, per local logit in units
-// of e: forward takes the row max (1), shifts (2), exponentiates (2), sums (1) and divides in
+// §2.3 weft's runtime's vocab-parallel cross entropy (in fp32), per local logit in elements:
+// forward takes the row max (1), shifts (2), exponentiates (2), sums (1) and divides in
 // place to keep the softmax (2): 8; backward clones the softmax (2) and scales it in place (2): 4.
 // Its forward holds the logits, the shifted copy and the exponentials at once: 3.
 constexpr double kComputeDtypeLossFwdElems = 8;
+// §2.3 PyTorch's AccumulateGrad per parameter per backward: read the new gradient and the buffer,
+// write the buffer (3 e). Under weft's mixed precision (e < 4) the gradient first comes back
+// through the weight's cast (read e, write 4) into the fp32 parameters' buffer (12): 18 bytes of
+// contiguous traffic for bf16. Measured on the H100 (data/reference/h100, the same Llama-2-7B and
+// GPT-3 2.7B layers profiled in pure bf16 and in mixed precision): the mixed backward is longer by
+// 6.5-7.1 ps per parameter at every micro-batch, 20-21 bytes at the measured 3.0 TB/s streaming
+// rate where 12 would be the contiguous difference; both kernels read the weight gradient
+// transposed (the layout autograd hands them), so they run below the streaming rate. The path
+// is priced at the 26 bytes measured (6 + 20), not at the 18 counted.
+constexpr double kMixedGradPathBytes = 26;
+double grad_accumulation_bytes(double e) { return e < 4 ? kMixedGradPathBytes : 3 * e; }
 constexpr double kComputeDtypeLossBwdElems = 4;
 constexpr double kComputeDtypeLossPeakElems = 3;
 // §2.3 Eager RMSNorm in fp32 (Llama's reference implementation, as torchtitan runs it), bytes per
@@ -78,6 +90,16 @@ constexpr double kBwdKernelsFlash = 3;
 // §6 Adam: reads and writes the fp32 master weight and both moments (24 bytes), reads the gradient,
 // writes the compute-dtype weight.
 constexpr double kAdamStateBytes = 24;
+// §2.3 A 16-bit GEMM with a dimension not a multiple of 8 (the unpadded 50257-token GPT vocabulary)
+// over the same GEMM padded, on the H100: 785 / 113 TFLOP/s (data/reference/h100/torch_kernels.json).
+constexpr double kUnalignedHeadGemmSlowdown = 785.0 / 113.0;
+// §6 What weft's runtime adds to each step per parameter besides its fused AdamW: the gradient
+// norm reads the gradients (4), zeroing them writes them (4), and under mixed precision the first
+// forward casts the updated fp32 parameters to the compute dtype (read 4, write e).
+double weft_step_bytes(const AnalyticOptions& opt, double e) {
+  if (opt.framework != Framework::kWeft) return 0;
+  return 8 + (e < 4 ? 4 + e : 0);
+}
 
 double bwd_gemm(const KernelModel& km, double m, double n, double k, double batch = 1) {
   // dX[m,k] = dY[m,n] W^T ; dW[k,n] = X^T dY (reduction over m)
@@ -278,8 +300,9 @@ LayerCompute layer_compute(const LayerContext& ctx, const LayerStrategy& s, cons
                             hp.expert / (s.zero >= 1 ? safe(hp.expert_shard) : 1.0);
   // --- weight-gradient accumulation (§2.3) as its own kernel: read the new gradient and the
   // buffer, write the buffer, per parameter this device holds
-  if (!opt.fused_grad_accumulation) b.mem += seconds(km.memory(Bytes(3 * e * (hp.dense + hp.expert))));
-  out.optimizer = km.memory(Bytes((kAdamStateBytes + per_param.grads + per_param.weights) * opt_params));
+  if (!opt.fused_grad_accumulation) b.mem += seconds(km.memory(Bytes(grad_accumulation_bytes(e) * (hp.dense + hp.expert))));
+  out.optimizer = km.memory(Bytes((kAdamStateBytes + per_param.grads + per_param.weights) * opt_params +
+                                  weft_step_bytes(opt, e) * (hp.dense + hp.expert)));
   out.f = f;
   out.b = b;
   out.core_f = core_f;
@@ -333,14 +356,29 @@ EdgeCompute edge_compute(const StageContext& ctx, const LayerStrategy& emb, cons
     const double norm_bytes = eager_rms ? eager_rms_norm_bytes(opt, e) : 2 * e;
     f.mem += seconds(km.memory(Bytes(norm_bytes * norm_tokens * h)));
     b.mem += kElementwiseBackward * seconds(km.memory(Bytes(norm_bytes * norm_tokens * h)));
-    f.gemm += seconds(km.gemm(tokens, vocab / t, h));
-    b.gemm += bwd_gemm(km, tokens, vocab / t, h);
+    // A 16-bit head GEMM whose vocabulary shard is not a multiple of 8 elements (16 bytes) has no
+    // aligned tensor-core kernel: measured on the H100 (data/reference/h100/torch_kernels.json),
+    // 2048 x 2560 x 50257 runs at 113 TFLOP/s where the padded 50304 runs at 785, 6.9 times slower.
+    // Megatron pads the vocabulary for this (--make-vocab-size-divisible-by 128); weft's runtime
+    // does not, and its backward's two GEMMs carry the same width as a leading dimension (taken at
+    // the forward's measured rate).
+    const double vshard = vocab / t;
+    const double unaligned = opt.framework == Framework::kWeft && e < 4 && std::fmod(std::ceil(vshard), 8.0) != 0
+                                 ? kUnalignedHeadGemmSlowdown
+                                 : 1.0;
+    f.gemm += unaligned * seconds(km.gemm(tokens, vshard, h));
+    b.gemm += unaligned * bwd_gemm(km, tokens, vshard, h);
     const double local_logits = tokens * vocab / t;
     const bool megatron_loss = opt.vocab_parallel_loss;
     if (!opt.loss_in_fp32) {
-      f.mem += seconds(km.memory(Bytes(kComputeDtypeLossFwdElems * e * local_logits)));
-      b.mem += seconds(km.memory(Bytes(kComputeDtypeLossBwdElems * e * local_logits)));
-      out.logits = kComputeDtypeLossPeakElems * e * local_logits;
+      // weft's runtime: its own eager loss. Under mixed precision (a compute dtype narrower than
+      // fp32) it casts the logits to fp32 first (read e, write 4; the backward casts the gradient
+      // back) and runs the same operators on 4-byte elements, as Megatron's loss and autocast do.
+      const double le = 4.0;  // every dtype the runtime trains in computes its loss in fp32
+      const double cast = e < le ? e + le : 0.0;
+      f.mem += seconds(km.memory(Bytes((kComputeDtypeLossFwdElems * le + cast) * local_logits)));
+      b.mem += seconds(km.memory(Bytes((kComputeDtypeLossBwdElems * le + cast) * local_logits)));
+      out.logits = kComputeDtypeLossPeakElems * le * local_logits;
     } else {
       f.mem += seconds(km.memory(
           Bytes(((megatron_loss ? kLossFwdBytesPerLogit : kTorchLossFwdBytesPerLogit) + e) * local_logits)));
@@ -358,11 +396,12 @@ EdgeCompute edge_compute(const StageContext& ctx, const LayerStrategy& emb, cons
   // optimizer (§6) over the local shard of the parameters
   for (double n : edge_param_buckets(ctx, emb)) out.params += n;
   // weight-gradient accumulation as its own kernel (§2.3), as in the layers
-  if (!opt.fused_grad_accumulation) b.mem += seconds(km.memory(Bytes(3 * e * out.params)));
+  if (!opt.fused_grad_accumulation) b.mem += seconds(km.memory(Bytes(grad_accumulation_bytes(e) * out.params)));
   if (out.params > 0) {
     const StateBytes per_param = state_bytes_per_param(tr.dtype);
     const double opt_params = out.params / (emb.zero >= 1 ? safe(emb.shard_group()) : 1.0);
-    out.optimizer = km.memory(Bytes((kAdamStateBytes + per_param.grads + per_param.weights) * opt_params));
+    out.optimizer = km.memory(
+        Bytes((kAdamStateBytes + per_param.grads + per_param.weights) * opt_params + weft_step_bytes(opt, e) * out.params));
   }
   return out;
 }

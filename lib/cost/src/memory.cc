@@ -32,6 +32,13 @@ StateBytes sharded_state_bytes(DType dtype, int zero, int shard, MasterWeights m
     b.optimizer = 8 / n;
     return b;
   }
+  if (master == MasterWeights::kFp32Params && b.weights < 4) {
+    const double compute = b.weights;
+    b.weights = zero >= 3 ? 4 / n : 4 + compute;
+    b.grads = zero >= 2 ? 4 / n : 4;
+    b.optimizer = zero >= 1 ? 8 / n : 8;
+    return b;
+  }
   if (zero >= 1) b.optimizer /= n;
   if (zero >= 2) b.grads /= n;
   if (zero >= 3) b.weights /= n;

@@ -73,8 +73,9 @@ struct AnalyticOptions {
   // kernel of their own (PyTorch's AccumulateGrad, as in weft's runtime: 3 e bytes per parameter per
   // backward; docs/cost-model.md §2.3).
   bool fused_grad_accumulation = true;
-  // The loss over an fp32 copy of the logits (Megatron's and PyTorch's cross entropy) or over the
-  // logits themselves in the compute dtype (weft's runtime, §2.3).
+  // The loss over an fp32 copy of the logits as Megatron's and PyTorch's cross entropy run it, or
+  // weft's runtime's own eager one (§2.3: in fp32, after a cast of the logits when the compute
+  // dtype is narrower).
   bool loss_in_fp32 = true;
   // The caching allocator's reserve over what the step allocates and frees again (§5.4): peaks are
   // reserved bytes. 0 gives the allocated bytes (what torch.cuda.max_memory_allocated() reads).

@@ -40,6 +40,12 @@ enum class MasterWeights {
   // MixedPrecisionPolicy: "FSDP does not require any extra memory to keep a high-precision copy of
   // the parameters for the optimizer step"). Their gradients are fp32 too.
   kShardedParams,
+  // weft's runtime (`weft train --precision bf16`): the fp32 parameters are the master and the
+  // optimizer steps on them; the compute-dtype cast of them is made once per step beside them
+  // (ZeRO < 3) or gathered per layer (ZeRO-3); fp32 gradients. ZeRO-1 shards the AdamW moments,
+  // ZeRO-2 also the gradients, ZeRO-3 also the parameters: 18 bytes per parameter unsharded (4 + 2
+  // + 4 + 8), 10 + 8 / shard at ZeRO-1, 16 / shard at ZeRO-3.
+  kFp32Params,
 };
 
 // The same after ZeRO stage `zero` over `shard` ranks: stage >= 1 divides the optimizer states,
