@@ -100,6 +100,28 @@ TEST(MixedPrecision, Pipeline2OneFOneB) {
   expect_bf16_parity(uniform(tiny_gpt(), 2, 2, strat(1, 1), {1, 3}, Schedule::k1F1B, 8, 4), "bf16_pp2");
 }
 
+// A bf16 run stopped after its step-3 checkpoint and resumed gives the uninterrupted run's losses
+// exactly: the checkpoint holds the fp32 parameters, and loading them makes the casts again.
+TEST(MixedPrecision, ResumeGivesTheUninterruptedLosses) {
+  const std::string dir = temp_dir("bf16_resume");
+  const std::string base = driver() + " train --steps 6 --seed 7 --format json --precision bf16";
+  const RunResult whole = run(base);
+  ASSERT_EQ(whole.status, 0) << whole.output;
+  ASSERT_EQ(whole.losses.size(), 6u);
+  const std::string ck = " --checkpoint-dir " + dir + "/ck";
+  const RunResult first = run(base + ck + " --checkpoint-every 3 --fault 0:4:exit");
+  EXPECT_NE(first.status, 0);
+  ASSERT_EQ(first.losses.size(), 3u) << first.output;
+  const RunResult rest = run(base + ck + " --resume");
+  ASSERT_EQ(rest.status, 0) << rest.output;
+  ASSERT_EQ(rest.losses.size(), 3u) << rest.output;
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(first.losses[i], whole.losses[i]) << "step " << i + 1;
+    EXPECT_EQ(rest.losses[i], whole.losses[i + 3]) << "step " << i + 4;
+  }
+  std::filesystem::remove_all(dir);
+}
+
 // The layers' weights are bf16 casts of the fp32 parameters, made once for all micro-batches and
 // made again after the parameters change; gradients arrive in the fp32 buffers.
 TEST(MixedPrecision, WeightsAreCastOncePerParameterVersion) {
