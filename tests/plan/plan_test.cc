@@ -145,9 +145,13 @@ TEST(PlanJson, UnevenDataParallelShares) {
   bad.train.dp_shares = {2, 2, 2, 2, 2, 2, 4};
   EXPECT_NE(message_of(validate(bad)).find("8 replicas but train.dp_shares lists 7 shares"), std::string::npos)
       << message_of(validate(bad));
-  bad.train.dp_shares = {0, 2, 2, 2, 2, 2, 3, 3};
-  EXPECT_NE(message_of(validate(bad)).find("train.dp_shares[0]: must be positive"), std::string::npos)
+  bad.train.dp_shares = {-1, 2, 2, 2, 2, 2, 3, 4};
+  EXPECT_NE(message_of(validate(bad)).find("train.dp_shares[0]: must be >= 0, got -1"), std::string::npos)
       << message_of(validate(bad));
+  // A share of 0 suspends a replica (it computes nothing, still reduces gradients and steps).
+  Plan suspended = p;
+  suspended.train.dp_shares = {0, 2, 2, 2, 2, 2, 3, 3};
+  EXPECT_TRUE(validate(suspended).ok()) << message_of(validate(suspended));
   bad = p;
   bad.stages[0].layers[1] = LayerStrategy{.tp = 2, .dp = 4};
   bad.train.dp_shares = {4, 4, 4, 4};

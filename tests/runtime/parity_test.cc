@@ -28,6 +28,26 @@ TEST(RuntimeParity, UnevenSharesPipeline2Dp2) {
   expect_parity(with_shares(uniform(tiny_gpt(), 4, 2, strat(1, 2, 1, false, 1)), {1, 3}), "shares_pp2_dp2");
 }
 
+// A replica with share 0 is suspended: it holds its parameters, runs its forward and backward on
+// no rows (so its gradient hooks fire with zeros), joins every reduction and steps its optimizer.
+TEST(RuntimeParity, SuspendedReplicaDp2) {
+  expect_parity(with_shares(uniform(tiny_gpt(), 2, 1, strat(1, 2)), {4, 0}), "suspended_dp2");
+}
+TEST(RuntimeParity, SuspendedReplicaZero3Dp4) {
+  expect_parity(with_shares(uniform(tiny_llama(), 4, 1, strat(1, 4, 1, false, 3), {}, Schedule::k1F1B, 16, 2),
+                            {3, 0, 4, 1}),
+                "suspended_zero3_dp4");
+}
+TEST(RuntimeParity, SuspendedReplicaTp2SpDp2) {
+  expect_parity(with_shares(uniform(tiny_gpt(), 4, 1, strat(2, 2, 1, true)), {0, 4}), "suspended_tp2_dp2");
+}
+TEST(RuntimeParity, SuspendedReplicaUlysses2Dp2) {
+  expect_parity(with_shares(uniform(tiny_llama(), 4, 1, strat(1, 2, 2)), {0, 4}), "suspended_ulysses2_dp2");
+}
+TEST(RuntimeParity, SuspendedReplicaPipeline2Dp2Zero1) {
+  expect_parity(with_shares(uniform(tiny_gpt(), 4, 2, strat(1, 2, 1, false, 1)), {4, 0}), "suspended_pp2_dp2");
+}
+
 TEST(RuntimeParity, Zero1Dp2) { expect_parity(uniform(tiny_gpt(), 2, 1, strat(1, 2, 1, false, 1)), "zero1"); }
 TEST(RuntimeParity, Zero2Dp2) { expect_parity(uniform(tiny_gpt(), 2, 1, strat(1, 2, 1, false, 2)), "zero2"); }
 TEST(RuntimeParity, Zero3Dp2) { expect_parity(uniform(tiny_llama(), 2, 1, strat(1, 2, 1, false, 3)), "zero3"); }

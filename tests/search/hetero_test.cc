@@ -83,6 +83,32 @@ TEST(Hetero, AStragglerSlowsTheUniformPlanAndTheAwarePlanRoutesAroundIt) {
   EXPECT_GT(r->fastest_subset_s, step);
 }
 
+// A GPU 8 times slower than the rest would finish even one sample of each micro-batch after the
+// others finish theirs: the aware plan suspends it (share 0; Malleus suspends such devices), and
+// that beats giving it one sample, which the same plan with every replica working shows.
+TEST(Hetero, AVerySlowGpuIsSuspended) {
+  const AnalyticCostModel cm;
+  const ClusterSpec c = testing::small_cluster(4, 4);
+  const MixedCluster dev = with_straggler(c, "1:8");
+  SearchOptions o = options(2048, 8);
+  o.pp_degrees = {1};
+  o.micro_batches = {1};
+  auto r = hetero_search(model(), dev, cm, o);
+  ASSERT_TRUE(r.ok()) << r.error().message;
+  ASSERT_FALSE(r->top.empty());
+  const Plan& best = r->top.front();
+  ASSERT_EQ(best.train.dp_shares.size(), 4u) << shares_label(best.train);
+  EXPECT_EQ(best.train.dp_shares[1], 0) << shares_label(best.train);
+  EXPECT_TRUE(validate(best).ok());
+  const HeteroEstimate h = hetero_estimate(best, cm);
+  // The suspended replica is the fastest: it only reduces gradients and steps its optimizer.
+  EXPECT_LT(h.replica_time[1].value(), 0.5 * h.total.step_time.value());
+  const Plan working = balance_shares(best, cm, /*suspend=*/false);
+  ASSERT_EQ(working.train.dp_shares.size(), 4u);
+  EXPECT_GE(working.train.dp_shares[1], 1);
+  EXPECT_LT(h.total.step_time.value(), hetero_estimate(working, cm).total.step_time.value());
+}
+
 TEST(Hetero, PipelineStagesOnFasterGpusTakeMoreLayers) {
   const AnalyticCostModel cm;
   auto dev = load_mixed_cluster("a100-80gb:1,h100-80gb:1");

@@ -10,7 +10,8 @@
 // stage's blocks with its own dp and tp (no sequence parallelism, no ZeRO, no recomputation: what
 // Metis's Megatron runs), the embedding and head with the first stage's degrees, the node groups in
 // Metis's order, 1F1B, and the data-parallel shares weft would give that structure on these devices
-// (balance_shares; Metis balances the data across unlike devices too).
+// (balance_shares, every device keeping work as in Metis's plans; Metis balances the data across
+// unlike devices too).
 #pragma once
 
 #include <algorithm>
@@ -122,7 +123,7 @@ inline Result<Plan> to_plan(const Row& r, const ModelSpec& model, const MixedClu
     if (g < 0) return Error{ErrorKind::kBadInput, "no device group named " + o};
     order.push_back(g);
   }
-  return balance_shares(place(std::move(p), devices, order), cm);
+  return balance_shares(place(std::move(p), devices, order), cm, /*suspend=*/false);
 }
 
 // weft's analytic time of one transformer block, forward and backward of one micro-batch of `bs`

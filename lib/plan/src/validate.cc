@@ -113,7 +113,7 @@ void validate_or_throw(const Plan& p) {
                        "drop dp_shares");
     long long sum = 0;
     for (size_t i = 0; i < t.dp_shares.size(); ++i) {
-      require(t.dp_shares[i] > 0, "train.dp_shares[" + S(i) + "]: must be positive, got " + S(t.dp_shares[i]));
+      require(t.dp_shares[i] >= 0, "train.dp_shares[" + S(i) + "]: must be >= 0, got " + S(t.dp_shares[i]));
       sum += t.dp_shares[i];
     }
     require(sum == t.pipeline_micro_batch(), "train.dp_shares: sum to " + S(sum) + " but a micro-batch holds " +

@@ -171,17 +171,26 @@ class GlooComm final : public Comm {
   GlooComm(std::vector<int> ranks, int rank, c10::intrusive_ptr<c10d::ProcessGroupGloo> pg)
       : Comm(ranks, rank, group_name(ranks)), pg_(std::move(pg)) {}
 
+  // Empty tensors (the activations of a suspended replica, train.dp_shares 0, whose tensor and
+  // sequence groups are all suspended alike) never reach Gloo, whose all-gather divides by their
+  // size: every member skips the same call, and the result is empty too.
   void allreduce_sum(at::Tensor& t) override { allreduce_sum_async(t).wait(); }
 
-  Pending allreduce_sum_async(at::Tensor t) override { return allreduce_in_place(*pg_, t, c10d::ReduceOp::SUM); }
+  Pending allreduce_sum_async(at::Tensor t) override {
+    if (t.numel() == 0) return {};
+    return allreduce_in_place(*pg_, t, c10d::ReduceOp::SUM);
+  }
 
-  void allreduce_max(at::Tensor& t) override { allreduce_in_place(*pg_, t, c10d::ReduceOp::MAX).wait(); }
+  void allreduce_max(at::Tensor& t) override {
+    if (t.numel() > 0) allreduce_in_place(*pg_, t, c10d::ReduceOp::MAX).wait();
+  }
 
   at::Tensor allgather(const at::Tensor& t) override {
     at::Tensor in = t.contiguous();
     std::vector<int64_t> shape{size()};
     for (auto d : in.sizes()) shape.push_back(d);
     at::Tensor out = at::empty(shape, in.options());
+    if (in.numel() == 0) return out;
     std::vector<std::vector<at::Tensor>> outs(1);
     for (int r = 0; r < size(); ++r) outs[0].push_back(out[r]);
     std::vector<at::Tensor> ins{in};
@@ -213,6 +222,11 @@ class GlooComm final : public Comm {
     TORCH_CHECK(in.numel() % size() == 0, "reduce_scatter: ", in.numel(), " elements over ", size(), " ranks");
     at::Tensor flat = in.reshape({-1}).contiguous();
     at::Tensor out = at::empty_like(flat);
+    if (flat.numel() == 0) {
+      Pending none;
+      none.and_then([out, then = std::move(then)]() { then(out); });
+      return none;
+    }
     std::vector<int64_t> equal;
     auto w = pg_->alltoall_base(out, flat, equal, equal);
     const int64_t n = flat.numel() / size();
@@ -233,6 +247,7 @@ class GlooComm final : public Comm {
   }
 
   at::Tensor alltoall(const at::Tensor& in) override {
+    if (in.numel() == 0) return in.contiguous().clone();
     return alltoall_equal(*pg_, in, size());
   }
 

@@ -151,14 +151,19 @@ struct ReplicaCost {
 
 // Plan p as one replica taking `share` samples of each micro-batch sees it: every replica at that
 // share, so the cost model's per-device batch is the share (0: the even share, p unchanged).
+// The plan as every replica taking `share` samples of each micro-batch (a suspended replica, share
+// 0, is costed as one of share 1 whose passes are then taken out: replica_cost).
 Plan with_share(const Plan& p, const Units& u, int share) {
   Plan q = p;
   q.train.dp_shares.clear();
-  if (share > 0) q.train.global_batch = share * u.replicas * q.train.micro_batches;
+  q.train.global_batch = std::max(1, share) * u.replicas * q.train.micro_batches;
   return q;
 }
 
-// Replica j of plan p taking `share` samples of each micro-batch (0: the even share).
+// Replica j of plan p taking `share` samples of each micro-batch. Share 0 suspends the replica
+// (Malleus's suspended devices): it runs no forward or backward pass but still holds its model
+// states, joins the gradient reduction and steps its optimizer; its memory is taken at share 1 (an
+// upper bound: one sample's activations it does not hold).
 ReplicaCost replica_cost(const Plan& p, const Units& u, const CostModel& cm, int j, int share) {
   const Plan q = with_share(p, u, share);
   std::vector<ClusterSpec> clusters;
@@ -173,6 +178,8 @@ ReplicaCost replica_cost(const Plan& p, const Units& u, const CostModel& cm, int
     rc.sums[s].fwd = rc.sums[s].fwd * f;
     rc.sums[s].bwd = rc.sums[s].bwd * f;
   }
+  if (share == 0)
+    for (StageSums& ss : rc.sums) ss.fwd = ss.bwd = ss.p2p = Seconds(0);
   rc.step = cm.step(q.train, rc.sums);
   rc.group_mem.assign(u.pp, Bytes(0));
   rc.budget.assign(u.pp, Bytes(0));
@@ -186,7 +193,7 @@ ReplicaCost replica_cost(const Plan& p, const Units& u, const CostModel& cm, int
 
 int share_of(const Plan& p, const Units& u, int j) {
   if (!p.train.dp_shares.empty()) return p.train.dp_shares[j];
-  return u.replicas > 1 ? p.train.pipeline_micro_batch() / u.replicas : 0;
+  return p.train.pipeline_micro_batch() / std::max(1, u.replicas);
 }
 
 double nominal_peak_sum(const MixedCluster& d, DType dtype) {
@@ -229,13 +236,14 @@ ShareCurve share_curve(const Plan& p, const Units& u, const CostModel& cm, int j
   return c;
 }
 
-// Integer shares, one or more each, summing to `total`, that minimise the largest time(j, share):
+// Integer shares, `least` or more each, summing to `total`, that minimise the largest time(j, share):
 // one sample at a time to the replica that would finish it first (exact when each time grows with
-// its share), never beyond most(j). Empty when a sample fits no replica.
+// its share), never beyond most(j). Empty when a sample fits no replica. With least 0 a replica
+// stays suspended while its first sample would finish later than another replica's next.
 std::vector<int> water_fill(int replicas, int total, const std::function<double(int j, int share)>& time,
-                            const std::function<int(int j)>& most) {
-  std::vector<int> x(replicas, 1);
-  for (int left = total - replicas; left > 0; --left) {
+                            const std::function<int(int j)>& most, int least = 1) {
+  std::vector<int> x(replicas, least);
+  for (int left = total - least * replicas; left > 0; --left) {
     int best = -1;
     double bt = 0;
     for (int j = 0; j < replicas; ++j) {
@@ -251,15 +259,16 @@ std::vector<int> water_fill(int replicas, int total, const std::function<double(
 
 // Balances the replicas: integer shares summing to the micro-batch that minimise the slowest
 // replica's step (min-max water filling over each distinct replica's share curve, one sample at a
-// time to the replica that would finish first), within each replica's memory. Kept only if the
-// exact estimate beats even shares.
-void fit_shares(Plan& p, const MixedCluster& d, const CostModel& cm) {
+// time to the replica that would finish first), within each replica's memory; with `suspend` a
+// replica may get none. Kept only if the exact estimate beats even shares.
+void fit_shares(Plan& p, const MixedCluster& d, const CostModel& cm, bool suspend = true) {
   p.train.dp_shares.clear();
   const int dp = p.embedding.dp;
   const int P = p.train.pipeline_micro_batch();
-  if (dp <= 1 || P <= dp || !single_layout(p)) return;
+  const int least = suspend ? 0 : 1;
+  if (dp <= 1 || P < 2 || P <= least * dp || !single_layout(p)) return;
   const Units u = units_of(p, d);
-  const int largest = P - (dp - 1);
+  const int largest = P - least * (dp - 1);
   std::map<std::string, ShareCurve> curves;
   std::vector<const ShareCurve*> curve(dp);
   for (int j = 0; j < dp; ++j) {
@@ -268,7 +277,7 @@ void fit_shares(Plan& p, const MixedCluster& d, const CostModel& cm) {
     curve[j] = &it->second;
   }
   std::vector<int> x = water_fill(
-      dp, P, [&](int j, int b) { return (*curve[j])(b); }, [&](int j) { return curve[j]->most(); });
+      dp, P, [&](int j, int b) { return (*curve[j])(b); }, [&](int j) { return curve[j]->most(); }, least);
   if (x.empty()) return;  // the micro-batch does not fit the replicas: even shares stay
   if (std::all_of(x.begin(), x.end(), [&](int v) { return v == x[0]; })) return;  // even
   Plan q = p;
@@ -320,16 +329,17 @@ void recut(Plan& p, const MixedCluster& d, const CostModel& cm) {
         lc.layer = l;
         if (l == 0 || !(strat[l] == strat[l - 1]) || !(p.model.layer(l) == p.model.layer(l - 1))) {
           const LayerCost c = cm.layer(lc, strat[l]);
-          t = (c.fwd + c.bwd).value() * u.slow[s][j];
+          t = share == 0 ? 0.0 : (c.fwd + c.bwd).value() * u.slow[s][j];  // a suspended replica runs no pass
           mem = c.mem().value();
         }
         double here = t;
-        if (l > 0 && !(strat[l] == strat[l - 1])) here += cm.transition(lc, strat[l - 1], strat[l]).value() * u.slow[s][j];
+        if (l > 0 && !(strat[l] == strat[l - 1]) && share > 0)
+          here += cm.transition(lc, strat[l - 1], strat[l]).value() * u.slow[s][j];
         col.t[l + 1] = col.t[l] + here;
         col.m[l + 1] = col.m[l] + mem;
       }
       const LayerCost e = cm.stage_extra(sc, p.embedding);
-      col.extra_t = (e.fwd + e.bwd).value() * u.slow[s][j];
+      col.extra_t = share == 0 ? 0.0 : (e.fwd + e.bwd).value() * u.slow[s][j];
       col.extra_m = e.mem().value();
       col.budget = cm.memory_budget(cl).value();
       cols[s].push_back(std::move(col));
@@ -456,9 +466,9 @@ Plan place(Plan p, const MixedCluster& devices, const std::vector<int>& order) {
   return p;
 }
 
-Plan balance_shares(Plan p, const CostModel& cm) {
+Plan balance_shares(Plan p, const CostModel& cm, bool suspend) {
   const MixedCluster d = devices_of(p);
-  fit_shares(p, d, cm);
+  fit_shares(p, d, cm, suspend);
   return p;
 }
 

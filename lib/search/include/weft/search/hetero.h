@@ -103,7 +103,10 @@ Result<Rebalanced> rebalance(const Plan& p, const std::vector<double>& slowdown,
 // devices, as the search sets them (min-max water filling over each replica's exact share curve,
 // within memory), kept only when they beat even shares: otherwise p unchanged with even shares.
 // Plans whose layers lay activations out differently keep even shares. Its structure is kept.
-Plan balance_shares(Plan p, const CostModel& cm);
+// `suspend`: a replica may get share 0 (suspended: it computes nothing, still reduces gradients
+// and steps its optimizer) when its first sample would make it the slowest; off, every replica
+// takes at least one sample (comparing plans that give every device work, as Metis's do).
+Plan balance_shares(Plan p, const CostModel& cm, bool suspend = true);
 
 // The plan p placed on `devices` with the node groups in `order` (indices into devices.groups):
 // p.devices set, p.cluster = the placed devices' as_uniform(). No re-cutting, no shares.
