@@ -28,6 +28,25 @@ def rel(a, b):
     return max(abs(x - y) / abs(y) for x, y in zip(a, b))
 
 
+def one_rank(src, prefix, name, cmd, ref, got, grad_norm):
+    """One rank's two runs of a model, PREFIX_NAME_REF.jsonl and PREFIX_NAME_GOT.jsonl, against each other."""
+    a, _ = steps(os.path.join(src, "%s_%s_%s.jsonl" % (prefix, name, ref)))
+    b, _ = steps(os.path.join(src, "%s_%s_%s.jsonl" % (prefix, name, got)))
+    out = {"model": name, "command": cmd, ref + "_loss": [s["loss"] for s in a], got + "_loss": [s["loss"] for s in b],
+           "max_rel_loss": rel([s["loss"] for s in b], [s["loss"] for s in a])}
+    if grad_norm:
+        out["max_rel_grad_norm"] = rel([s["grad_norm"] for s in b], [s["grad_norm"] for s in a])
+    return out
+
+
+def loop_run(src, log, plan, cmd):
+    """One closed-loop run: its step times, mean step time and the allocator's peak."""
+    st, summ = steps(os.path.join(src, log + ".jsonl"))
+    return {"plan": "plans/%s.json" % plan, "command": cmd + " --steps 6 --seed 7 --device cuda",
+            "step_time_s": [s["step_time_s"] for s in st], "mean_step_time_s": summ["mean_step_time_s"],
+            "peak_device_bytes": summ["ranks"][0]["peak_device_bytes"]}
+
+
 def ranks_on_one_gpu(src, prefix, flags):
     """The six parity plans run by 2 or 4 ranks sharing the GPU (logs PREFIX_PLAN.jsonl) against one rank
     with the same micro-batches (PREFIX_ref_mM.jsonl)."""
@@ -55,12 +74,7 @@ def mixed(src):
     for name, cmd in (("gpt", "weft train --steps 20 --seed 7 --device cuda --precision fp32|bf16"),
                       ("llama", "weft train --model scripts/gpu/small-llama.json --seq 128 --global-batch 8 "
                                 "--micro-batches 2 --lr 3e-3 --steps 20 --seed 7 --device cuda --precision fp32|bf16")):
-        fp32, _ = steps(os.path.join(src, "mixed_%s_fp32.jsonl" % name))
-        bf16, _ = steps(os.path.join(src, "mixed_%s_bf16.jsonl" % name))
-        out["one_rank"].append({
-            "model": name, "command": cmd,
-            "fp32_loss": [s["loss"] for s in fp32], "bf16_loss": [s["loss"] for s in bf16],
-            "max_rel_loss": rel([s["loss"] for s in bf16], [s["loss"] for s in fp32])})
+        out["one_rank"].append(one_rank(src, "mixed", name, cmd, "fp32", "bf16", grad_norm=False))
     out["ranks_on_one_gpu"] = ranks_on_one_gpu(src, "mixed", " --precision bf16")
     return out
 
@@ -71,13 +85,7 @@ def main():
     for name, cmd in (("gpt", "weft train --steps 20 --seed 7 --device cpu|cuda"),
                       ("llama", "weft train --model scripts/gpu/small-llama.json --seq 128 --global-batch 8 "
                                 "--micro-batches 2 --lr 3e-3 --steps 20 --seed 7 --device cpu|cuda")):
-        cpu, _ = steps(os.path.join(src, "parity_%s_cpu.jsonl" % name))
-        cuda, _ = steps(os.path.join(src, "parity_%s_cuda.jsonl" % name))
-        parity["one_rank"].append({
-            "model": name, "command": cmd,
-            "cpu_loss": [s["loss"] for s in cpu], "cuda_loss": [s["loss"] for s in cuda],
-            "max_rel_loss": rel([s["loss"] for s in cuda], [s["loss"] for s in cpu]),
-            "max_rel_grad_norm": rel([s["grad_norm"] for s in cuda], [s["grad_norm"] for s in cpu])})
+        parity["one_rank"].append(one_rank(src, "parity", name, cmd, "cpu", "cuda", grad_norm=True))
     parity["ranks_on_one_gpu"] = ranks_on_one_gpu(src, "multi", "")
     loop = {"model": "gpt3-1.3b", "seq": 1024, "dtype": "fp32", "device": "NVIDIA H100 80GB HBM3",
             "note": "mean_step_time_s leaves the first step out; peak_device_bytes is the CUDA caching allocator's "
@@ -88,27 +96,15 @@ def main():
             ("loop_gb16_m1_full", "loop_gb16_m1_full", "weft train --plan data/reference/h100/plans/loop_gb16_m1_full.json"),
             ("loop_gb8_m1_selective", "loop_gb8_m1_selective",
              "weft train --plan data/reference/h100/plans/loop_gb8_m1_selective.json")]
-    for log, plan, cmd in runs:
-        st, summ = steps(os.path.join(src, log + ".jsonl"))
-        loop["runs"].append({"plan": "plans/%s.json" % plan, "command": cmd + " --steps 6 --seed 7 --device cuda",
-                             "step_time_s": [s["step_time_s"] for s in st],
-                             "mean_step_time_s": summ["mean_step_time_s"],
-                             "peak_device_bytes": summ["ranks"][0]["peak_device_bytes"]})
+    loop["runs"] = [loop_run(src, log, plan, cmd) for log, plan, cmd in runs]
     outputs = [("parity.json", parity), ("closed_loop.json", loop)]
     if os.path.exists(os.path.join(src, "mixed_gpt_bf16.jsonl")):
         outputs.append(("mixed_precision.json", mixed(src)))
     if os.path.exists(os.path.join(src, "loop_bf16_gb8_m1.jsonl")):
         bf16 = {"model": "gpt3-1.3b", "seq": 1024, "dtype": "bf16", "device": loop["device"], "note": loop["note"],
-                "runs": []}
-        for plan in ("loop_bf16_gb8_m1", "loop_bf16_gb8_m2", "loop_bf16_gb16_m4", "loop_bf16_gb16_m1_full",
-                     "loop_bf16_gb8_m1_selective"):
-            st, summ = steps(os.path.join(src, plan + ".jsonl"))
-            bf16["runs"].append({"plan": "plans/%s.json" % plan,
-                                 "command": "weft train --plan data/reference/h100/plans/%s.json --steps 6 --seed 7 "
-                                            "--device cuda" % plan,
-                                 "step_time_s": [s["step_time_s"] for s in st],
-                                 "mean_step_time_s": summ["mean_step_time_s"],
-                                 "peak_device_bytes": summ["ranks"][0]["peak_device_bytes"]})
+                "runs": [loop_run(src, plan, plan, "weft train --plan data/reference/h100/plans/%s.json" % plan)
+                         for plan in ("loop_bf16_gb8_m1", "loop_bf16_gb8_m2", "loop_bf16_gb16_m4",
+                                      "loop_bf16_gb16_m1_full", "loop_bf16_gb8_m1_selective")]}
         outputs.append(("closed_loop_bf16.json", bf16))
     for name, obj in outputs:
         with open(os.path.join(dst, name), "w") as f:

@@ -44,7 +44,9 @@ constexpr double kTorchLossPeakBytesPerLogit = 12;
 // forward takes the row max (1), shifts (2), exponentiates (2), sums (1) and divides in
 // place to keep the softmax (2): 8; backward clones the softmax (2) and scales it in place (2): 4.
 // Its forward holds the logits, the shifted copy and the exponentials at once: 3.
-constexpr double kComputeDtypeLossFwdElems = 8;
+constexpr double kWeftLossFwdElems = 8;
+constexpr double kWeftLossBwdElems = 4;
+constexpr double kWeftLossPeakElems = 3;
 // §2.3 PyTorch's AccumulateGrad per parameter per backward: read the new gradient and the buffer,
 // write the buffer (3 e). Under weft's mixed precision (e < 4) the gradient first comes back
 // through the weight's cast (read e, write 4) into the fp32 parameters' buffer (12): 18 bytes of
@@ -56,8 +58,6 @@ constexpr double kComputeDtypeLossFwdElems = 8;
 // is priced at the 26 bytes measured (6 + 20), not at the 18 counted.
 constexpr double kMixedGradPathBytes = 26;
 double grad_accumulation_bytes(double e) { return e < 4 ? kMixedGradPathBytes : 3 * e; }
-constexpr double kComputeDtypeLossBwdElems = 4;
-constexpr double kComputeDtypeLossPeakElems = 3;
 // §2.3 Eager RMSNorm in fp32 (Llama's reference implementation, as torchtitan runs it), bytes per
 // element: 28 for the fp32 sides of the casts in and out (4 + 4), x^2 (4 read, 4 written), the mean
 // (4 read) and x * rsqrt (4 + 4), plus 4e for the casts' compute-dtype sides and the weight
@@ -376,9 +376,9 @@ EdgeCompute edge_compute(const StageContext& ctx, const LayerStrategy& emb, cons
       // back) and runs the same operators on 4-byte elements, as Megatron's loss and autocast do.
       const double le = 4.0;  // every dtype the runtime trains in computes its loss in fp32
       const double cast = e < le ? e + le : 0.0;
-      f.mem += seconds(km.memory(Bytes((kComputeDtypeLossFwdElems * le + cast) * local_logits)));
-      b.mem += seconds(km.memory(Bytes((kComputeDtypeLossBwdElems * le + cast) * local_logits)));
-      out.logits = kComputeDtypeLossPeakElems * le * local_logits;
+      f.mem += seconds(km.memory(Bytes((kWeftLossFwdElems * le + cast) * local_logits)));
+      b.mem += seconds(km.memory(Bytes((kWeftLossBwdElems * le + cast) * local_logits)));
+      out.logits = kWeftLossPeakElems * le * local_logits;
     } else {
       f.mem += seconds(km.memory(
           Bytes(((megatron_loss ? kLossFwdBytesPerLogit : kTorchLossFwdBytesPerLogit) + e) * local_logits)));

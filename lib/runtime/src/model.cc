@@ -35,23 +35,21 @@ int64_t Unit::owned_begin() const { return spec.zero == 0 ? 0 : shard_rank * sha
 int64_t Unit::owned_len() const { return spec.zero == 0 ? spec.numel : shard; }
 
 std::vector<at::Tensor> Unit::weights(at::Tensor* gathered) {
-  if (spec.zero == 3 && sync->size() > 1) {
-    at::Tensor full = gather_shard(shard_leaf, *sync, compute);
-    if (gathered) *gathered = full;
-    std::vector<at::Tensor> out;
-    out.reserve(spec.params.size());
-    for (const auto& p : spec.params) out.push_back(full.narrow(0, p.offset, p.numel()).view(p.local_shape));
-    return out;
-  }
-  // The parameters are all local: the leaves, or the whole unit in the shard of a one-rank ZeRO-3.
-  const bool whole = spec.zero == 3;
-  const at::Tensor& base = whole ? shard_leaf : flat;
+  // The parameters of spec as views of a flat buffer of the unit.
   auto split = [&](const at::Tensor& buf) {
     std::vector<at::Tensor> out;
     out.reserve(spec.params.size());
     for (const auto& p : spec.params) out.push_back(buf.narrow(0, p.offset, p.numel()).view(p.local_shape));
     return out;
   };
+  if (spec.zero == 3 && sync->size() > 1) {
+    at::Tensor full = gather_shard(shard_leaf, *sync, compute);
+    if (gathered) *gathered = full;
+    return split(full);
+  }
+  // The parameters are all local: the leaves, or the whole unit in the shard of a one-rank ZeRO-3.
+  const bool whole = spec.zero == 3;
+  const at::Tensor& base = whole ? shard_leaf : flat;
   if (base.scalar_type() == compute) return whole ? split(shard_leaf) : leaves;
   if (cast_version == static_cast<int64_t>(base._version()) && !cast.empty()) return cast;
   // The casts are differentiable (their backward hands fp32 gradients to the parameters) and keep

@@ -94,9 +94,12 @@ void Optimizer::step(double lr, double grad_scale) {
     u.cast_version = -1;
   }
   const double b1 = cfg_.beta1, b2 = cfg_.beta2;
-  const double bc1 = 1.0 - std::pow(b1, static_cast<double>(t_));
-  const double bc2 = 1.0 - std::pow(b2, static_cast<double>(t_));
   std::vector<Pending> pending;
+  // ZeRO-1 and 2: the updated owned range into every replica's full buffer.
+  auto publish = [&pending](Unit& u) {
+    if ((u.spec.zero == 1 || u.spec.zero == 2) && u.sync->size() > 1)
+      pending.push_back(u.sync->allgather_into_async(u.flat, u.owned_params()));
+  };
 #if TORCH_VERSION_MAJOR >= 2
   if (model_.device().is_cuda()) {
     // PyTorch's fused AdamW kernel (torch.optim.AdamW(fused=True), what torchtitan runs): one pass
@@ -122,13 +125,13 @@ void Optimizer::step(double lr, double grad_scale) {
       at::_fused_adamw_(lists[d][0], lists[d][1], lists[d][2], lists[d][3], {}, steps, lr, b1, b2,
                         d == 0 ? cfg_.weight_decay : 0.0, cfg_.eps, /*amsgrad=*/false, /*maximize=*/false);
     }
-    for (Unit& u : model_.units())
-      if ((u.spec.zero == 1 || u.spec.zero == 2) && u.sync->size() > 1)
-        pending.push_back(u.sync->allgather_into_async(u.flat, u.owned_params()));
+    for (Unit& u : model_.units()) publish(u);
     for (auto& p : pending) p.wait();
     return;
   }
 #endif
+  const double bc1 = 1.0 - std::pow(b1, static_cast<double>(t_));
+  const double bc2 = 1.0 - std::pow(b2, static_cast<double>(t_));
   for (Unit& u : model_.units()) {
     at::Tensor p = u.owned_params();
     at::Tensor g = u.owned_grad();
@@ -142,8 +145,7 @@ void Optimizer::step(double lr, double grad_scale) {
     u.v.mul_(b2).addcmul_(g, g, 1.0 - b2);
     at::Tensor denom = (u.v.sqrt() / std::sqrt(bc2)).add_(cfg_.eps);
     p.addcdiv_(u.m, denom, -lr / bc1);
-    if ((u.spec.zero == 1 || u.spec.zero == 2) && u.sync->size() > 1)
-      pending.push_back(u.sync->allgather_into_async(u.flat, p));
+    publish(u);  // each unit's gather starts while the next one updates
   }
   for (auto& p : pending) p.wait();
 }

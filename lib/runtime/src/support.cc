@@ -11,12 +11,10 @@ namespace weft::runtime {
 // reads them too; runtime_supports() runs validate() first.
 Status check_supported(const Plan& p) { return runtime_supports(p); }
 
-Result<DType> run_precision(const Plan& p, const std::string& want, bool cuda) {
+DType run_precision(const Plan& p, const std::string& want, bool cuda) {
   if (want == "fp32") return DType::kFp32;
   if (want == "bf16") return DType::kBf16;
-  if (want != "auto")
-    return Error{ErrorKind::kBadInput, "--precision: expected auto, fp32 or bf16, got \"" + want + "\""};
-  return cuda && p.train.dtype == DType::kBf16 ? DType::kBf16 : DType::kFp32;
+  return cuda && p.train.dtype == DType::kBf16 ? DType::kBf16 : DType::kFp32;  // auto
 }
 
 std::string precision_note(const Plan& p, const std::string& device, DType run) {

@@ -409,9 +409,7 @@ Status train(const TrainOptions& given) {
   // The rank's GPU becomes the current device of this thread (NCCL communicators and every CUDA
   // allocation follow it).
   if (device.is_cuda()) c10::impl::getDeviceGuardImpl(at::kCUDA)->setDevice(device);
-  auto run_r = run_precision(plan, o.precision, device.is_cuda());
-  if (!run_r.ok()) return run_r.error();
-  const DType run_dtype = *run_r;
+  const DType run_dtype = run_precision(plan, o.precision, device.is_cuda());
   const std::string plan_hash = json_hash(to_json(plan));
   const int rank = env.rank;
   const int64_t tokens_per_step = static_cast<int64_t>(plan.train.global_batch) * plan.train.seq;

@@ -150,9 +150,8 @@ struct ReplicaCost {
 };
 
 // Plan p as one replica taking `share` samples of each micro-batch sees it: every replica at that
-// share, so the cost model's per-device batch is the share (0: the even share, p unchanged).
-// The plan as every replica taking `share` samples of each micro-batch (a suspended replica, share
-// 0, is costed as one of share 1 whose passes are then taken out: replica_cost).
+// share, so the cost model's per-device batch is the share (a suspended replica, share 0, is costed
+// as one of share 1 whose passes are then taken out: replica_cost).
 Plan with_share(const Plan& p, const Units& u, int share) {
   Plan q = p;
   q.train.dp_shares.clear();
@@ -315,6 +314,7 @@ void recut(Plan& p, const MixedCluster& d, const CostModel& cm) {
       seen[key] = 1;
       const Plan q = with_share(p, u, share);
       const ClusterSpec& cl = u.cluster[s][j];
+      const double pass = share == 0 ? 0.0 : u.slow[s][j];  // time factor: a suspended replica runs no pass
       const StageContext sc = stage_context(q, s, cl);
       LayerContext lc;
       static_cast<StageContext&>(lc) = sc;
@@ -329,17 +329,16 @@ void recut(Plan& p, const MixedCluster& d, const CostModel& cm) {
         lc.layer = l;
         if (l == 0 || !(strat[l] == strat[l - 1]) || !(p.model.layer(l) == p.model.layer(l - 1))) {
           const LayerCost c = cm.layer(lc, strat[l]);
-          t = share == 0 ? 0.0 : (c.fwd + c.bwd).value() * u.slow[s][j];  // a suspended replica runs no pass
+          t = (c.fwd + c.bwd).value() * pass;
           mem = c.mem().value();
         }
         double here = t;
-        if (l > 0 && !(strat[l] == strat[l - 1]) && share > 0)
-          here += cm.transition(lc, strat[l - 1], strat[l]).value() * u.slow[s][j];
+        if (l > 0 && !(strat[l] == strat[l - 1])) here += cm.transition(lc, strat[l - 1], strat[l]).value() * pass;
         col.t[l + 1] = col.t[l] + here;
         col.m[l + 1] = col.m[l] + mem;
       }
       const LayerCost e = cm.stage_extra(sc, p.embedding);
-      col.extra_t = share == 0 ? 0.0 : (e.fwd + e.bwd).value() * u.slow[s][j];
+      col.extra_t = (e.fwd + e.bwd).value() * pass;
       col.extra_m = e.mem().value();
       col.budget = cm.memory_budget(cl).value();
       cols[s].push_back(std::move(col));

@@ -23,9 +23,9 @@ Status check_supported(const Plan& p);
 // (bf16 weights cast from fp32 parameters, bf16 activations and tensor/sequence/pipeline traffic;
 // fp32 gradients, gradient reduction, optimizer state and loss). `want`: "fp32", "bf16", or "auto":
 // the plan's train.dtype on CUDA when it is bf16, otherwise fp32 (CPU bf16 matrix products in this
-// libtorch are slower than fp32; fp16 needs loss scaling, which the runtime does not have). An
-// unknown `want` is a kBadInput error naming it.
-Result<DType> run_precision(const Plan& p, const std::string& want, bool cuda);
+// libtorch are slower than fp32; fp16 needs loss scaling, which the runtime does not have). `want`
+// is one of the three (check_options refuses anything else, before any process group).
+DType run_precision(const Plan& p, const std::string& want, bool cuda);
 
 // The one log line saying in which dtype the run computes and communicates, on `device` ("cpu",
 // "cuda" with NCCL, or "cuda-gloo": CUDA tensors staged through Gloo), for the dtype `run` of
