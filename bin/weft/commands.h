@@ -47,6 +47,7 @@ void register_varlen_commands(CLI::App& app);   // varlen                    (cm
 #ifdef WEFT_WITH_TORCH
 void register_train_commands(CLI::App& app);    // train, launch             (cmd_train.cc)
 void register_profile_commands(CLI::App& app);  // profile hardware|model    (cmd_profile.cc)
+void register_checkpoint_commands(CLI::App& app);  // checkpoint inspect|convert (cmd_checkpoint.cc)
 #endif
 
 }  // namespace weft::cli

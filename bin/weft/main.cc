@@ -14,6 +14,7 @@ int main(int argc, char** argv) {
 #ifdef WEFT_WITH_TORCH
   commands.push_back(register_train_commands);
   commands.push_back(register_profile_commands);
+  commands.push_back(register_checkpoint_commands);
 #endif
   return cli_main(argc, argv, "weft: automatic parallelism for transformer training", commands, "weft 0.1.0");
 }

@@ -205,16 +205,30 @@ TEST(RuntimeCheckpoint, ResumeAfterKillEqualsUninterruptedPipelineTied) {
   check_resume(p, "ck_pp2");
 }
 
-TEST(RuntimeCheckpoint, ResumeRefusesAnotherPlan) {
-  const std::string dir = temp_dir("ck_other");
+// A checkpoint of format 1 (written before checkpoints carried plan.json and index.json) still
+// resumes under its own plan, and under another plan is refused with the reason.
+TEST(RuntimeCheckpoint, FormatOneResumesOnlyUnderItsOwnPlan) {
+  const std::string dir = temp_dir("ck_v1");
   const Plan a = uniform(tiny_gpt(), 1, 1, strat(1, 1));
   Plan b = a;
   b.train.global_batch = 4;
   const std::string pa = write_plan(a, dir, "a"), pb = write_plan(b, dir, "b");
   ASSERT_EQ(run(driver() + train_flags(2) + " --plan " + pa + " --checkpoint-dir " + dir + "/ck").status, 0);
-  const RunResult r = run(driver() + train_flags(4) + " --plan " + pb + " --checkpoint-dir " + dir + "/ck --resume");
-  EXPECT_EQ(r.status, 2) << r.output;
-  EXPECT_NE(r.output.find("different plan"), std::string::npos) << r.output;
+  const std::string sd = dir + "/ck/step-00000002";
+  std::filesystem::remove(sd + "/plan.json");
+  std::filesystem::remove(sd + "/index.json");
+  std::string meta = read_file(sd + "/meta.json");
+  const size_t v = meta.find("\"version\": 2");
+  ASSERT_NE(v, std::string::npos) << meta;
+  meta.replace(v, 12, "\"version\": 1");
+  { std::ofstream(sd + "/meta.json") << meta; }
+  const RunResult other = run(driver() + train_flags(4) + " --plan " + pb + " --checkpoint-dir " + dir + "/ck --resume");
+  EXPECT_EQ(other.status, 2) << other.output;
+  EXPECT_NE(other.output.find("written by an earlier weft (checkpoint format 1, no index.json)"), std::string::npos)
+      << other.output;
+  const RunResult own = run(driver() + train_flags(4) + " --plan " + pa + " --checkpoint-dir " + dir + "/ck --resume");
+  EXPECT_EQ(own.status, 0) << own.output;
+  EXPECT_EQ(own.losses.size(), 2u) << own.output;
   std::filesystem::remove_all(dir);
 }
 

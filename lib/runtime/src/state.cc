@@ -8,6 +8,7 @@
 
 #include "weft/core/durable_file.h"
 #include "weft/core/json.h"
+#include "weft/runtime/checkpoint.h"
 
 namespace weft::runtime {
 
@@ -39,47 +40,7 @@ std::vector<at::Tensor> local_params(Unit& u) {
   return out;
 }
 
-std::string step_name(int step) {
-  char b[32];
-  std::snprintf(b, sizeof b, "step-%08d", step);
-  return b;
-}
-
 std::string step_dir(const std::string& dir, int step) { return (fs::path(dir) / step_name(step)).string(); }
-
-// A step directory of a checkpoint directory; complete once its meta.json exists.
-struct CheckpointEntry {
-  int step = 0;
-  std::string path;
-  bool complete = false;
-};
-
-std::vector<CheckpointEntry> list_checkpoints(const std::string& dir) {
-  std::vector<CheckpointEntry> out;
-  std::error_code ec;
-  for (const auto& e : fs::directory_iterator(dir, ec)) {
-    const std::string name = e.path().filename().string();
-    int step = 0;
-    char tail = 0;
-    if (!e.is_directory() || std::sscanf(name.c_str(), "step-%d%c", &step, &tail) != 1 || name != step_name(step))
-      continue;
-    out.push_back({step, e.path().string(), fs::exists(e.path() / "meta.json")});
-  }
-  std::sort(out.begin(), out.end(), [](const CheckpointEntry& a, const CheckpointEntry& b) { return a.step < b.step; });
-  return out;
-}
-
-std::vector<std::string> checkpoints_to_prune(const std::vector<CheckpointEntry>& all, int newest, int keep) {
-  std::vector<std::string> out;
-  if (keep <= 0) return out;
-  int kept = 1;  // `newest` itself, which `latest` names
-  for (auto it = all.rbegin(); it != all.rend(); ++it) {
-    if (!it->complete || it->step == newest) continue;
-    if (kept < keep) ++kept;
-    else out.push_back(it->path);
-  }
-  return out;
-}
 
 }  // namespace
 
@@ -165,15 +126,17 @@ Status save_checkpoint(const std::string& dir, int step, Model& m, Optimizer& o,
   if (!s.ok()) return s;
   if (ok.item<double>() > 0) return Error{ErrorKind::kIo, sd + ": another rank failed to write its checkpoint file"};
   if (g.rank() == 0) {
-    try {
-      // meta.json marks the checkpoint complete only once every rank's file is durable; `latest`
-      // moves to it only once meta.json is.
-      Json meta{{"format", "weft-checkpoint"}, {"version", 1},           {"step", step},
-                {"world", g.world_size()},   {"plan_hash", plan_hash}, {"optimizer_steps", o.step_count()}};
-      write_json_file(sd + "/meta.json", meta);
-      write_text_file(dir + "/latest", step_name(step) + "\n");
-    } catch (const InputError& e) {
-      s = Error{ErrorKind::kIo, e.what()};
+    // The plan and the index of what every rank file holds (for loading under another plan); then
+    // meta.json, which marks the checkpoint complete only once every rank's file is durable;
+    // `latest` moves to it only once meta.json is.
+    s = write_checkpoint_layout(sd, m.plan());
+    if (s.ok()) s = write_checkpoint_meta(sd, {kCheckpointVersion, step, g.world_size(), plan_hash, o.step_count()});
+    if (s.ok()) {
+      try {
+        write_text_file(dir + "/latest", step_name(step) + "\n");
+      } catch (const InputError& e) {
+        s = Error{ErrorKind::kIo, e.what()};
+      }
     }
     if (s.ok()) {
       // Older complete checkpoints beyond `keep`; never the one just written, never an incomplete
@@ -186,31 +149,25 @@ Status save_checkpoint(const std::string& dir, int step, Model& m, Optimizer& o,
   return s;
 }
 
-Result<int> load_checkpoint(const std::string& dir, Model& m, Optimizer& o, int rank, int world,
-                            const std::string& plan_hash) {
-  return catch_errors([&]() -> Result<int> {
-    const std::string latest = dir + "/latest";
-    if (!fs::exists(latest)) return Error{ErrorKind::kIo, "--resume: no checkpoint in " + dir + " (no " + latest + ")"};
-    std::string name = read_text_file(latest);
-    while (!name.empty() && (name.back() == '\n' || name.back() == ' ')) name.pop_back();
-    const std::string sd = dir + "/" + name;
-    const Json meta = read_json_file(sd + "/meta.json");
-    JsonObj mo(meta, sd + "/meta.json");
-    if (mo.integer("world") != world)
-      return Error{ErrorKind::kBadInput, sd + ": checkpoint of " + std::to_string(mo.integer("world")) +
-                                             " ranks, but this job has " + std::to_string(world)};
-    if (mo.str("plan_hash") != plan_hash)
-      return Error{ErrorKind::kBadInput, sd + ": checkpoint was written under a different plan (hash " +
-                                             mo.str("plan_hash") + ", this plan " + plan_hash + ")"};
-    auto f = read_params_file(sd + "/rank-" + std::to_string(rank) + ".bin");
+Result<Resumed> load_checkpoint(const std::string& dir, Model& m, Optimizer& o, int rank, const std::string& plan_hash) {
+  return catch_errors([&]() -> Result<Resumed> {
+    auto sd = checkpoint_step_dir(dir);
+    if (!sd.ok()) return Error{sd.error().kind, "--resume: " + sd.error().message};
+    auto meta = read_checkpoint_meta(*sd);
+    if (!meta.ok()) return meta.error();
+    Resumed out;
+    out.step = meta->step;
+    out.from_world = meta->world;
+    out.from_plan = meta->plan_hash;
+    auto f = rank_state(*sd, *meta, m.plan(), plan_hash, rank, &out.resharded);
     if (!f.ok()) return f.error();
     std::map<std::string, const NamedParam*> by;
     for (const auto& p : f->params) by[p.name] = &p;
     auto get = [&](const std::string& n, int64_t numel) {
       auto it = by.find(n);
-      if (it == by.end()) throw InputError(sd + ": rank " + std::to_string(rank) + " file lacks " + n, ErrorKind::kIo);
+      if (it == by.end()) throw InputError(*sd + ": rank " + std::to_string(rank) + " file lacks " + n, ErrorKind::kIo);
       if (static_cast<int64_t>(it->second->data.size()) != numel)
-        throw InputError(sd + ": " + n + " has " + std::to_string(it->second->data.size()) + " values, expected " +
+        throw InputError(*sd + ": " + n + " has " + std::to_string(it->second->data.size()) + " values, expected " +
                              std::to_string(numel),
                          ErrorKind::kIo);
       return from_vec(it->second->data);
@@ -222,8 +179,8 @@ Result<int> load_checkpoint(const std::string& dir, Model& m, Optimizer& o, int 
       u.m.copy_(get(u.spec.name + ".adam_m", u.m.numel()));
       u.v.copy_(get(u.spec.name + ".adam_v", u.v.numel()));
     }
-    o.set_step_count(mo.integer("optimizer_steps"));
-    return static_cast<int>(mo.integer("step"));
+    o.set_step_count(meta->optimizer_steps);
+    return out;
   });
 }
 

@@ -1,10 +1,11 @@
 // Saving and restoring training state.
 //   Consolidated parameters: every parameter at full size gathered to rank 0 (weft-params file).
-//   Sharded checkpoints: <dir>/step-<N>/rank-<r>.bin holds what rank r owns (its parameters, or
-//   its ZeRO-3 shard, and its AdamW moments); <dir>/step-<N>/meta.json, written by rank 0 after
-//   every rank has renamed its file into place, marks the checkpoint complete; <dir>/latest names
-//   the newest complete one. Every file is written to a temporary name and renamed, so a kill at
-//   any moment leaves the previous checkpoint intact.
+//   Sharded checkpoints (the files: weft/runtime/checkpoint.h): <dir>/step-<N>/rank-<r>.bin holds
+//   what rank r owns (its parameters, or its ZeRO-3 shard, and its AdamW moments); plan.json and
+//   index.json say what every file holds; meta.json, written by rank 0 after every rank has renamed
+//   its file into place, marks the checkpoint complete; <dir>/latest names the newest complete one.
+//   Every file is written to a temporary name and renamed, so a kill at any moment leaves the
+//   previous checkpoint intact.
 #pragma once
 
 #include <string>
@@ -23,9 +24,18 @@ ParamsFile consolidate(Model& m, GroupSet& g, int step);
 Status save_checkpoint(const std::string& dir, int step, Model& m, Optimizer& o, GroupSet& g,
                        const std::string& plan_hash, int keep);
 
-// Loads the latest complete checkpoint in dir into m and o; returns its step. Errors: no complete
-// checkpoint (kIo), a checkpoint of another plan or world size (kBadInput), a damaged file (kIo).
-Result<int> load_checkpoint(const std::string& dir, Model& m, Optimizer& o, int rank, int world,
-                            const std::string& plan_hash);
+// What a resume loaded.
+struct Resumed {
+  int step = 0;
+  bool resharded = false;  // written under another plan or world size, re-sharded for this one
+  int from_world = 0;
+  std::string from_plan;   // the hash of the plan that wrote it
+};
+
+// Loads the latest complete checkpoint in dir into m and o: this rank's own file when it was
+// written under the same plan and world size, else re-sharded from the files that hold what this
+// rank needs (weft/runtime/checkpoint.h). Errors: no complete checkpoint (kIo), a checkpoint of
+// another model or of format 1 under another plan (kBadInput), a damaged file (kIo).
+Result<Resumed> load_checkpoint(const std::string& dir, Model& m, Optimizer& o, int rank, const std::string& plan_hash);
 
 }  // namespace weft::runtime

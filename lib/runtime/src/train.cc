@@ -74,12 +74,18 @@ std::string grad_sync_note(const GradSync& g, const TrainOptions& o) {
 // Rank 0's first lines: the run in one line, the precision and the gradient buckets (--format
 // json: only the precision line, on stderr).
 void print_start(Reporter& rep, const TrainOptions& o, const Plan& plan, int world, const TokenSource& data,
-                 const GradSync& gs, const std::string& device_name, DType run, int start_step,
+                 const GradSync& gs, const std::string& device_name, DType run, const Resumed& resumed,
                  const VarlenSetup* vl) {
+  const std::string resumed_line =
+      "resumed from step " + std::to_string(resumed.step) + " in " + o.checkpoint_dir +
+      (resumed.resharded ? ", re-sharded from a checkpoint of " + std::to_string(resumed.from_world) + " rank" +
+                               (resumed.from_world > 1 ? "s" : "") + " under plan " + resumed.from_plan
+                         : "");
   const bool as_planned = plan.train.dtype == run;
   const std::string precision = (as_planned ? "" : "weft: warning: ") + precision_note(plan, device_name, run);
   if (o.format != "text") {
     std::fprintf(stderr, "%s%s\n", as_planned ? "weft: " : "", precision.c_str());
+    if (resumed.resharded) std::fprintf(stderr, "weft: %s\n", resumed_line.c_str());
     return;
   }
   int64_t params = 0;
@@ -110,7 +116,7 @@ void print_start(Reporter& rep, const TrainOptions& o, const Plan& plan, int wor
   rep.line(h.str());
   rep.line(precision);
   rep.line(grad_sync_note(gs, o));
-  if (start_step > 0) rep.line("resumed from step " + std::to_string(start_step) + " in " + o.checkpoint_dir);
+  if (resumed.step > 0 || resumed.resharded) rep.line(resumed_line);
 }
 
 // Everything that lives while the job runs; on a failure it is deliberately leaked so that no
@@ -433,6 +439,7 @@ Status train(const TrainOptions& given) {
     planner = std::move(pr).value();
   }
   int start_step = 0;
+  Resumed resumed;
   try {
     job.model = std::make_unique<Model>(plan, rank, *job.groups, o.seed, device, at::kFloat,
                                         run_dtype == DType::kBf16 ? at::kBFloat16 : at::kFloat);
@@ -441,9 +448,10 @@ Status train(const TrainOptions& given) {
     gs.overlap = o.grad_overlap == "on";
     job.opt = std::make_unique<Optimizer>(*job.model, AdamWConfig{o.beta1, o.beta2, o.eps, o.weight_decay}, gs);
     if (o.resume) {
-      auto st = load_checkpoint(o.checkpoint_dir, *job.model, *job.opt, rank, env.world, plan_hash);
+      auto st = load_checkpoint(o.checkpoint_dir, *job.model, *job.opt, rank, plan_hash);
       if (!st.ok()) return st.error();
-      start_step = st.value();
+      start_step = st->step;
+      resumed = *st;
     }
   } catch (const std::exception& e) {
     return job.fail(e.what());
@@ -453,7 +461,7 @@ Status train(const TrainOptions& given) {
   GroupSet& groups = *job.groups;
   Comm& world = groups.world();
   if (rank == 0)
-    print_start(rep, o, plan, env.world, *data, opt.grad_sync(), !device.is_cuda() ? "cpu" : device_r->nccl || env.world == 1 ? "cuda" : "cuda-gloo", run_dtype, start_step,
+    print_start(rep, o, plan, env.world, *data, opt.grad_sync(), !device.is_cuda() ? "cpu" : device_r->nccl || env.world == 1 ? "cuda" : "cuda-gloo", run_dtype, resumed,
                 vl ? &*vl : nullptr);
   // Variable-length steps: the stage packing each micro-batch; the planner (started before the model
   // was built unless the run resumes) is planning the first steps on its own thread.
