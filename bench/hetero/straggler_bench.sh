@@ -10,6 +10,12 @@
 # the measured speeds and switches in place); its throughput after the switch is compared with the
 # aware plan's, its total time with the uniform run's.
 #
+# Third case: a 4-stage pipeline of the same model with 8 layers (dp 1, so no shares to move; each
+# stage starts with 2 layers) for ADAPT_STEPS steps with rank 1
+# slowed 2x from ADAPT_FROM, as it is and under --adapt (which re-cuts the stages and moves the
+# layers' state between the ranks in place); prints the line
+#   pipeline: adapt/uniform Z.ZZx (stages a:b:c:d)
+#
 # Prints per run the plan, tokens/s and the largest loss difference from one process, and ends with
 # the line
 #   straggler: aware/uniform X.XXx, adapt/uniform Y.YYx, parity ok|FAILED
@@ -58,6 +64,12 @@ common=(--model "$MODEL" --cluster "$OUT/cpu4.json" --seq "$SEQ" --global-batch 
 "$WEFT" plan "${common[@]}" --straggler 1:2 --out "$OUT/aware.json" --format json >"$OUT/aware.search.json"
 "$WEFT" estimate "${common[@]}" --gpus 1 --tp 1 --pp 1 --micro-batch "$BATCH" --out "$OUT/one.json" \
   --format json >/dev/null
+jq '.name = "bench-gpt-8" | .groups[0].count = 8' "$MODEL" >"$OUT/gpt8.json"
+pipe_common=(--model "$OUT/gpt8.json" --cluster "$OUT/cpu4.json" --seq "$SEQ" --global-batch "$BATCH" --dtype fp32)
+"$WEFT" estimate "${pipe_common[@]}" --gpus 4 --tp 1 --pp 4 --micro-batch 2 --out "$OUT/pipe.json" \
+  --format json >/dev/null
+"$WEFT" estimate "${pipe_common[@]}" --gpus 1 --tp 1 --pp 1 --micro-batch "$BATCH" --out "$OUT/one8.json" \
+  --format json >/dev/null
 
 describe() {  # the plan's structure in one line
   jq -r '"pp\(.train.pp) m\(.train.micro_batches) \(.stages[0].layers[0] | "tp\(.tp) dp\(.dp) zero\(.zero)")" +
@@ -86,6 +98,10 @@ say "case 2: $ADAPT_STEPS steps, rank 1 slowed 2x from step $ADAPT_FROM: one pro
 train one-long "$OUT/one.json" 1 "$ADAPT_STEPS"
 train stay "$OUT/uniform.json" 4 "$ADAPT_STEPS" --slow "1:2:$ADAPT_FROM"
 train adapt "$OUT/uniform.json" 4 "$ADAPT_STEPS" --slow "1:2:$ADAPT_FROM" --adapt
+say "case 3: the same on a 4-stage pipeline of 8 layers: one process, the pipeline as it is, --adapt"
+train one8-long "$OUT/one8.json" 1 "$ADAPT_STEPS"
+train pipe-stay "$OUT/pipe.json" 4 "$ADAPT_STEPS" --slow "1:2:$ADAPT_FROM"
+train pipe-adapt "$OUT/pipe.json" 4 "$ADAPT_STEPS" --slow "1:2:$ADAPT_FROM" --adapt
 
 maxdiff() {  # REF RUN: largest |loss - the reference's loss| over the steps
   paste "$OUT/$1.losses" "$OUT/$2.losses" | awk '{d = $1 - $2; if (d < 0) d = -d; if (d > m) m = d} END {printf "%.3g", m + 0}'
@@ -102,6 +118,8 @@ check one uniform "$(describe "$OUT/uniform.json")" "$(cat "$OUT/uniform.tps")"
 check one aware "$(describe "$OUT/aware.json")" "$(cat "$OUT/aware.tps")"
 check one-long stay "uniform plan, slowed from step $ADAPT_FROM" "$(cat "$OUT/stay.tps")"
 check one-long adapt "--adapt, slowed from step $ADAPT_FROM" "$(cat "$OUT/adapt.tps")"
+check one8-long pipe-stay "pipeline, slowed from step $ADAPT_FROM" "$(cat "$OUT/pipe-stay.tps")"
+check one8-long pipe-adapt "pipeline --adapt, slowed from step $ADAPT_FROM" "$(cat "$OUT/pipe-adapt.tps")"
 
 # The --adapt run: its switches, and its throughput from the step after the first switch on.
 grep '^{' "$OUT/adapt.log" | jq -c 'select(.switched) | {step, change: .switched.change}' >"$OUT/adapt.switches"
@@ -117,6 +135,11 @@ else
   say "--adapt did not switch"
 fi
 say "total time: uniform plan $(cat "$OUT/stay.wall") s, --adapt $(cat "$OUT/adapt.wall") s"
+grep -h 'weft: adapt' "$OUT/pipe-adapt.log" "$OUT/pipe-adapt.err" >&2 || true
+cut=$(grep '^{' "$OUT/pipe-adapt.log" | jq -r 'select(.switched) | .switched.change' | head -1 | sed -n 's/^stages \([0-9:]*\) layers.*/\1/p')
+say "total time: pipeline $(cat "$OUT/pipe-stay.wall") s, --adapt $(cat "$OUT/pipe-adapt.wall") s"
+pipe=$(awk -v a="$(cat "$OUT/pipe-adapt.wall")" -v u="$(cat "$OUT/pipe-stay.wall")" 'BEGIN {printf "%.2f", u / a}')
+echo "pipeline: adapt/uniform ${pipe}x (stages ${cut:-not re-cut})"
 aware=$(awk -v a="$(cat "$OUT/aware.tps")" -v u="$(cat "$OUT/uniform.tps")" 'BEGIN {printf "%.2f", a / u}')
 adapt=$(awk -v a="$(cat "$OUT/adapt.wall")" -v u="$(cat "$OUT/stay.wall")" 'BEGIN {printf "%.2f", u / a}')
 echo "straggler: aware/uniform ${aware}x, adapt/uniform ${adapt}x, parity $parity"

@@ -7,6 +7,7 @@
 #include "weft/runtime/launch.h"
 #include "weft/runtime/train.h"
 #include "weft/cost/analytic.h"
+#include "weft/plan/checkpoint_layout.h"
 #include "weft/search/hetero.h"
 #include "weft/varlen/prefetch.h"
 #include "weft/varlen/seq_cost.h"
@@ -81,12 +82,24 @@ runtime::AdaptHooks adapt_hooks() {
     out.plan = r->plan;
     out.predicted_s = r->predicted_s;
     out.current_s = r->current_s;
+    // New shares move nothing; new stage cuts move the layers that change ranks (parameters and
+    // both AdamW moments, fp32), priced at the cluster's slowest link.
+    auto moved = reshard_bytes_moved(p, r->plan);
+    if (!moved.ok()) return moved.error();
+    out.bytes_to_move = *moved;
+    const LinkSpec& link = p.cluster.nodes > 1 ? p.cluster.inter : p.cluster.intra;
+    out.move_s = out.bytes_to_move > 0 && link.gbps > 0 ? static_cast<double>(out.bytes_to_move) / (link.gbps * 1e9) : 0;
     out.plan_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-    out.bytes_to_move = 0;  // the structure is kept: only the samples each replica reads change
     const std::string shares = shares_label(out.plan.train);
     const int m = out.plan.train.micro_batches;
     out.change = (shares.empty() ? std::string("even shares") : "shares " + shares) + ", " + std::to_string(m) +
                  " micro-batch" + (m > 1 ? "es" : "");
+    auto cut = [](const Plan& q) {
+      std::string c;
+      for (const Stage& st : q.stages) c += (c.empty() ? "" : ":") + std::to_string(st.num_layers());
+      return c;
+    };
+    if (cut(out.plan) != cut(p)) out.change = "stages " + cut(out.plan) + " layers, " + out.change;
     return out;
   };
   return h;

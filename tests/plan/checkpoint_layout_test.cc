@@ -102,7 +102,9 @@ void check_reshard(const Plan& a, const Plan& b) {
   }
   auto source = [&](int r, int e) -> Result<const std::vector<float>*> { return &files[static_cast<size_t>(r)][static_cast<size_t>(e)]; };
   for (int r = 0; r < b.world_size(); ++r) {
-    auto fills = reshard_rank(idx, b, r);
+    // Odd ranks take their own copies first (as a running job re-sharding in place does): the
+    // values are the same either way.
+    auto fills = reshard_rank(idx, b, r, r % 2 == 1 ? r : -1);
     ASSERT_TRUE(fills.ok()) << fills.error().message;
     const std::vector<SavedEntry> want = saved_entries(b, r);
     ASSERT_EQ(fills->size(), want.size());
@@ -177,6 +179,28 @@ TEST(CheckpointLayout, ReshardsTiedEmbeddingAcrossStages) {
   const Plan b = make_plan(tiny_gpt(), 4, 1, {st(1, 4, 3)}, st(1, 4, 3));
   check_reshard(a, b);
   check_reshard(b, a);
+}
+
+TEST(CheckpointLayout, BytesMovedCountOnlyStateThatChangesRanks) {
+  const Plan dp = make_plan(tiny_llama(), 4, 1, {st(1, 4)}, st(1, 4));
+  // The same plan, and ZeRO-1 over the same replicas (each rank keeps a slice of what it holds).
+  EXPECT_EQ(*reshard_bytes_moved(dp, dp), 0);
+  EXPECT_EQ(*reshard_bytes_moved(dp, make_plan(tiny_llama(), 4, 1, {st(1, 4, 1)}, st(1, 4, 1))), 0);
+  // ZeRO-1 back to replicas: each rank receives the three quarters of the moments it lacks.
+  const Plan z1 = make_plan(tiny_llama(), 4, 1, {st(1, 4, 1)}, st(1, 4, 1));
+  int64_t params = 0;
+  for (const UnitSpec& u : unit_specs(dp, 0)) params += u.numel;
+  EXPECT_EQ(*reshard_bytes_moved(z1, dp), 4 * 3 * (2 * params / 4) * 4);
+  // A 4-stage pipeline of 8 layers re-cut from 2:2:2:2 to 3:1:2:2: layer 2 moves from rank 1 to rank 0.
+  const Plan a = make_plan(tiny_llama(8), 4, 4, {st(1, 1)}, st(1, 1));
+  Plan b = a;
+  b.stages[0].layers.push_back(b.stages[1].layers[0]);
+  b.stages[1].first_layer = 3;
+  b.stages[1].layers.pop_back();
+  ASSERT_EQ(message_of(validate(b)), "OK");
+  int64_t layer = 0;
+  for (const UnitSpec& u : unit_specs(a, 1)) layer += u.numel;  // layers 2 and 3
+  EXPECT_EQ(*reshard_bytes_moved(a, b), 3 * (layer / 2) * 4);  // its parameters and two moments
 }
 
 TEST(CheckpointLayout, RefusesAnotherModel) {

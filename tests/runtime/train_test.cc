@@ -489,6 +489,68 @@ TEST(RuntimeStragglers, AdaptSwitchesInPlaceAndBackWithOneProcessLosses) {
   EXPECT_NE(bad.output.find("--adapt-min-gain: must be at least 1"), std::string::npos) << bad.output;
 }
 
+// --adapt on a pipeline (dp 1: no shares to move): rank 1, holding stage 1, computes 3x slower from
+// step 3. The job re-plans with the measured speeds, re-cuts the stages so that stage 1 holds fewer
+// layers, moves those layers' parameters and AdamW moments between the ranks in place (no
+// restart, no files), rebuilds its model on the new cut and continues: the losses stay those of one
+// process throughout.
+TEST(RuntimeStragglers, AdaptRecutsAPipelineInPlaceWithOneProcessLosses) {
+  ModelSpec m = tiny_gpt(8);
+  m.hidden = 128;
+  m.vocab = 128;
+  m.max_seq = 64;
+  m.groups[0].shape.hidden = 128;
+  m.groups[0].shape.head_dim = 32;
+  m.groups[0].shape.ffn = 512;
+  Plan p = uniform(m, 4, 4, strat(1, 1), {2, 2, 2, 2}, Schedule::k1F1B, 16, 8);
+  p.train.seq = 64;
+  ASSERT_TRUE(validate(p).ok()) << validate(p).error().message;
+  const int steps = 12;
+  const std::string dir = temp_dir("adapt_recut");
+  Plan one = reference_of(p);
+  one.train.seq = p.train.seq;
+  const RunResult ref = train_plan(one, dir, "ref", steps);
+  const RunResult got = train_plan(p, dir, "adapt", steps,
+                                   " --adapt --slow 1:3:3 --straggler-steps 2 --straggler-margin 1.5"
+                                   " --checkpoint-dir " + dir + "/ck");
+  ASSERT_EQ(ref.status, 0) << ref.output;
+  ASSERT_EQ(got.status, 0) << got.output;
+  ASSERT_EQ(got.losses.size(), ref.losses.size()) << got.output;
+  for (size_t i = 0; i < ref.losses.size(); ++i)
+    EXPECT_NEAR(got.losses[i], ref.losses[i], 1e-5 * std::fabs(ref.losses[i])) << "step " << i + 1;
+  // The switch, from the per-step JSON: a new cut giving stage 1 fewer than its 2 layers, state moved.
+  Json sw;
+  std::istringstream in(got.output);
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind("[0] ", 0) == 0) line = line.substr(4);
+    if (line.rfind("{\"step\"", 0) != 0) continue;
+    const Json j = Json::parse(line);
+    if (j.contains("switched") && sw.is_null()) sw = j;
+  }
+  ASSERT_FALSE(sw.is_null()) << got.output;
+  for (size_t at = got.output.find("weft: adapt:"); at != std::string::npos; at = got.output.find("weft: adapt:", at + 1))
+    std::printf("%s\n", got.output.substr(at, got.output.find('\n', at) - at).c_str());
+  std::printf("switch at step %d: %s\n", sw["step"].get<int>(), sw["switched"].dump().c_str());
+  const std::string change = sw["switched"]["change"].get<std::string>();
+  ASSERT_EQ(change.rfind("stages ", 0), 0u) << change;
+  std::vector<int> cut;
+  std::istringstream cs(change.substr(7, change.find(' ', 7) - 7));
+  for (std::string x; std::getline(cs, x, ':');) cut.push_back(std::stoi(x));
+  ASSERT_EQ(cut.size(), 4u) << change;
+  EXPECT_LT(cut[1], 2) << change;
+  EXPECT_TRUE(sw["switched"]["structural"].get<bool>()) << sw.dump();
+  EXPECT_GT(sw["switched"]["bytes_to_move"].get<int64_t>(), 0) << sw.dump();
+  EXPECT_GE(sw["step"].get<int>(), 4) << sw.dump();
+  // The checkpoint after the last step is written under the new cut: it holds the new plan and
+  // resumes under it as its own (no re-shard), and under the original plan by re-sharding.
+  const RunResult in_ck = run(driver() + " checkpoint inspect " + dir + "/ck");
+  ASSERT_EQ(in_ck.status, 0) << in_ck.output;
+  EXPECT_NE(in_ck.output.find("stage 1 (rank 1): layers " + std::to_string(cut[0]) + (cut[1] > 1 ? "-" : " ")),
+            std::string::npos)
+      << in_ck.output;
+  std::filesystem::remove_all(dir);
+}
+
 // ---- failures ----
 
 TEST(RuntimeFailure, LauncherStopsEveryoneWhenARankDies) {

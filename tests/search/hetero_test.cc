@@ -6,6 +6,7 @@
 #include <numeric>
 
 #include "weft/cost/analytic.h"
+#include "weft/plan/checkpoint_layout.h"
 #include "weft/search/hetero.h"
 #include "weft/spec/presets.h"
 #include "tiny_specs.h"
@@ -141,6 +142,44 @@ TEST(Hetero, PipelineStagesOnFasterGpusTakeMoreLayers) {
   EXPECT_EQ(e.groups[0].ranks + e.groups[1].ranks, 16);
   EXPECT_GT(e.groups[fast_stage].layers, e.groups[1 - fast_stage].layers);
   for (const DeviceGroupUse& g : e.groups) EXPECT_LE(g.memory_gib, g.budget_gib);
+}
+
+// A 4-stage pipeline (dp 1: no shares to move) re-balanced for a rank computing 3x slower: the
+// stage cuts are re-made so that the slow rank's stage holds fewer layers and the others more, the
+// compute-bound step is predicted faster, and the layers that change ranks are what would move.
+// Without a slowdown the cut stays.
+TEST(Hetero, RebalanceRecutsAPipelineAroundASlowRank) {
+  const AnalyticCostModel cm;
+  Plan p;
+  p.model = model();
+  p.cluster = testing::small_cluster(4, 4);
+  p.train = TrainSettings{.seq = 2048, .global_batch = 16, .micro_batches = 16, .pp = 4};
+  for (int k = 0; k < 4; ++k) {
+    Stage st;
+    st.first_layer = 4 * k;
+    st.layers.assign(4, LayerStrategy{});
+    p.stages.push_back(st);
+  }
+  ASSERT_TRUE(validate(p).ok()) << validate(p).error().message;
+  auto same = rebalance(p, {1, 1, 1, 1}, cm);
+  ASSERT_TRUE(same.ok()) << same.error().message;
+  for (int k = 0; k < 4; ++k) EXPECT_EQ(same->plan.stages[k].first_layer, 4 * k);
+  EXPECT_EQ(*reshard_bytes_moved(p, same->plan), 0);
+
+  auto r = rebalance(p, {1, 3, 1, 1}, cm);
+  ASSERT_TRUE(r.ok()) << r.error().message;
+  const Plan& q = r->plan;
+  ASSERT_EQ(q.stages.size(), 4u);
+  EXPECT_LT(q.stages[1].num_layers(), 4);
+  for (int k : {0, 2, 3}) EXPECT_GE(q.stages[k].num_layers(), 4) << "stage " << k;
+  EXPECT_LT(r->predicted_s * 1.5, r->current_s) << r->predicted_s << " vs " << r->current_s;
+  EXPECT_TRUE(validate(q).ok()) << validate(q).error().message;
+  auto moved = reshard_bytes_moved(p, q);
+  ASSERT_TRUE(moved.ok()) << moved.error().message;
+  EXPECT_GT(*moved, 0);
+  // Layers moved, each with its fp32 parameters and two moments: a multiple of one layer's state.
+  const int64_t layer_bytes = 3 * 4 * (4 * 2048 * 2048 + 2 * 2048 * 8192 + 4 * 2048);
+  EXPECT_EQ(*moved % layer_bytes, 0) << *moved;
 }
 
 TEST(Hetero, NothingFitsNamesTheMemoryNeeded) {

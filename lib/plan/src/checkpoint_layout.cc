@@ -72,7 +72,65 @@ struct TensorSources {
   std::vector<SourceRun> runs[3];  // per StateKind: sorted, non-overlapping
 };
 
-std::map<std::string, TensorSources> sources_of(const CheckpointIndex& idx) {
+// Sorted, non-overlapping runs: in order of begin (lowest rank first among equal begins), the part
+// of each run past what earlier runs cover; adjacent runs of one entry merged.
+std::vector<SourceRun> cover(std::vector<SourceRun> runs) {
+  std::stable_sort(runs.begin(), runs.end(), [](const SourceRun& a, const SourceRun& b) {
+    return a.begin != b.begin ? a.begin < b.begin : a.rank < b.rank;
+  });
+  std::vector<SourceRun> kept;
+  int64_t covered = 0;
+  for (const SourceRun& s : runs) {
+    const int64_t end = s.begin + s.count;
+    if (end <= covered) continue;
+    SourceRun k = s;
+    if (k.begin < covered) {
+      k.offset += covered - k.begin;
+      k.count = end - covered;
+      k.begin = covered;
+    }
+    if (!kept.empty()) {
+      SourceRun& b = kept.back();
+      if (b.rank == k.rank && b.entry == k.entry && b.begin + b.count == k.begin && b.offset + b.count == k.offset) {
+        b.count += k.count;
+        covered = end;
+        continue;
+      }
+    }
+    kept.push_back(k);
+    covered = end;
+  }
+  return kept;
+}
+
+// `mine` (sorted, non-overlapping) with the gaps between its runs filled from `others` (the same).
+std::vector<SourceRun> prefer_runs(const std::vector<SourceRun>& mine, const std::vector<SourceRun>& others) {
+  std::vector<SourceRun> out;
+  size_t i = 0;
+  for (const SourceRun& o : others) {
+    int64_t a = o.begin;
+    const int64_t b = o.begin + o.count;
+    while (a < b) {
+      while (i < mine.size() && mine[i].begin + mine[i].count <= a) out.push_back(mine[i++]);
+      const int64_t stop = i < mine.size() ? std::min(b, mine[i].begin) : b;
+      if (a < stop) {
+        SourceRun piece = o;
+        piece.offset += a - o.begin;
+        piece.begin = a;
+        piece.count = stop - a;
+        out.push_back(piece);
+      }
+      if (stop == b) break;
+      a = std::min(b, mine[i].begin + mine[i].count);  // mine[i] covers [stop, ...)
+    }
+  }
+  while (i < mine.size()) out.push_back(mine[i++]);
+  std::sort(out.begin(), out.end(), [](const SourceRun& x, const SourceRun& y) { return x.begin < y.begin; });
+  return out;
+}
+
+// Where the checkpoint holds every tensor, per state; with prefer >= 0, that rank's runs first.
+std::map<std::string, TensorSources> sources_of(const CheckpointIndex& idx, int prefer = -1) {
   std::map<std::string, TensorSources> out;
   for (int r = 0; r < static_cast<int>(idx.ranks.size()); ++r) {
     const auto& entries = idx.ranks[static_cast<size_t>(r)];
@@ -87,36 +145,15 @@ std::map<std::string, TensorSources> sources_of(const CheckpointIndex& idx) {
       }
     }
   }
-  // Replicas overlap: keep, in order of begin (lowest rank first among equal begins), the part of
-  // each run past what earlier runs cover.
   for (auto& [name, t] : out)
     for (auto& runs : t.runs) {
-      std::stable_sort(runs.begin(), runs.end(), [](const SourceRun& a, const SourceRun& b) {
-        return a.begin != b.begin ? a.begin < b.begin : a.rank < b.rank;
-      });
-      std::vector<SourceRun> kept;
-      int64_t covered = 0;
-      for (const SourceRun& s : runs) {
-        const int64_t end = s.begin + s.count;
-        if (end <= covered) continue;
-        SourceRun k = s;
-        if (k.begin < covered) {
-          k.offset += covered - k.begin;
-          k.count = end - covered;
-          k.begin = covered;
-        }
-        if (!kept.empty()) {
-          SourceRun& b = kept.back();
-          if (b.rank == k.rank && b.entry == k.entry && b.begin + b.count == k.begin && b.offset + b.count == k.offset) {
-            b.count += k.count;
-            covered = end;
-            continue;
-          }
-        }
-        kept.push_back(k);
-        covered = end;
+      if (prefer < 0) {
+        runs = cover(std::move(runs));
+        continue;
       }
-      runs = std::move(kept);
+      std::vector<SourceRun> mine, others;
+      for (const SourceRun& r : runs) (r.rank == prefer ? mine : others).push_back(r);
+      runs = prefer_runs(cover(std::move(mine)), cover(std::move(others)));
     }
   return out;
 }
@@ -281,8 +318,8 @@ IndexCoverage index_coverage(const CheckpointIndex& idx) {
   return c;
 }
 
-Result<std::vector<EntryFill>> reshard_rank(const CheckpointIndex& from, const Plan& next, int rank) {
-  const std::map<std::string, TensorSources> src = sources_of(from);
+Result<std::vector<EntryFill>> reshard_rank(const CheckpointIndex& from, const Plan& next, int rank, int prefer) {
+  const std::map<std::string, TensorSources> src = sources_of(from, prefer);
   // The two must hold the same tensors: every tensor of the next plan's model (the first rank of
   // each stage holds one slice of each of its tensors) against every tensor of the checkpoint.
   std::set<std::string> wanted;
@@ -345,6 +382,19 @@ Result<std::vector<EntryFill>> reshard_rank(const CheckpointIndex& from, const P
     out.push_back(std::move(f));
   }
   return out;
+}
+
+Result<int64_t> reshard_bytes_moved(const Plan& a, const Plan& b) {
+  const CheckpointIndex idx = checkpoint_index(a);
+  int64_t values = 0;
+  for (int r = 0; r < b.world_size(); ++r) {
+    auto fills = reshard_rank(idx, b, r, r);
+    if (!fills.ok()) return fills.error();
+    for (const EntryFill& f : *fills)
+      for (const EntryCopy& c : f.copies)
+        if (c.src_rank != r) values += c.count;
+  }
+  return values * static_cast<int64_t>(sizeof(float));
 }
 
 Result<std::vector<float>> fill_entry(const CheckpointIndex& from, const EntryFill& fill,

@@ -82,7 +82,9 @@ std::string layout_lines(const Plan& p) {
   for (int g = 0; g < static_cast<int>(p.stages.size()); ++g) {
     const Stage& st = p.stages[static_cast<size_t>(g)];
     const int grp = stage_group(p, g);
-    out += "    stage " + std::to_string(g) + " (ranks " + std::to_string(grp * S) + "-" + std::to_string(grp * S + S - 1) + "):";
+    out += "    stage " + std::to_string(g) +
+           (S == 1 ? " (rank " + std::to_string(grp) + "):"
+                   : " (ranks " + std::to_string(grp * S) + "-" + std::to_string(grp * S + S - 1) + "):");
     if (g == 0) out += " embedding " + label(p.embedding) + ";";
     for (int i = 0; i < st.num_layers();) {
       int j = i;

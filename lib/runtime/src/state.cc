@@ -44,6 +44,97 @@ std::string step_dir(const std::string& dir, int step) { return (fs::path(dir) /
 
 }  // namespace
 
+ParamsFile rank_entries(Model& m) {
+  ParamsFile f;
+  for (Unit& u : m.units()) {
+    at::Tensor params = u.spec.zero == 3 ? u.shard_leaf.detach() : u.flat.narrow(0, 0, u.spec.numel);
+    f.params.push_back({u.spec.name + ".params", {params.numel()}, to_vec(params)});
+    f.params.push_back({u.spec.name + ".adam_m", {u.m.numel()}, to_vec(u.m)});
+    f.params.push_back({u.spec.name + ".adam_v", {u.v.numel()}, to_vec(u.v)});
+  }
+  return f;
+}
+
+void load_state(Model& m, const ParamsFile& f, const std::string& where) {
+  std::map<std::string, const NamedParam*> by;
+  for (const auto& p : f.params) by[p.name] = &p;
+  auto get = [&](const std::string& n, int64_t numel) {
+    auto it = by.find(n);
+    if (it == by.end()) throw InputError(where + ": lacks " + n, ErrorKind::kIo);
+    if (static_cast<int64_t>(it->second->data.size()) != numel)
+      throw InputError(where + ": " + n + " has " + std::to_string(it->second->data.size()) + " values, expected " +
+                           std::to_string(numel),
+                       ErrorKind::kIo);
+    return from_vec(it->second->data);
+  };
+  at::NoGradGuard ng;
+  for (Unit& u : m.units()) {
+    if (u.spec.zero == 3) u.shard_leaf.detach().copy_(get(u.spec.name + ".params", u.shard_leaf.numel()));
+    else u.flat.narrow(0, 0, u.spec.numel).copy_(get(u.spec.name + ".params", u.spec.numel));
+    u.m.copy_(get(u.spec.name + ".adam_m", u.m.numel()));
+    u.v.copy_(get(u.spec.name + ".adam_v", u.v.numel()));
+  }
+}
+
+ParamsFile exchange_state(Model& m, const Plan& next, GroupSet& g) {
+  const int me = g.rank(), world = g.world_size();
+  if (next.world_size() != world)
+    throw InputError("re-shard in place: the new plan has " + std::to_string(next.world_size()) + " ranks, the job " +
+                     std::to_string(world));
+  const CheckpointIndex idx = checkpoint_index(m.plan());
+  const ParamsFile mine = rank_entries(m);
+  // What every rank fills under the new plan (a pure function of the two plans, so every rank
+  // computes the same), each taking what it holds from itself.
+  std::vector<std::vector<EntryFill>> fills(static_cast<size_t>(world));
+  for (int r = 0; r < world; ++r) {
+    auto f = reshard_rank(idx, next, r, r);
+    if (!f.ok()) throw InputError("re-shard in place: " + f.error().message, f.error().kind);
+    fills[static_cast<size_t>(r)] = std::move(f).value();
+  }
+  constexpr int kTag = 9100;
+  Comm& w = g.world();
+  // One message per pair of ranks: the sender's values for every copy the receiver takes from it,
+  // in the receiver's fill order. Sends are posted first, so no receive waits on a blocked send.
+  std::vector<Pending> sends;
+  for (int dst = 0; dst < world; ++dst) {
+    if (dst == me) continue;
+    std::vector<float> out;
+    for (const EntryFill& f : fills[static_cast<size_t>(dst)])
+      for (const EntryCopy& c : f.copies)
+        if (c.src_rank == me) {
+          const auto& v = mine.params[static_cast<size_t>(c.src_entry)].data;
+          out.insert(out.end(), v.begin() + c.src_offset, v.begin() + c.src_offset + c.count);
+        }
+    if (!out.empty()) sends.push_back(w.send(from_vec(out), dst, kTag));
+  }
+  std::vector<std::vector<float>> got(static_cast<size_t>(world));
+  std::vector<size_t> pos(static_cast<size_t>(world), 0);
+  for (int src = 0; src < world; ++src) {
+    if (src == me) continue;
+    int64_t n = 0;
+    for (const EntryFill& f : fills[static_cast<size_t>(me)])
+      for (const EntryCopy& c : f.copies)
+        if (c.src_rank == src) n += c.count;
+    if (n == 0) continue;
+    at::Tensor t = at::empty({n}, at::kFloat);
+    w.recv(t, src, kTag);
+    got[static_cast<size_t>(src)] = to_vec(t);
+  }
+  ParamsFile out;
+  for (const EntryFill& f : fills[static_cast<size_t>(me)]) {
+    std::vector<float> v(static_cast<size_t>(f.numel), 0.0f);
+    for (const EntryCopy& c : f.copies) {
+      const float* from = c.src_rank == me ? mine.params[static_cast<size_t>(c.src_entry)].data.data() + c.src_offset
+                                           : got[static_cast<size_t>(c.src_rank)].data() + pos[static_cast<size_t>(c.src_rank)];
+      if (c.src_rank != me) pos[static_cast<size_t>(c.src_rank)] += static_cast<size_t>(c.count);
+      std::copy_n(from, c.count, v.begin() + c.dst_offset);
+    }
+    out.params.push_back({f.name, {f.numel}, std::move(v)});
+  }
+  for (auto& p : sends) p.wait();
+  return out;
+}
+
 ParamsFile consolidate(Model& m, GroupSet& g, int step) {
   const Plan& p = m.plan();
   const int rank = g.rank();
@@ -110,14 +201,8 @@ Status save_checkpoint(const std::string& dir, int step, Model& m, Optimizer& o,
     fs::remove(fs::path(sd) / "meta.json", ec);
     s = sync_directory(dir);
   }
-  ParamsFile f;
+  ParamsFile f = rank_entries(m);
   f.step = step;
-  for (Unit& u : m.units()) {
-    at::Tensor params = u.spec.zero == 3 ? u.shard_leaf.detach() : u.flat.narrow(0, 0, u.spec.numel);
-    f.params.push_back({u.spec.name + ".params", {params.numel()}, to_vec(params)});
-    f.params.push_back({u.spec.name + ".adam_m", {u.m.numel()}, to_vec(u.m)});
-    f.params.push_back({u.spec.name + ".adam_v", {u.v.numel()}, to_vec(u.v)});
-  }
   // Each rank's file is fsynced, renamed into place and its directory fsynced (durable_file.h).
   if (s.ok()) s = write_params_file(sd + "/rank-" + std::to_string(g.rank()) + ".bin", f);
   // Every rank reports; a failed write on any rank fails the save everywhere.
@@ -161,24 +246,7 @@ Result<Resumed> load_checkpoint(const std::string& dir, Model& m, Optimizer& o, 
     out.from_plan = meta->plan_hash;
     auto f = rank_state(*sd, *meta, m.plan(), plan_hash, rank, &out.resharded);
     if (!f.ok()) return f.error();
-    std::map<std::string, const NamedParam*> by;
-    for (const auto& p : f->params) by[p.name] = &p;
-    auto get = [&](const std::string& n, int64_t numel) {
-      auto it = by.find(n);
-      if (it == by.end()) throw InputError(*sd + ": rank " + std::to_string(rank) + " file lacks " + n, ErrorKind::kIo);
-      if (static_cast<int64_t>(it->second->data.size()) != numel)
-        throw InputError(*sd + ": " + n + " has " + std::to_string(it->second->data.size()) + " values, expected " +
-                             std::to_string(numel),
-                         ErrorKind::kIo);
-      return from_vec(it->second->data);
-    };
-    at::NoGradGuard ng;
-    for (Unit& u : m.units()) {
-      if (u.spec.zero == 3) u.shard_leaf.detach().copy_(get(u.spec.name + ".params", u.shard_leaf.numel()));
-      else u.flat.narrow(0, 0, u.spec.numel).copy_(get(u.spec.name + ".params", u.spec.numel));
-      u.m.copy_(get(u.spec.name + ".adam_m", u.m.numel()));
-      u.v.copy_(get(u.spec.name + ".adam_v", u.v.numel()));
-    }
+    load_state(m, *f, *sd + ": rank " + std::to_string(rank) + "'s state");
     o.set_step_count(meta->optimizer_steps);
     return out;
   });

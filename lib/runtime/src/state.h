@@ -16,6 +16,17 @@
 
 namespace weft::runtime {
 
+// This rank's training state as checkpoint entries (weft/plan/checkpoint_layout.h): per unit its
+// parameters (or ZeRO-3 shard) and AdamW moments, in unit order.
+ParamsFile rank_entries(Model& m);
+// Loads entries in that form into m's units (throws InputError naming `where` and the entry when
+// one is missing or of another size).
+void load_state(Model& m, const ParamsFile& f, const std::string& where);
+// Collective over the world: this rank's state re-sharded for plan `next` on the same ranks,
+// exchanged between the ranks in memory (each rank sends each other rank, in one message, what it
+// takes from it; what a rank already holds it takes from itself). The running model is m.
+ParamsFile exchange_state(Model& m, const Plan& next, GroupSet& g);
+
 // Collective over the world. Rank 0 gets every parameter in model order; other ranks get an empty
 // file.
 ParamsFile consolidate(Model& m, GroupSet& g, int step);

@@ -12,6 +12,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <limits>
 #include <optional>
 #include <thread>
 #include <set>
@@ -20,6 +21,7 @@
 
 #include "fault.h"
 #include "weft/core/format.h"
+#include "weft/plan/checkpoint_layout.h"
 #include "weft/runtime/straggler.h"
 #include "reporter.h"
 #include "state.h"
@@ -416,7 +418,8 @@ Status train(const TrainOptions& given) {
   // allocation follow it).
   if (device.is_cuda()) c10::impl::getDeviceGuardImpl(at::kCUDA)->setDevice(device);
   const DType run_dtype = run_precision(plan, o.precision, device.is_cuda());
-  const std::string plan_hash = json_hash(to_json(plan));
+  // Not const: a switch of structure under --adapt changes the plan the checkpoints are written under.
+  std::string plan_hash = json_hash(to_json(plan));
   const int rank = env.rank;
   const int64_t tokens_per_step = static_cast<int64_t>(plan.train.global_batch) * plan.train.seq;
   Reporter rep(o, o.steps, rank == 0);
@@ -440,13 +443,17 @@ Status train(const TrainOptions& given) {
   }
   int start_step = 0;
   Resumed resumed;
-  try {
+  // The model and optimizer of `plan` on this rank (again after a switch of structure).
+  auto build_model = [&] {
     job.model = std::make_unique<Model>(plan, rank, *job.groups, o.seed, device, at::kFloat,
                                         run_dtype == DType::kBf16 ? at::kBFloat16 : at::kFloat);
     GradSyncOptions gs;
     gs.bucket_bytes = std::max<int64_t>(1, static_cast<int64_t>(o.bucket_mb * 1024.0 * 1024.0));
     gs.overlap = o.grad_overlap == "on";
     job.opt = std::make_unique<Optimizer>(*job.model, AdamWConfig{o.beta1, o.beta2, o.eps, o.weight_decay}, gs);
+  };
+  try {
+    build_model();
     if (o.resume) {
       auto st = load_checkpoint(o.checkpoint_dir, *job.model, *job.opt, rank, plan_hash);
       if (!st.ok()) return st.error();
@@ -456,12 +463,13 @@ Status train(const TrainOptions& given) {
   } catch (const std::exception& e) {
     return job.fail(e.what());
   }
-  Model& model = *job.model;
-  Optimizer& opt = *job.opt;
+  // Pointers: a switch of structure under --adapt replaces both.
+  Model* model = job.model.get();
+  Optimizer* opt = job.opt.get();
   GroupSet& groups = *job.groups;
   Comm& world = groups.world();
   if (rank == 0)
-    print_start(rep, o, plan, env.world, *data, opt.grad_sync(), !device.is_cuda() ? "cpu" : device_r->nccl || env.world == 1 ? "cuda" : "cuda-gloo", run_dtype, resumed,
+    print_start(rep, o, plan, env.world, *data, opt->grad_sync(), !device.is_cuda() ? "cpu" : device_r->nccl || env.world == 1 ? "cuda" : "cuda-gloo", run_dtype, resumed,
                 vl ? &*vl : nullptr);
   // Variable-length steps: the stage packing each micro-batch; the planner (started before the model
   // was built unless the run resumes) is planning the first steps on its own thread.
@@ -472,20 +480,19 @@ Status train(const TrainOptions& given) {
       if (!pr.ok()) return pr.error();
       planner = std::move(pr).value();
     }
-    vstage = std::make_unique<VarlenStage>(model, opt, groups, *data, *vl->batches);
+    vstage = std::make_unique<VarlenStage>(*model, *opt, groups, *data, *vl->batches);
   }
 
   const LrSchedule lrs = lr_schedule(o);
-  auto actions = pipeline_actions(plan.train.schedule, plan.train.pp, model.stage(), plan.train.micro_batches);
-  auto stage_ptr = std::make_unique<TrainStage>(model, opt, *data, plan);
+  auto actions = pipeline_actions(plan.train.schedule, plan.train.pp, model->stage(), plan.train.micro_batches);
+  auto stage_ptr = std::make_unique<TrainStage>(*model, *opt, *data, plan);
   // Each rank's compute as the plan expects it (the straggler check and --adapt compare with it).
   std::vector<double> expected;
   if (o.adapt_hooks.expected && !vl) expected = o.adapt_hooks.expected(plan);
   Adapter adapter(AdaptOptions{o.straggler_margin, o.straggler_steps, o.adapt_min_gain}, env.world);
   // A plan made for slow ranks (weft plan --straggler) gives them less work: calibrate on it first.
   if (plan.devices && !plan.devices->cluster.slowdown.empty()) adapter.switched(plan.devices->cluster.slowdown);
-  const int S = plan.devices_per_stage();
-  const StageLinks links{&world, rank - S, rank + S};
+  StageLinks links{&world, rank - plan.devices_per_stage(), rank + plan.devices_per_stage()};
   Totals tot;
   const auto run_start = Clock::now();
   try {
@@ -495,7 +502,7 @@ Status train(const TrainOptions& given) {
       const auto t0 = Clock::now();
       std::vector<CollectiveRecord> before;
       if (step == o.steps) before = groups.collectives();
-      opt.zero_grad();
+      opt->zero_grad();
       // Steps after the run's first are timed into the summary (a one-step run: its only step).
       const bool timed_step = step > start_step + 1 || o.steps == start_step + 1;
       int64_t step_tokens = tokens_per_step, loss_tokens = tokens_per_step;
@@ -541,13 +548,13 @@ Status train(const TrainOptions& given) {
       TimedStage timed(*inner);
       timed.factor = slow.applies(rank, step) ? slow.factor : 1.0;
       const double loss_sum = run_pipeline_step(*step_actions, timed, links, static_cast<double>(loss_tokens));
-      opt.sync_grads();
+      opt->sync_grads();
       if (step == o.steps) {
-        tot.resident_grad_bytes = opt.resident_grad_bytes();
-        tot.held = opt.held_bytes();
+        tot.resident_grad_bytes = opt->resident_grad_bytes();
+        tot.held = opt->held_bytes();
       }
       const double lr = lrs.at(step);
-      const StepResult res = optimizer_step(model, opt, world, loss_sum, loss_tokens, o.clip, lr, timed.compute_s);
+      const StepResult res = optimizer_step(*model, *opt, world, loss_sum, loss_tokens, o.clip, lr, timed.compute_s);
       const double loss = res.loss, norm = res.norm;
       const double dt = seconds_since(t0);
       if (step == o.steps) tot.step_collectives = collectives_between(before, groups.collectives());
@@ -577,30 +584,72 @@ Status train(const TrainOptions& given) {
             adapter.assume(*want);
           } else {
             const Replan& r = rp.value();
-            const bool pays = r.predicted_s * o.adapt_min_gain < r.current_s && r.plan.train != plan.train;
-            char b[512];
+            // A new structure (stage cuts, degrees, ZeRO stages) moves state between ranks: it pays
+            // when the time saved per step (this step's time at the predicted speed-up) repays the
+            // move before the run ends.
+            const bool structural = checkpoint_index(r.plan) != checkpoint_index(plan);
+            const double speedup = r.predicted_s > 0 ? r.current_s / r.predicted_s : 1.0;
+            // The step's time as the slowest rank saw it: every rank must take the same decision.
+            at::Tensor step_s = at::full({1}, dt, at::kDouble);
+            world.allreduce_max(step_s);
+            const double saved_s = step_s.item<double>() * (1.0 - 1.0 / std::max(speedup, 1e-9));
+            const int payback = !structural || r.move_s <= 0 ? 0
+                                : saved_s > 0 ? static_cast<int>(std::ceil(r.move_s / saved_s))
+                                              : std::numeric_limits<int>::max();
+            const bool gains = r.predicted_s * o.adapt_min_gain < r.current_s &&
+                               (structural || r.plan.train != plan.train);
+            const bool pays = gains && payback <= o.steps - step;
+            char b[640];
             std::snprintf(b, sizeof b,
                           "weft: adapt: measured slowdowns %s at step %d; re-planned in %.1f ms: %s, predicted "
-                          "%.2fx the running plan's speed; state to move %lld bytes, paid back %s; %s",
-                          sl.c_str(), step, r.plan_ms, r.change.c_str(),
-                          r.predicted_s > 0 ? r.current_s / r.predicted_s : 1.0,
-                          static_cast<long long>(r.bytes_to_move), r.bytes_to_move == 0 ? "at once" : "later",
-                          pays ? ("switching from step " + std::to_string(step + 1)).c_str()
-                               : "keeping the running plan (it gains too little)");
+                          "%.2fx the running plan's speed; state to move %lld bytes (%.3f s), paid back %s; %s",
+                          sl.c_str(), step, r.plan_ms, r.change.c_str(), speedup,
+                          static_cast<long long>(r.bytes_to_move), r.move_s,
+                          payback == 0 ? "at once"
+                          : payback == std::numeric_limits<int>::max()
+                              ? "never"
+                              : ("in " + std::to_string(payback) + " step" + (payback > 1 ? "s" : "")).c_str(),
+                          pays    ? ("switching from step " + std::to_string(step + 1)).c_str()
+                          : gains ? "keeping the running plan (the move would not pay back before the last step)"
+                                  : "keeping the running plan (it gains too little)");
             rep.note(b);
             if (pays) {
-              plan.train = r.plan.train;
-              plan.devices = r.plan.devices;
-              actions = pipeline_actions(plan.train.schedule, plan.train.pp, model.stage(), plan.train.micro_batches);
-              stage_ptr = std::make_unique<TrainStage>(model, opt, *data, plan);
+              double moved_s = 0;
+              if (structural) {
+                // Every rank takes its slices of the new layout from the ranks holding them, then
+                // the model and optimizer are rebuilt on the new plan's groups and loaded.
+                const auto t_move = Clock::now();
+                ParamsFile next_state = exchange_state(*model, r.plan, groups);
+                const int64_t opt_steps = opt->step_count();
+                stage_ptr.reset();
+                job.opt.reset();
+                job.model.reset();
+                plan = r.plan;
+                plan_hash = json_hash(to_json(plan));
+                groups.build(process_groups(plan));
+                groups.build(grad_groups(plan), Channel::kGrad);
+                build_model();
+                model = job.model.get();
+                opt = job.opt.get();
+                load_state(*model, next_state, "adapt: rank " + std::to_string(rank) + "'s new state");
+                opt->set_step_count(opt_steps);
+                links = StageLinks{&world, rank - plan.devices_per_stage(), rank + plan.devices_per_stage()};
+                moved_s = seconds_since(t_move);
+              } else {
+                plan.train = r.plan.train;
+                plan.devices = r.plan.devices;
+              }
+              actions = pipeline_actions(plan.train.schedule, plan.train.pp, model->stage(), plan.train.micro_batches);
+              stage_ptr = std::make_unique<TrainStage>(*model, *opt, *data, plan);
               expected = o.adapt_hooks.expected(plan);
               ++tot.switches;
               adapter.switched(*want);
-              stats.extra["switched"] =
-                  Json{{"change", r.change},
-                       {"predicted_speedup", r.predicted_s > 0 ? r.current_s / r.predicted_s : 1.0},
-                       {"slowdowns", *want},
-                       {"bytes_to_move", r.bytes_to_move}};
+              stats.extra["switched"] = Json{{"change", r.change},
+                                             {"predicted_speedup", speedup},
+                                             {"slowdowns", *want},
+                                             {"bytes_to_move", r.bytes_to_move},
+                                             {"structural", structural},
+                                             {"move_s", moved_s}};
             } else {
               adapter.assume(*want);
             }
@@ -610,18 +659,18 @@ Status train(const TrainOptions& given) {
       rep.step(stats);
       tot.last_loss = loss;
       if (timed_step) {
-        tot.timed_s += dt, ++tot.timed_steps, tot.grad_wait_s += opt.grad_sync().stats().wait_s;
+        tot.timed_s += dt, ++tot.timed_steps, tot.grad_wait_s += opt->grad_sync().stats().wait_s;
         tot.timed_tokens += step_tokens, tot.plan_wait_s += plan_wait_s;
         tot.compute_s.resize(res.compute_s.size(), 0.0);
         for (size_t r = 0; r < res.compute_s.size(); ++r) tot.compute_s[r] += res.compute_s[r];
       }
       if (!o.checkpoint_dir.empty() && (step == o.steps || (o.checkpoint_every > 0 && step % o.checkpoint_every == 0))) {
-        Status cs = save_checkpoint(o.checkpoint_dir, step, model, opt, groups, plan_hash, o.keep_checkpoints);
+        Status cs = save_checkpoint(o.checkpoint_dir, step, *model, *opt, groups, plan_hash, o.keep_checkpoints);
         if (!cs.ok()) return job.fail(cs.error().message);
       }
     }
     if (!o.save_params.empty()) {
-      ParamsFile f = consolidate(model, groups, o.steps);
+      ParamsFile f = consolidate(*model, groups, o.steps);
       if (rank == 0) {
         Status ws = write_params_file(o.save_params, f);
         if (!ws.ok()) return job.fail(ws.error().message);
@@ -643,7 +692,7 @@ Status train(const TrainOptions& given) {
   } catch (const std::exception& e) {
     return job.fail(e.what());
   }
-  rep.summary(summary(o, tot, opt.grad_sync().stats(), env.world, tokens_per_step, seconds_since(run_start),
+  rep.summary(summary(o, tot, opt->grad_sync().stats(), env.world, tokens_per_step, seconds_since(run_start),
                       std::move(ranks)));
   return {};
 }

@@ -586,30 +586,66 @@ Result<Rebalanced> rebalance(const Plan& p, const std::vector<double>& slowdown,
   base.devices->cluster.slowdown = slowdown;
   const Units u = units_of(base, base.devices->cluster);
   const int P = base.train.pipeline_micro_batch();
-  // Compute of replica j per sample: its slowest rank's slowdown (its ranks wait for each other).
-  // Linear in the samples, as measured compute is once the per-step fixed costs are small; the cost
-  // model's own share curves are for planning on real devices (fit_shares), where its fixed costs
-  // are the devices' own.
-  std::vector<double> slow(u.replicas, 1.0);
-  for (int g = 0; g < u.pp; ++g)
-    for (int j = 0; j < u.replicas; ++j) slow[j] = std::max(slow[j], u.slow[g][j]);
-  auto makespan = [&](const std::vector<int>& x) {
-    double t = 0;
-    for (int j = 0; j < u.replicas; ++j) t = std::max(t, x[j] * slow[j]);
-    return t;
+  const int m = base.train.micro_batches;
+  // The compute-bound step of plan q with shares x, in units of one layer of one full-speed sample:
+  // stage s takes layers(s) x the slowest of its replicas' share x slowdown per micro-batch (a
+  // unit's ranks wait for each other, the replicas for the slowest), and the pipeline
+  // sum + (m - 1) x max of its stages (one stage: m x its time). Linear in the samples, as
+  // measured compute is once the per-step fixed costs are small; the cost model's own share
+  // curves are for planning on real devices (fit_shares), where its fixed costs are the devices'
+  // own.
+  auto step_units = [&](const Plan& q, const std::vector<int>& x) {
+    double sum = 0, worst = 0;
+    for (size_t s = 0; s < q.stages.size(); ++s) {
+      double t = 0;
+      for (int j = 0; j < u.replicas; ++j) t = std::max(t, x[j] * u.slow[s % u.pp][j]);
+      t *= q.stages[s].num_layers();
+      sum += t;
+      worst = std::max(worst, t);
+    }
+    return sum + (m - 1) * worst;
+  };
+  // Shares x balanced for the stages of q: min-max over samples x the replica's slowest stage
+  // (layers x slowdown); the running shares `now` unless that is better.
+  auto balanced = [&](const Plan& q, const std::vector<int>& now) {
+    std::vector<int> x = now;
+    if (u.replicas > 1 && P >= u.replicas && single_layout(base)) {
+      std::vector<double> per(u.replicas, 0.0);
+      for (size_t s = 0; s < q.stages.size(); ++s)
+        for (int j = 0; j < u.replicas; ++j)
+          per[j] = std::max(per[j], u.slow[s % u.pp][j] * std::max(1, q.stages[s].num_layers()));
+      x = water_fill(
+          u.replicas, P, [&](int j, int b) { return b * per[j]; }, [&](int) { return P; });
+      if (step_units(q, x) >= step_units(q, now)) x = now;
+    }
+    return x;
   };
   std::vector<int> now(u.replicas);
   for (int j = 0; j < u.replicas; ++j) now[j] = u.replicas > 1 ? share_of(base, u, j) : P;
   Rebalanced out;
-  out.current_s = makespan(now);
-  std::vector<int> x = now;
-  if (u.replicas > 1 && P >= u.replicas && single_layout(base)) {
-    // Min-max over samples x slowdown (exact for this model).
-    x = water_fill(
-        u.replicas, P, [&](int j, int b) { return b * slow[j]; }, [&](int) { return P; });
-    if (makespan(x) >= out.current_s) x = now;  // no better than the running shares: keep them
-  }
+  out.current_s = step_units(base, now);
+  // Candidates: new shares on the running stages, and (a pipeline) the stage cuts re-made for the
+  // slowdowns (recut: the search's partition DP over each stage's slowest unit, within memory) with
+  // shares balanced for them. A new cut moves layers between ranks, so it is taken only when it
+  // is predicted at least 2 % faster than new shares alone.
   Plan q = base;
+  std::vector<int> x = balanced(q, now);
+  double best = step_units(q, x);
+  if (base.train.pp > 1 && base.train.vp == 1) {
+    Plan c = base;
+    recut(c, c.devices->cluster, cm);
+    bool moved = false;
+    for (size_t k = 0; k < c.stages.size(); ++k) moved = moved || c.stages[k].first_layer != base.stages[k].first_layer;
+    if (moved) {
+      const std::vector<int> cx = balanced(c, now);
+      const double t = step_units(c, cx);
+      if (t * 1.02 < best) {
+        q = std::move(c);
+        x = cx;
+        best = t;
+      }
+    }
+  }
   const bool even = std::all_of(x.begin(), x.end(), [&](int v) { return v == x[0]; });
   if (even && P % u.replicas == 0) q.train.dp_shares.clear();
   else q.train.dp_shares = x;
@@ -623,7 +659,7 @@ Result<Rebalanced> rebalance(const Plan& p, const std::vector<double>& slowdown,
                                         printf_str("%.1f", to_gib(out.estimate.total.peak_memory)) +
                                         " GiB on a device that holds " +
                                         printf_str("%.1f", to_gib(out.estimate.total.memory_budget))};
-  out.predicted_s = makespan(x);
+  out.predicted_s = best;
   annotate(q, out.estimate, cm);
   out.plan = std::move(q);
   return out;

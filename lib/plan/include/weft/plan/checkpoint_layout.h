@@ -97,10 +97,17 @@ struct EntryFill {
 };
 
 // How to make rank `rank`'s file under plan `next` from a checkpoint with index `from`: every entry
-// saved_entries(next, rank) lists, with the copies that fill it. Errors (kBadInput) when the two
-// hold different models: a tensor of one that the other lacks, or of another shape (named with
-// both shapes); kIo when the checkpoint lacks elements of a tensor (a damaged index).
-Result<std::vector<EntryFill>> reshard_rank(const CheckpointIndex& from, const Plan& next, int rank);
+// saved_entries(next, rank) lists, with the copies that fill it. Where replicas hold an element,
+// rank `prefer`'s copy is taken when it holds one (a running job re-sharding in place takes what
+// a rank already holds from itself), else the lowest rank's. Errors (kBadInput) when the two hold
+// different models: a tensor of one that the other lacks, or of another shape (named with both
+// shapes); kIo when the checkpoint lacks elements of a tensor (a damaged index).
+Result<std::vector<EntryFill>> reshard_rank(const CheckpointIndex& from, const Plan& next, int rank, int prefer = -1);
+
+// Bytes of training state (fp32 parameters and both AdamW moments) that change ranks when a job
+// running plan a switches to plan b on the same ranks (each rank taking what it holds from
+// itself); kBadInput as reshard_rank when the models differ.
+Result<int64_t> reshard_bytes_moved(const Plan& a, const Plan& b);
 
 // Runs the copies of one fill; `source(rank, entry)` returns that source entry's values (its size is
 // checked against the index: kIo naming the rank and entry when they differ).

@@ -57,12 +57,16 @@ struct Replan {
   double current_s = 0;        // the running plan's, under the same slowdowns (the same unit)
   double plan_ms = 0;          // how long the re-plan took
   std::int64_t bytes_to_move = 0;  // parameter and optimizer state that would change ranks
-  std::string change;          // what changes, in words ("shares 5:1:5:5, 1 micro-batch")
+  double move_s = 0;           // the time moving it would take (seconds), 0 when nothing moves
+  std::string change;          // what changes, in words ("shares 5:1:5:5, 1 micro-batch", "stages
+                               // 3:1:2:2 layers, even shares")
 };
 struct AdaptHooks {
   // Per rank: the work plan p gives it per step (any unit; only the ratios between ranks are used).
   std::function<std::vector<double>(const Plan& p)> expected;
-  // The best plan for `slowdown` per rank (1 = as planned) that the running job can switch to.
+  // The best plan for `slowdown` per rank (1 = as planned) that the running job can switch to: new
+  // data-parallel shares, or a new structure on the same ranks (the job then moves its state
+  // between ranks in place).
   std::function<Result<Replan>(const Plan& current, const std::vector<double>& slowdown)> replan;
 };
 

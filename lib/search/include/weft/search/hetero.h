@@ -85,13 +85,17 @@ Result<HeteroResult> hetero_search(const ModelSpec& model, const MixedCluster& d
 std::vector<double> rank_work(const Plan& p);
 
 // Plan p re-balanced for measured `slowdown` per rank (1 = full speed), as Malleus re-balances on
-// measured speeds: its structure kept (strategies, stages, placement, micro-batches), the
-// data-parallel shares set so each replica's samples x its slowest rank's slowdown is as even as
-// integers allow (min-max, one sample at a time; the running shares stay unless that is better). No
-// parameter or optimizer state changes ranks. predicted_s / current_s: the slowest replica's
-// samples x slowdown per micro-batch, new and running (the compute-bound step in units of one
-// full-speed sample; only their ratio is meant); the cost model checks the new plan's memory
-// (kNoFit naming the numbers when it does not fit).
+// measured speeds: the data-parallel shares set so each replica's samples x its slowest rank's
+// slowdown is as even as integers allow (min-max, one sample at a time; the running shares stay
+// unless that is better), and for a pipeline the stage cuts re-made for the slowdowns (the
+// search's partition DP over each stage's slowest unit, within memory: a slow rank's stage takes
+// fewer layers) when that is predicted at least 2 % faster than new shares alone. Strategies,
+// placement and micro-batches are kept. A new cut moves layers' state between ranks (the runtime
+// re-shards in place; weft/plan/checkpoint_layout.h reshard_bytes_moved says how much); new
+// shares move none. predicted_s / current_s: the compute-bound step of the new and the running
+// plan, sum + (m - 1) x max over stages of layers x the slowest replica's share x slowdown (in
+// units of one layer of one full-speed sample; only their ratio is meant); the cost model checks
+// the new plan's memory (kNoFit naming the numbers when it does not fit).
 struct Rebalanced {
   Plan plan;
   HeteroEstimate estimate;
