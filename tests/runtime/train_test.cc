@@ -408,21 +408,40 @@ TEST(RuntimeStragglers, ASlowRankIsNamedAndChangesNothingElse) {
   EXPECT_NE(bad.output.find("rank 3 is outside the job's 1 ranks"), std::string::npos) << bad.output;
 }
 
+// tiny_gpt with `layers` layers of `hidden` (4 heads, FFN 4 x hidden, vocab = hidden) up to
+// sequence 64: compute that grows with the batch and is large enough that four ranks on two cores
+// measure it steadily.
+ModelSpec wider_gpt(int layers, int hidden) {
+  ModelSpec m = tiny_gpt(layers);
+  m.hidden = hidden;
+  m.vocab = hidden;
+  m.max_seq = 64;
+  m.groups[0].shape.hidden = hidden;
+  m.groups[0].shape.head_dim = hidden / 4;
+  m.groups[0].shape.ffn = 4 * hidden;
+  return m;
+}
+
+// Rank 0's per-step JSON objects that carry a plan switch (--adapt), in step order.
+std::vector<Json> switched_steps(const std::string& output) {
+  std::vector<Json> out;
+  std::istringstream in(output);
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind("[0] ", 0) == 0) line = line.substr(4);
+    if (line.rfind("{\"step\"", 0) != 0) continue;
+    Json j = Json::parse(line);
+    if (j.contains("switched")) out.push_back(std::move(j));
+  }
+  return out;
+}
+
 // --adapt: rank 1 computes 4x slower in steps 3-9. After --straggler-steps steps the job re-plans
 // with the measured speeds and switches in place to shares that give rank 1's replica the fewest
 // samples; after it recovers it re-plans again (and switches back when that pays). The losses stay
 // those of one process throughout (a share changes only which samples a replica reads).
 TEST(RuntimeStragglers, AdaptSwitchesInPlaceAndBackWithOneProcessLosses) {
-  // A model whose compute grows with the batch (a rank's share matters) and is large enough that
-  // four ranks on two cores measure it steadily.
-  ModelSpec m = tiny_gpt(2);
-  m.hidden = 256;
-  m.vocab = 256;
-  m.max_seq = 64;
-  m.groups[0].shape.hidden = 256;
-  m.groups[0].shape.head_dim = 64;
-  m.groups[0].shape.ffn = 1024;
-  Plan p = uniform(m, 4, 1, strat(1, 4), {}, Schedule::k1F1B, 16, 2);
+  // Compute that grows with the batch: a rank's share matters.
+  Plan p = uniform(wider_gpt(2, 256), 4, 1, strat(1, 4), {}, Schedule::k1F1B, 16, 2);
   p.train.seq = 64;
   ASSERT_TRUE(validate(p).ok()) << validate(p).error().message;
   const int steps = 16;
@@ -440,13 +459,8 @@ TEST(RuntimeStragglers, AdaptSwitchesInPlaceAndBackWithOneProcessLosses) {
     EXPECT_NEAR(got.losses[i], ref.losses[i], 1e-5 * std::fabs(ref.losses[i])) << "step " << i + 1;
   // The switches, from the per-step JSON.
   std::vector<std::pair<int, std::string>> switches;
-  std::istringstream in(got.output);
-  for (std::string line; std::getline(in, line);) {
-    if (line.rfind("[0] ", 0) == 0) line = line.substr(4);
-    if (line.rfind("{\"step\"", 0) != 0) continue;
-    const Json j = Json::parse(line);
-    if (j.contains("switched")) switches.emplace_back(j["step"].get<int>(), j["switched"]["change"].get<std::string>());
-  }
+  for (const Json& j : switched_steps(got.output))
+    switches.emplace_back(j["step"].get<int>(), j["switched"]["change"].get<std::string>());
   ASSERT_GE(switches.size(), 1u) << got.output;
   // To uneven shares while rank 1 is slow (steps 3-9), rank 1's the smallest: "shares a:b:c:d".
   const auto slow_switch = std::find_if(switches.begin(), switches.end(), [](const auto& s) {
@@ -489,29 +503,22 @@ TEST(RuntimeStragglers, AdaptSwitchesInPlaceAndBackWithOneProcessLosses) {
   EXPECT_NE(bad.output.find("--adapt-min-gain: must be at least 1"), std::string::npos) << bad.output;
 }
 
-// --adapt on a pipeline (dp 1: no shares to move): rank 1, holding stage 1, computes 3x slower from
-// step 3. The job re-plans with the measured speeds, re-cuts the stages so that stage 1 holds fewer
-// layers, moves those layers' parameters and AdamW moments between the ranks in place (no
-// restart, no files), rebuilds its model on the new cut and continues: the losses stay those of one
-// process throughout.
+// --adapt on a pipeline (dp 1: no shares to move): rank 1, holding stage 1, computes 3x slower in
+// steps 3-8. The job re-plans with the measured speeds, re-cuts the stages so that stage 1 holds
+// fewer layers, moves those layers' parameters and AdamW moments between the ranks in place (no
+// restart, no files), rebuilds its model on the new cut and continues; once rank 1 is back it
+// re-plans again (and re-cuts back when that pays). The losses stay those of one process throughout.
 TEST(RuntimeStragglers, AdaptRecutsAPipelineInPlaceWithOneProcessLosses) {
-  ModelSpec m = tiny_gpt(8);
-  m.hidden = 128;
-  m.vocab = 128;
-  m.max_seq = 64;
-  m.groups[0].shape.hidden = 128;
-  m.groups[0].shape.head_dim = 32;
-  m.groups[0].shape.ffn = 512;
-  Plan p = uniform(m, 4, 4, strat(1, 1), {2, 2, 2, 2}, Schedule::k1F1B, 16, 8);
+  Plan p = uniform(wider_gpt(8, 128), 4, 4, strat(1, 1), {2, 2, 2, 2}, Schedule::k1F1B, 16, 8);
   p.train.seq = 64;
   ASSERT_TRUE(validate(p).ok()) << validate(p).error().message;
-  const int steps = 12;
+  const int steps = 16;
   const std::string dir = temp_dir("adapt_recut");
   Plan one = reference_of(p);
   one.train.seq = p.train.seq;
   const RunResult ref = train_plan(one, dir, "ref", steps);
   const RunResult got = train_plan(p, dir, "adapt", steps,
-                                   " --adapt --slow 1:3:3 --straggler-steps 2 --straggler-margin 1.5"
+                                   " --adapt --slow 1:3:3:8 --straggler-steps 2 --straggler-margin 1.5"
                                    " --checkpoint-dir " + dir + "/ck");
   ASSERT_EQ(ref.status, 0) << ref.output;
   ASSERT_EQ(got.status, 0) << got.output;
@@ -519,15 +526,9 @@ TEST(RuntimeStragglers, AdaptRecutsAPipelineInPlaceWithOneProcessLosses) {
   for (size_t i = 0; i < ref.losses.size(); ++i)
     EXPECT_NEAR(got.losses[i], ref.losses[i], 1e-5 * std::fabs(ref.losses[i])) << "step " << i + 1;
   // The switch, from the per-step JSON: a new cut giving stage 1 fewer than its 2 layers, state moved.
-  Json sw;
-  std::istringstream in(got.output);
-  for (std::string line; std::getline(in, line);) {
-    if (line.rfind("[0] ", 0) == 0) line = line.substr(4);
-    if (line.rfind("{\"step\"", 0) != 0) continue;
-    const Json j = Json::parse(line);
-    if (j.contains("switched") && sw.is_null()) sw = j;
-  }
-  ASSERT_FALSE(sw.is_null()) << got.output;
+  const std::vector<Json> sws = switched_steps(got.output);
+  ASSERT_FALSE(sws.empty()) << got.output;
+  const Json& sw = sws.front();
   for (size_t at = got.output.find("weft: adapt:"); at != std::string::npos; at = got.output.find("weft: adapt:", at + 1))
     std::printf("%s\n", got.output.substr(at, got.output.find('\n', at) - at).c_str());
   std::printf("switch at step %d: %s\n", sw["step"].get<int>(), sw["switched"].dump().c_str());
@@ -541,13 +542,44 @@ TEST(RuntimeStragglers, AdaptRecutsAPipelineInPlaceWithOneProcessLosses) {
   EXPECT_TRUE(sw["switched"]["structural"].get<bool>()) << sw.dump();
   EXPECT_GT(sw["switched"]["bytes_to_move"].get<int64_t>(), 0) << sw.dump();
   EXPECT_GE(sw["step"].get<int>(), 4) << sw.dump();
-  // The checkpoint after the last step is written under the new cut: it holds the new plan and
-  // resumes under it as its own (no re-shard), and under the original plan by re-sharding.
+  EXPECT_LE(sw["step"].get<int>(), 8) << sw.dump();
+  // After rank 1 recovered (from step 9) the job re-plans, measuring it near full speed; a switch
+  // then gives stage 1 more layers than while it was slow.
+  int recovered_at = 0;
+  for (size_t at = got.output.find("weft: adapt: measured slowdowns "); at != std::string::npos;
+       at = got.output.find("weft: adapt: measured slowdowns ", at + 1)) {
+    std::istringstream in(got.output.substr(at + 32, 160));
+    double f[4];
+    std::string word;
+    int step = 0;
+    in >> f[0] >> f[1] >> f[2] >> f[3] >> word >> word >> step;
+    if (step >= 9 && f[1] < 2.0) recovered_at = step;
+  }
+  EXPECT_GE(recovered_at, 9) << got.output;
+  std::vector<int> last_cut = cut;
+  if (sws.size() > 1 && sws.back()["step"].get<int>() >= 9) {
+    const std::string back = sws.back()["switched"]["change"].get<std::string>();
+    ASSERT_EQ(back.rfind("stages ", 0), 0u) << back;
+    last_cut.clear();
+    std::istringstream bs(back.substr(7, back.find(' ', 7) - 7));
+    for (std::string x; std::getline(bs, x, ':');) last_cut.push_back(std::stoi(x));
+    ASSERT_EQ(last_cut.size(), 4u) << back;
+    EXPECT_GT(last_cut[1], cut[1]) << back;
+  }
+  EXPECT_EQ(got.summary.value("adapt_switches", 0), static_cast<int>(sws.size())) << got.summary.dump();
+  // The checkpoint after the last step is written under the running cut: it holds that plan, and
+  // resumes under the original plan by re-sharding.
   const RunResult in_ck = run(driver() + " checkpoint inspect " + dir + "/ck");
   ASSERT_EQ(in_ck.status, 0) << in_ck.output;
-  EXPECT_NE(in_ck.output.find("stage 1 (rank 1): layers " + std::to_string(cut[0]) + (cut[1] > 1 ? "-" : " ")),
+  EXPECT_NE(in_ck.output.find("stage 1 (rank 1): layers " + std::to_string(last_cut[0]) + (last_cut[1] > 1 ? "-" : " ")),
             std::string::npos)
       << in_ck.output;
+  const RunResult again = run(driver() + " launch -n 4 -- " + driver() + train_flags(steps + 2) + " --plan " + dir +
+                              "/adapt.json --checkpoint-dir " + dir + "/ck --resume");
+  EXPECT_EQ(again.status, 0) << again.output;
+  EXPECT_EQ(again.losses.size(), 2u) << again.output;
+  if (last_cut != std::vector<int>{2, 2, 2, 2})
+    EXPECT_NE(again.output.find("re-sharded from a checkpoint of 4 ranks"), std::string::npos) << again.output;
   std::filesystem::remove_all(dir);
 }
 
