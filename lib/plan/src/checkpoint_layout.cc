@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <map>
 #include <set>
+#include <tuple>
 
 #include "weft/core/format.h"
 #include "weft/plan/geometry.h"
@@ -60,102 +61,99 @@ void for_each_run(const SavedPiece& p, F f) {
   }
 }
 
-// Where the checkpoint holds a run of a full tensor.
-struct SourceRun {
-  int64_t begin = 0, count = 0;  // in the full tensor
+// A piece of the checkpoint and where it is.
+struct Source {
   int rank = 0, entry = 0;
-  int64_t offset = 0;            // in the entry
+  const SavedPiece* piece = nullptr;
 };
 
-struct TensorSources {
+// Every piece of every tensor the checkpoint holds, per state, in rank order (pointers into idx).
+struct TensorPieces {
   std::vector<int64_t> shape;
-  std::vector<SourceRun> runs[3];  // per StateKind: sorted, non-overlapping
+  std::vector<Source> by_kind[3];
 };
-
-// Sorted, non-overlapping runs: in order of begin (lowest rank first among equal begins), the part
-// of each run past what earlier runs cover; adjacent runs of one entry merged.
-std::vector<SourceRun> cover(std::vector<SourceRun> runs) {
-  std::stable_sort(runs.begin(), runs.end(), [](const SourceRun& a, const SourceRun& b) {
-    return a.begin != b.begin ? a.begin < b.begin : a.rank < b.rank;
-  });
-  std::vector<SourceRun> kept;
-  int64_t covered = 0;
-  for (const SourceRun& s : runs) {
-    const int64_t end = s.begin + s.count;
-    if (end <= covered) continue;
-    SourceRun k = s;
-    if (k.begin < covered) {
-      k.offset += covered - k.begin;
-      k.count = end - covered;
-      k.begin = covered;
-    }
-    if (!kept.empty()) {
-      SourceRun& b = kept.back();
-      if (b.rank == k.rank && b.entry == k.entry && b.begin + b.count == k.begin && b.offset + b.count == k.offset) {
-        b.count += k.count;
-        covered = end;
-        continue;
-      }
-    }
-    kept.push_back(k);
-    covered = end;
-  }
-  return kept;
-}
-
-// `mine` (sorted, non-overlapping) with the gaps between its runs filled from `others` (the same).
-std::vector<SourceRun> prefer_runs(const std::vector<SourceRun>& mine, const std::vector<SourceRun>& others) {
-  std::vector<SourceRun> out;
-  size_t i = 0;
-  for (const SourceRun& o : others) {
-    int64_t a = o.begin;
-    const int64_t b = o.begin + o.count;
-    while (a < b) {
-      while (i < mine.size() && mine[i].begin + mine[i].count <= a) out.push_back(mine[i++]);
-      const int64_t stop = i < mine.size() ? std::min(b, mine[i].begin) : b;
-      if (a < stop) {
-        SourceRun piece = o;
-        piece.offset += a - o.begin;
-        piece.begin = a;
-        piece.count = stop - a;
-        out.push_back(piece);
-      }
-      if (stop == b) break;
-      a = std::min(b, mine[i].begin + mine[i].count);  // mine[i] covers [stop, ...)
-    }
-  }
-  while (i < mine.size()) out.push_back(mine[i++]);
-  std::sort(out.begin(), out.end(), [](const SourceRun& x, const SourceRun& y) { return x.begin < y.begin; });
-  return out;
-}
-
-// Where the checkpoint holds every tensor, per state; with prefer >= 0, that rank's runs first.
-std::map<std::string, TensorSources> sources_of(const CheckpointIndex& idx, int prefer = -1) {
-  std::map<std::string, TensorSources> out;
+std::map<std::string, TensorPieces> pieces_by_tensor(const CheckpointIndex& idx) {
+  std::map<std::string, TensorPieces> out;
   for (int r = 0; r < static_cast<int>(idx.ranks.size()); ++r) {
     const auto& entries = idx.ranks[static_cast<size_t>(r)];
     for (int e = 0; e < static_cast<int>(entries.size()); ++e) {
       const SavedEntry& en = entries[static_cast<size_t>(e)];
       for (const SavedPiece& p : en.pieces) {
-        TensorSources& t = out[p.param];
+        TensorPieces& t = out[p.param];
         t.shape = p.full_shape;
-        for_each_run(p, [&](int64_t fb, int64_t po, int64_t len) {
-          t.runs[static_cast<int>(en.kind)].push_back({fb, len, r, e, p.offset + po});
-        });
+        t.by_kind[static_cast<int>(en.kind)].push_back({r, e, &p});
       }
     }
   }
-  for (auto& [name, t] : out)
-    for (auto& runs : t.runs) {
-      if (prefer < 0) {
-        runs = cover(std::move(runs));
-        continue;
-      }
-      std::vector<SourceRun> mine, others;
-      for (const SourceRun& r : runs) (r.rank == prefer ? mine : others).push_back(r);
-      runs = prefer_runs(cover(std::move(mine)), cover(std::move(others)));
-    }
   return out;
+}
+
+// The full-tensor index of element j of a piece's slice (row-major within the slice).
+int64_t full_of(const SavedPiece& p, int64_t j) {
+  if (p.shard_dim < 0) return j;
+  const int64_t inner = product(p.full_shape, static_cast<size_t>(p.shard_dim) + 1);
+  const int64_t block = p.shard_len * inner, full_block = p.full_shape[static_cast<size_t>(p.shard_dim)] * inner;
+  return j / block * full_block + p.shard_start * inner + j % block;
+}
+
+// Whether two pieces of one tensor may share elements: their full-tensor spans overlap and, where
+// both slice the same dimension, so do their slices.
+bool may_overlap(const SavedPiece& a, const SavedPiece& b) {
+  if (a.shard_dim >= 0 && a.shard_dim == b.shard_dim &&
+      (a.shard_start + a.shard_len <= b.shard_start || b.shard_start + b.shard_len <= a.shard_start))
+    return false;
+  const int64_t a0 = full_of(a, a.local_begin), a1 = full_of(a, a.local_begin + a.count - 1) + 1;
+  const int64_t b0 = full_of(b, b.local_begin), b1 = full_of(b, b.local_begin + b.count - 1) + 1;
+  return a0 < b1 && b0 < a1;
+}
+
+// Elements a filled entry still needs: full-tensor run [begin, begin + count) to dst in the entry.
+struct Want {
+  int64_t begin = 0, count = 0, dst = 0;
+};
+
+// Takes from `wants` (sorted, non-overlapping) what source piece s holds, appending the copies to
+// `out`; returns what remains wanted.
+std::vector<Want> take(const std::vector<Want>& wants, const Source& s, std::vector<EntryCopy>& out) {
+  struct Run {
+    int64_t begin, end, offset;
+  };
+  std::vector<Run> runs;
+  for_each_run(*s.piece, [&](int64_t fb, int64_t po, int64_t len) { runs.push_back({fb, fb + len, s.piece->offset + po}); });
+  auto emit = [&](EntryCopy c) {
+    if (!out.empty()) {
+      EntryCopy& l = out.back();
+      if (l.src_rank == c.src_rank && l.src_entry == c.src_entry && l.src_offset + l.count == c.src_offset &&
+          l.dst_offset + l.count == c.dst_offset) {
+        l.count += c.count;
+        return;
+      }
+    }
+    out.push_back(c);
+  };
+  std::vector<Want> rest;
+  size_t i = 0;
+  for (const Want& w : wants) {
+    int64_t a = w.begin;
+    const int64_t b = w.begin + w.count;
+    while (i < runs.size() && runs[i].end <= a) ++i;
+    size_t k = i;
+    while (a < b) {
+      if (k == runs.size() || runs[k].begin >= b) {
+        rest.push_back({a, b - a, w.dst + (a - w.begin)});
+        break;
+      }
+      if (runs[k].begin > a) {
+        rest.push_back({a, runs[k].begin - a, w.dst + (a - w.begin)});
+        a = runs[k].begin;
+      }
+      const int64_t e = std::min(b, runs[k].end);
+      emit({s.rank, s.entry, runs[k].offset + (a - runs[k].begin), w.dst + (a - w.begin), e - a});
+      a = e;
+      if (e == runs[k].end) ++k;
+    }
+  }
+  return rest;
 }
 
 }  // namespace
@@ -304,12 +302,25 @@ Result<CheckpointIndex> checkpoint_index_from_json(const Json& j, const std::str
 
 IndexCoverage index_coverage(const CheckpointIndex& idx) {
   IndexCoverage c;
-  for (const auto& [name, t] : sources_of(idx)) {
+  for (const auto& [name, t] : pieces_by_tensor(idx)) {
     c.tensors.emplace_back(name, t.shape);
     const int64_t n = product(t.shape);
     for (StateKind k : kKinds) {
-      int64_t held = 0;
-      for (const SourceRun& r : t.runs[static_cast<int>(k)]) held += r.count;
+      // Replicas list the same slice again: each distinct piece once, then the union of its runs.
+      std::set<std::tuple<int, int64_t, int64_t, int64_t, int64_t>> seen;
+      std::vector<std::pair<int64_t, int64_t>> runs;
+      for (const Source& s : t.by_kind[static_cast<int>(k)]) {
+        const SavedPiece& p = *s.piece;
+        if (!seen.insert({p.shard_dim, p.shard_start, p.shard_len, p.local_begin, p.count}).second) continue;
+        for_each_run(p, [&](int64_t fb, int64_t, int64_t len) { runs.emplace_back(fb, fb + len); });
+      }
+      std::sort(runs.begin(), runs.end());
+      int64_t held = 0, covered = 0;
+      for (const auto& [b, e] : runs) {
+        if (e <= covered) continue;
+        held += e - std::max(b, covered);
+        covered = e;
+      }
       if (held != n)
         c.gaps.push_back(name + " (" + entry_suffix(k) + "): " + std::to_string(n - held) + " of " + std::to_string(n) +
                          " elements missing");
@@ -318,8 +329,21 @@ IndexCoverage index_coverage(const CheckpointIndex& idx) {
   return c;
 }
 
+struct Resharder::Impl {
+  std::map<std::string, TensorPieces> src;
+};
+
+Resharder::Resharder(const CheckpointIndex& from) : impl_(std::make_unique<Impl>()) {
+  impl_->src = pieces_by_tensor(from);
+}
+Resharder::~Resharder() = default;
+
 Result<std::vector<EntryFill>> reshard_rank(const CheckpointIndex& from, const Plan& next, int rank, int prefer) {
-  const std::map<std::string, TensorSources> src = sources_of(from, prefer);
+  return Resharder(from).rank(next, rank, prefer);
+}
+
+Result<std::vector<EntryFill>> Resharder::rank(const Plan& next, int rank, int prefer) const {
+  const std::map<std::string, TensorPieces>& src = impl_->src;
   // The two must hold the same tensors: every tensor of the next plan's model (the first rank of
   // each stage holds one slice of each of its tensors) against every tensor of the checkpoint.
   std::set<std::string> wanted;
@@ -344,40 +368,41 @@ Result<std::vector<EntryFill>> reshard_rank(const CheckpointIndex& from, const P
       if (it->second.shape != p.full_shape)
         return Error{ErrorKind::kBadInput, p.param + ": the checkpoint's is " + shape_label(it->second.shape) +
                                                ", the plan's model's " + shape_label(p.full_shape)};
-      const std::vector<SourceRun>& runs = it->second.runs[static_cast<int>(e.kind)];
-      Status missing;
-      for_each_run(p, [&](int64_t fb, int64_t po, int64_t len) {
-        int64_t a = fb;
-        const int64_t b = fb + len;
-        // The first run ending after a.
-        auto r = std::upper_bound(runs.begin(), runs.end(), a,
-                                  [](int64_t x, const SourceRun& s) { return x < s.begin + s.count; });
-        while (a < b) {
-          if (r == runs.end() || r->begin > a) {
-            if (missing.ok())
-              missing = Error{ErrorKind::kIo, "checkpoint lacks elements [" + std::to_string(a) + ", " +
-                                                  std::to_string(r == runs.end() ? b : std::min(b, r->begin)) + ") of " +
-                                                  p.param + " (" + entry_suffix(e.kind) + ")"};
-            return;
-          }
-          const int64_t end = std::min(b, r->begin + r->count);
-          const EntryCopy c{r->rank, r->entry, r->offset + (a - r->begin), p.offset + po + (a - fb), end - a};
-          if (!f.copies.empty()) {
-            EntryCopy& l = f.copies.back();
-            if (l.src_rank == c.src_rank && l.src_entry == c.src_entry && l.src_offset + l.count == c.src_offset &&
-                l.dst_offset + l.count == c.dst_offset) {
-              l.count += c.count;
-              a = end;
-              ++r;
-              continue;
-            }
-          }
-          f.copies.push_back(c);
-          a = end;
-          ++r;
+      const std::vector<Source>& cands = it->second.by_kind[static_cast<int>(e.kind)];
+      // The common case first: a piece of the same slice whose elements contain the wanted ones
+      // (the same layout, or ZeRO shards of a slice some rank holds whole) is one copy, `prefer`'s
+      // if it has one, else the first rank's; unless `prefer` holds part of the elements in
+      // another form, which the general path below takes from it.
+      const Source* whole = nullptr;
+      bool prefer_overlaps = false;
+      for (const Source& s : cands) {
+        const SavedPiece& q = *s.piece;
+        const bool contains = q.shard_dim == p.shard_dim && q.shard_start == p.shard_start &&
+                              q.shard_len == p.shard_len && q.local_begin <= p.local_begin &&
+                              p.local_begin + p.count <= q.local_begin + q.count;
+        if (contains && (s.rank == prefer || !whole)) whole = &s;
+        if (s.rank == prefer && !contains && may_overlap(q, p)) prefer_overlaps = true;
+      }
+      if (whole && (whole->rank == prefer || !prefer_overlaps)) {
+        f.copies.push_back({whole->rank, whole->entry, whole->piece->offset + (p.local_begin - whole->piece->local_begin),
+                            p.offset, p.count});
+        continue;
+      }
+      std::vector<Want> wants;
+      for_each_run(p, [&](int64_t fb, int64_t po, int64_t len) { wants.push_back({fb, len, p.offset + po}); });
+      // Candidates in order: `prefer`'s pieces, then every other rank's in rank order; each takes
+      // what is still wanted, until nothing is (replicas after the first take nothing and are not
+      // expanded).
+      for (int pass = prefer >= 0 ? 0 : 1; pass < 2 && !wants.empty(); ++pass)
+        for (const Source& s : cands) {
+          if (wants.empty()) break;
+          if ((pass == 0) != (s.rank == prefer) || !may_overlap(*s.piece, p)) continue;
+          wants = take(wants, s, f.copies);
         }
-      });
-      if (!missing.ok()) return missing.error();
+      if (!wants.empty())
+        return Error{ErrorKind::kIo, "checkpoint lacks elements [" + std::to_string(wants.front().begin) + ", " +
+                                         std::to_string(wants.front().begin + wants.front().count) + ") of " + p.param +
+                                         " (" + entry_suffix(e.kind) + ")"};
     }
     out.push_back(std::move(f));
   }
@@ -386,9 +411,10 @@ Result<std::vector<EntryFill>> reshard_rank(const CheckpointIndex& from, const P
 
 Result<int64_t> reshard_bytes_moved(const Plan& a, const Plan& b) {
   const CheckpointIndex idx = checkpoint_index(a);
+  const Resharder rs(idx);
   int64_t values = 0;
   for (int r = 0; r < b.world_size(); ++r) {
-    auto fills = reshard_rank(idx, b, r, r);
+    auto fills = rs.rank(b, r, r);
     if (!fills.ok()) return fills.error();
     for (const EntryFill& f : *fills)
       for (const EntryCopy& c : f.copies)

@@ -49,8 +49,9 @@ class SourceFiles {
   std::map<int, ParamsFile> files_;
 };
 
-Result<ParamsFile> reshard(const CheckpointIndex& idx, SourceFiles& src, const Plan& next, int rank, int step) {
-  auto fills = reshard_rank(idx, next, rank);
+Result<ParamsFile> reshard(const CheckpointIndex& idx, const Resharder& rs, SourceFiles& src, const Plan& next, int rank,
+                           int step) {
+  auto fills = rs.rank(next, rank);
   if (!fills.ok()) return fills.error();
   ParamsFile out;
   out.step = step;
@@ -232,7 +233,7 @@ Result<ParamsFile> rank_state(const std::string& step_dir, const CheckpointMeta&
     return Error{ErrorKind::kIo, step_dir + "/index.json: " + std::to_string(idx->world) + " ranks, meta.json says " +
                                      std::to_string(meta.world)};
   SourceFiles src(step_dir, *idx);
-  auto f = reshard(*idx, src, next, rank, meta.step);
+  auto f = reshard(*idx, Resharder(*idx), src, next, rank, meta.step);
   if (!f.ok()) {
     Error e = f.error();
     e.message = step_dir + ": " + e.message;
@@ -263,9 +264,10 @@ Status convert_checkpoint(const std::string& src_dir, int step, const Plan& next
     return e;
   };
   SourceFiles src(*sd, *idx);
+  const Resharder rs(*idx);
   for (int r = 0; r < next.world_size(); ++r) {
     if (progress) progress(r);
-    auto f = reshard(*idx, src, next, r, meta->step);
+    auto f = reshard(*idx, rs, src, next, r, meta->step);
     if (!f.ok()) {
       Error e = f.error();
       e.message = *sd + ": " + e.message;

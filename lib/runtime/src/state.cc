@@ -86,8 +86,9 @@ ParamsFile exchange_state(Model& m, const Plan& next, GroupSet& g) {
   // What every rank fills under the new plan (a pure function of the two plans, so every rank
   // computes the same), each taking what it holds from itself.
   std::vector<std::vector<EntryFill>> fills(static_cast<size_t>(world));
+  const Resharder rs(idx);
   for (int r = 0; r < world; ++r) {
-    auto f = reshard_rank(idx, next, r, r);
+    auto f = rs.rank(next, r, r);
     if (!f.ok()) throw InputError("re-shard in place: " + f.error().message, f.error().kind);
     fills[static_cast<size_t>(r)] = std::move(f).value();
   }

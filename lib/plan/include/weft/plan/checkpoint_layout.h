@@ -20,6 +20,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -103,6 +104,21 @@ struct EntryFill {
 // different models: a tensor of one that the other lacks, or of another shape (named with both
 // shapes); kIo when the checkpoint lacks elements of a tensor (a damaged index).
 Result<std::vector<EntryFill>> reshard_rank(const CheckpointIndex& from, const Plan& next, int rank, int prefer = -1);
+
+// reshard_rank for many ranks of one checkpoint: the index's pieces are gathered by tensor once
+// (reshard_rank gathers them on every call). Keeps a reference to `from`.
+class Resharder {
+ public:
+  explicit Resharder(const CheckpointIndex& from);
+  ~Resharder();
+  Resharder(const Resharder&) = delete;
+  Resharder& operator=(const Resharder&) = delete;
+  Result<std::vector<EntryFill>> rank(const Plan& next, int rank, int prefer = -1) const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
 
 // Bytes of training state (fp32 parameters and both AdamW moments) that change ranks when a job
 // running plan a switches to plan b on the same ranks (each rank taking what it holds from
