@@ -458,9 +458,9 @@ TEST(RuntimeStragglers, AdaptSwitchesInPlaceAndBackWithOneProcessLosses) {
   for (size_t i = 0; i < ref.losses.size(); ++i)
     EXPECT_NEAR(got.losses[i], ref.losses[i], 1e-5 * std::fabs(ref.losses[i])) << "step " << i + 1;
   // The switches, from the per-step JSON.
+  const std::vector<Json> sws = switched_steps(got.output);
   std::vector<std::pair<int, std::string>> switches;
-  for (const Json& j : switched_steps(got.output))
-    switches.emplace_back(j["step"].get<int>(), j["switched"]["change"].get<std::string>());
+  for (const Json& j : sws) switches.emplace_back(j["step"].get<int>(), j["switched"]["change"].get<std::string>());
   ASSERT_GE(switches.size(), 1u) << got.output;
   // To uneven shares while rank 1 is slow (steps 3-9), rank 1's the smallest: "shares a:b:c:d".
   const auto slow_switch = std::find_if(switches.begin(), switches.end(), [](const auto& s) {
@@ -478,10 +478,11 @@ TEST(RuntimeStragglers, AdaptSwitchesInPlaceAndBackWithOneProcessLosses) {
   ASSERT_EQ(shares.size(), 4u) << slow_switch->second;
   for (int r : {0, 2, 3}) EXPECT_LE(shares[1], shares[r]) << slow_switch->second;
   EXPECT_LT(shares[1], 2) << "less than the even share of 8 / 4: " << slow_switch->second;
-  // Once it recovered (from step 10) the job re-plans again, measuring rank 1 near full speed, and
-  // a switch then gives rank 1 more than while it was slow (even shares when the measurements are
-  // quiet; on a loaded machine the others' noise may leave them a little uneven, or make the
-  // re-plan gain too little to switch).
+  // Once it recovered (from step 10) the job re-plans again, measuring rank 1 nearer full speed, and
+  // a switch that measured it within 1.25x of the others gives it more than while it was slow (even
+  // shares when the measurements are quiet; on a loaded machine the others' noise may leave them a
+  // little uneven, rank 1 may still read slow for a few steps, or the re-plan may gain too little
+  // to switch).
   int recovered_at = 0;
   for (size_t at = got.output.find("weft: adapt: measured slowdowns "); at != std::string::npos;
        at = got.output.find("weft: adapt: measured slowdowns ", at + 1)) {
@@ -493,7 +494,9 @@ TEST(RuntimeStragglers, AdaptSwitchesInPlaceAndBackWithOneProcessLosses) {
     if (step >= 10 && f[1] < 2.0) recovered_at = step;
   }
   EXPECT_GE(recovered_at, 10) << got.output;
-  if (switches.back().first >= 10 && switches.back().second.rfind("even shares", 0) != 0)
+  const std::vector<double> last = sws.back()["switched"]["slowdowns"].get<std::vector<double>>();
+  const bool back_to_speed = last.size() == 4 && last[1] <= 1.25 * std::max({last[0], last[2], last[3]});
+  if (switches.back().first >= 10 && back_to_speed && switches.back().second.rfind("even shares", 0) != 0)
     EXPECT_GT(shares_of(switches.back().second)[1], shares[1]) << got.output;
   EXPECT_NE(got.output.find("state to move 0 bytes"), std::string::npos) << got.output;
   EXPECT_EQ(got.summary.value("adapt_switches", 0), static_cast<int>(switches.size())) << got.summary.dump();
@@ -543,8 +546,8 @@ TEST(RuntimeStragglers, AdaptRecutsAPipelineInPlaceWithOneProcessLosses) {
   EXPECT_GT(sw["switched"]["bytes_to_move"].get<int64_t>(), 0) << sw.dump();
   EXPECT_GE(sw["step"].get<int>(), 4) << sw.dump();
   EXPECT_LE(sw["step"].get<int>(), 8) << sw.dump();
-  // After rank 1 recovered (from step 9) the job re-plans, measuring it near full speed; a switch
-  // then gives stage 1 more layers than while it was slow.
+  // After rank 1 recovered (from step 9) the job re-plans, measuring it nearer full speed; a switch
+  // that measured it within 1.25x of the others gives stage 1 more layers than while it was slow.
   int recovered_at = 0;
   for (size_t at = got.output.find("weft: adapt: measured slowdowns "); at != std::string::npos;
        at = got.output.find("weft: adapt: measured slowdowns ", at + 1)) {
@@ -556,16 +559,16 @@ TEST(RuntimeStragglers, AdaptRecutsAPipelineInPlaceWithOneProcessLosses) {
     if (step >= 9 && f[1] < 2.0) recovered_at = step;
   }
   EXPECT_GE(recovered_at, 9) << got.output;
-  std::vector<int> last_cut = cut;
-  if (sws.size() > 1 && sws.back()["step"].get<int>() >= 9) {
-    const std::string back = sws.back()["switched"]["change"].get<std::string>();
-    ASSERT_EQ(back.rfind("stages ", 0), 0u) << back;
-    last_cut.clear();
-    std::istringstream bs(back.substr(7, back.find(' ', 7) - 7));
-    for (std::string x; std::getline(bs, x, ':');) last_cut.push_back(std::stoi(x));
-    ASSERT_EQ(last_cut.size(), 4u) << back;
-    EXPECT_GT(last_cut[1], cut[1]) << back;
-  }
+  // The cut the run ended on: its last switch's.
+  const std::string last_change = sws.back()["switched"]["change"].get<std::string>();
+  ASSERT_EQ(last_change.rfind("stages ", 0), 0u) << last_change;
+  std::vector<int> last_cut;
+  std::istringstream ls(last_change.substr(7, last_change.find(' ', 7) - 7));
+  for (std::string x; std::getline(ls, x, ':');) last_cut.push_back(std::stoi(x));
+  ASSERT_EQ(last_cut.size(), 4u) << last_change;
+  const std::vector<double> last = sws.back()["switched"]["slowdowns"].get<std::vector<double>>();
+  const bool back_to_speed = last.size() == 4 && last[1] <= 1.25 * std::max({last[0], last[2], last[3]});
+  if (sws.size() > 1 && sws.back()["step"].get<int>() >= 9 && back_to_speed) EXPECT_GT(last_cut[1], cut[1]) << last_change;
   EXPECT_EQ(got.summary.value("adapt_switches", 0), static_cast<int>(sws.size())) << got.summary.dump();
   // The checkpoint after the last step is written under the running cut: it holds that plan, and
   // resumes under the original plan by re-sharding.
