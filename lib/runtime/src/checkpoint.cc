@@ -299,7 +299,8 @@ Result<std::string> inspect_checkpoint(const std::string& dir, int step) {
   if (!meta.ok()) return meta.error();
   std::string out = "checkpoint " + *sd + (step < 0 ? " (latest)" : "") + "\n";
   out += "  step " + std::to_string(meta->step) + ", optimizer steps " + std::to_string(meta->optimizer_steps) +
-         ", written by " + std::to_string(meta->world) + " ranks, format " + std::to_string(meta->version) + "\n";
+         ", written by " + std::to_string(meta->world) + (meta->world == 1 ? " rank" : " ranks") + ", format " +
+         std::to_string(meta->version) + "\n";
   if (meta->version < 2) {
     out += "  format 1 names no layout (no plan.json, index.json): it loads only under the plan of hash " +
            meta->plan_hash + " on " + std::to_string(meta->world) + " ranks\n";
@@ -312,7 +313,8 @@ Result<std::string> inspect_checkpoint(const std::string& dir, int step) {
   const Plan& p = *plan;
   out += "  plan " + meta->plan_hash + ": model " + p.model.name + ", pp " + std::to_string(p.train.pp) + " (" +
          to_string(p.train.schedule) + "), global batch " + std::to_string(p.train.global_batch) + " x seq " +
-         std::to_string(p.train.seq) + ", " + std::to_string(p.train.micro_batches) + " micro-batches\n";
+         std::to_string(p.train.seq) + ", " + std::to_string(p.train.micro_batches) +
+         (p.train.micro_batches == 1 ? " micro-batch\n" : " micro-batches\n");
   out += layout_lines(p);
   out += "  files:\n";
   SourceFiles src(*sd, *idx);
@@ -346,7 +348,8 @@ Result<std::string> inspect_checkpoint(const std::string& dir, int step) {
   out += cov.gaps.empty() ? ", each held whole (parameters and both AdamW moments)\n" : ", NOT all held whole:\n";
   for (const std::string& g : cov.gaps) out += "    missing: " + g + "\n";
   for (const auto& [name, shape] : cov.tensors)
-    out += "    " + name + " " + shape_label(shape) + "  ranks " + rank_list(holders[name]) + "\n";
+    out += "    " + name + " " + shape_label(shape) + (holders[name].size() == 1 ? "  rank " : "  ranks ") +
+           rank_list(holders[name]) + "\n";
   if (!cov.gaps.empty()) return Error{ErrorKind::kIo, out + *sd + ": the checkpoint does not hold every tensor whole"};
   return out;
 }
