@@ -435,28 +435,68 @@ std::vector<Json> switched_steps(const std::string& output) {
   return out;
 }
 
+// Runs plan p at sequence 64 for `steps` steps with `flags` (under weft launch) and the one-process
+// plan of the same model and batch, and checks that the losses agree within 1e-5 (relative) at every
+// step; returns the run of p.
+RunResult adapt_run(Plan p, const std::string& dir, int steps, const std::string& flags) {
+  p.train.seq = 64;
+  EXPECT_TRUE(validate(p).ok()) << validate(p).error().message;
+  Plan one = reference_of(p);
+  one.train.seq = p.train.seq;
+  const RunResult ref = train_plan(one, dir, "ref", steps);
+  const RunResult got = train_plan(p, dir, "adapt", steps, flags);
+  [&] {
+    ASSERT_EQ(ref.status, 0) << ref.output;
+    ASSERT_EQ(got.status, 0) << got.output;
+    ASSERT_EQ(got.losses.size(), ref.losses.size()) << got.output;
+  }();
+  for (size_t i = 0; i < ref.losses.size() && i < got.losses.size(); ++i)
+    EXPECT_NEAR(got.losses[i], ref.losses[i], 1e-5 * std::fabs(ref.losses[i])) << "step " << i + 1;
+  return got;
+}
+
+// The last step at or after `from` whose --adapt re-plan measured rank 1 below 2x (0: none).
+int replanned_recovered(const std::string& output, int from) {
+  int at_step = 0;
+  for (size_t at = output.find("weft: adapt: measured slowdowns "); at != std::string::npos;
+       at = output.find("weft: adapt: measured slowdowns ", at + 1)) {
+    std::istringstream in(output.substr(at + 32, 160));
+    double f[4];
+    std::string word;
+    int step = 0;
+    in >> f[0] >> f[1] >> f[2] >> f[3] >> word >> word >> step;
+    if (step >= from && f[1] < 2.0) at_step = step;
+  }
+  return at_step;
+}
+
+// Whether a switch was made for rank 1 measured within 1.25x of the others (of 4 ranks).
+bool back_to_speed(const Json& step) {
+  const std::vector<double> s = step["switched"]["slowdowns"].get<std::vector<double>>();
+  return s.size() == 4 && s[1] <= 1.25 * std::max({s[0], s[2], s[3]});
+}
+
+// The layers per stage of a switch's change, "stages 3:1:2:2 layers, ..."; empty for a change of
+// shares alone.
+std::vector<int> cut_of(const std::string& change) {
+  std::vector<int> cut;
+  if (change.rfind("stages ", 0) != 0) return cut;
+  std::istringstream cs(change.substr(7, change.find(' ', 7) - 7));
+  for (std::string x; std::getline(cs, x, ':');) cut.push_back(std::stoi(x));
+  return cut;
+}
+
 // --adapt: rank 1 computes 4x slower in steps 3-9. After --straggler-steps steps the job re-plans
 // with the measured speeds and switches in place to shares that give rank 1's replica the fewest
 // samples; after it recovers it re-plans again (and switches back when that pays). The losses stay
 // those of one process throughout (a share changes only which samples a replica reads).
 TEST(RuntimeStragglers, AdaptSwitchesInPlaceAndBackWithOneProcessLosses) {
   // Compute that grows with the batch: a rank's share matters.
-  Plan p = uniform(wider_gpt(2, 256), 4, 1, strat(1, 4), {}, Schedule::k1F1B, 16, 2);
-  p.train.seq = 64;
-  ASSERT_TRUE(validate(p).ok()) << validate(p).error().message;
-  const int steps = 16;
   const std::string dir = temp_dir("adapt");
-  Plan one = reference_of(p);
-  one.train.seq = p.train.seq;
-  const RunResult ref = train_plan(one, dir, "ref", steps);
-  const RunResult got =
-      train_plan(p, dir, "adapt", steps, " --adapt --slow 1:4:3:9 --straggler-steps 3 --straggler-margin 1.5");
+  const RunResult got = adapt_run(uniform(wider_gpt(2, 256), 4, 1, strat(1, 4), {}, Schedule::k1F1B, 16, 2), dir, 16,
+                                  " --adapt --slow 1:4:3:9 --straggler-steps 3 --straggler-margin 1.5");
   std::filesystem::remove_all(dir);
-  ASSERT_EQ(ref.status, 0) << ref.output;
-  ASSERT_EQ(got.status, 0) << got.output;
-  ASSERT_EQ(got.losses.size(), ref.losses.size()) << got.output;
-  for (size_t i = 0; i < ref.losses.size(); ++i)
-    EXPECT_NEAR(got.losses[i], ref.losses[i], 1e-5 * std::fabs(ref.losses[i])) << "step " << i + 1;
+  if (::testing::Test::HasFatalFailure()) return;
   // The switches, from the per-step JSON.
   const std::vector<Json> sws = switched_steps(got.output);
   std::vector<std::pair<int, std::string>> switches;
@@ -483,20 +523,8 @@ TEST(RuntimeStragglers, AdaptSwitchesInPlaceAndBackWithOneProcessLosses) {
   // shares when the measurements are quiet; on a loaded machine the others' noise may leave them a
   // little uneven, rank 1 may still read slow for a few steps, or the re-plan may gain too little
   // to switch).
-  int recovered_at = 0;
-  for (size_t at = got.output.find("weft: adapt: measured slowdowns "); at != std::string::npos;
-       at = got.output.find("weft: adapt: measured slowdowns ", at + 1)) {
-    std::istringstream in(got.output.substr(at + 32, 160));
-    double f[4];
-    std::string word;
-    int step = 0;
-    in >> f[0] >> f[1] >> f[2] >> f[3] >> word >> word >> step;
-    if (step >= 10 && f[1] < 2.0) recovered_at = step;
-  }
-  EXPECT_GE(recovered_at, 10) << got.output;
-  const std::vector<double> last = sws.back()["switched"]["slowdowns"].get<std::vector<double>>();
-  const bool back_to_speed = last.size() == 4 && last[1] <= 1.25 * std::max({last[0], last[2], last[3]});
-  if (switches.back().first >= 10 && back_to_speed && switches.back().second.rfind("even shares", 0) != 0)
+  EXPECT_GE(replanned_recovered(got.output, 10), 10) << got.output;
+  if (switches.back().first >= 10 && back_to_speed(sws.back()) && switches.back().second.rfind("even shares", 0) != 0)
     EXPECT_GT(shares_of(switches.back().second)[1], shares[1]) << got.output;
   EXPECT_NE(got.output.find("state to move 0 bytes"), std::string::npos) << got.output;
   EXPECT_EQ(got.summary.value("adapt_switches", 0), static_cast<int>(switches.size())) << got.summary.dump();
@@ -512,22 +540,12 @@ TEST(RuntimeStragglers, AdaptSwitchesInPlaceAndBackWithOneProcessLosses) {
 // restart, no files), rebuilds its model on the new cut and continues; once rank 1 is back it
 // re-plans again (and re-cuts back when that pays). The losses stay those of one process throughout.
 TEST(RuntimeStragglers, AdaptRecutsAPipelineInPlaceWithOneProcessLosses) {
-  Plan p = uniform(wider_gpt(8, 128), 4, 4, strat(1, 1), {2, 2, 2, 2}, Schedule::k1F1B, 16, 8);
-  p.train.seq = 64;
-  ASSERT_TRUE(validate(p).ok()) << validate(p).error().message;
   const int steps = 16;
   const std::string dir = temp_dir("adapt_recut");
-  Plan one = reference_of(p);
-  one.train.seq = p.train.seq;
-  const RunResult ref = train_plan(one, dir, "ref", steps);
-  const RunResult got = train_plan(p, dir, "adapt", steps,
-                                   " --adapt --slow 1:3:3:8 --straggler-steps 2 --straggler-margin 1.5"
-                                   " --checkpoint-dir " + dir + "/ck");
-  ASSERT_EQ(ref.status, 0) << ref.output;
-  ASSERT_EQ(got.status, 0) << got.output;
-  ASSERT_EQ(got.losses.size(), ref.losses.size()) << got.output;
-  for (size_t i = 0; i < ref.losses.size(); ++i)
-    EXPECT_NEAR(got.losses[i], ref.losses[i], 1e-5 * std::fabs(ref.losses[i])) << "step " << i + 1;
+  const RunResult got =
+      adapt_run(uniform(wider_gpt(8, 128), 4, 4, strat(1, 1), {2, 2, 2, 2}, Schedule::k1F1B, 16, 8), dir, steps,
+                " --adapt --slow 1:3:3:8 --straggler-steps 2 --straggler-margin 1.5 --checkpoint-dir " + dir + "/ck");
+  if (::testing::Test::HasFatalFailure()) return;
   // The switch, from the per-step JSON: a new cut giving stage 1 fewer than its 2 layers, state moved.
   const std::vector<Json> sws = switched_steps(got.output);
   ASSERT_FALSE(sws.empty()) << got.output;
@@ -536,10 +554,7 @@ TEST(RuntimeStragglers, AdaptRecutsAPipelineInPlaceWithOneProcessLosses) {
     std::printf("%s\n", got.output.substr(at, got.output.find('\n', at) - at).c_str());
   std::printf("switch at step %d: %s\n", sw["step"].get<int>(), sw["switched"].dump().c_str());
   const std::string change = sw["switched"]["change"].get<std::string>();
-  ASSERT_EQ(change.rfind("stages ", 0), 0u) << change;
-  std::vector<int> cut;
-  std::istringstream cs(change.substr(7, change.find(' ', 7) - 7));
-  for (std::string x; std::getline(cs, x, ':');) cut.push_back(std::stoi(x));
+  const std::vector<int> cut = cut_of(change);
   ASSERT_EQ(cut.size(), 4u) << change;
   EXPECT_LT(cut[1], 2) << change;
   EXPECT_TRUE(sw["switched"]["structural"].get<bool>()) << sw.dump();
@@ -548,27 +563,13 @@ TEST(RuntimeStragglers, AdaptRecutsAPipelineInPlaceWithOneProcessLosses) {
   EXPECT_LE(sw["step"].get<int>(), 8) << sw.dump();
   // After rank 1 recovered (from step 9) the job re-plans, measuring it nearer full speed; a switch
   // that measured it within 1.25x of the others gives stage 1 more layers than while it was slow.
-  int recovered_at = 0;
-  for (size_t at = got.output.find("weft: adapt: measured slowdowns "); at != std::string::npos;
-       at = got.output.find("weft: adapt: measured slowdowns ", at + 1)) {
-    std::istringstream in(got.output.substr(at + 32, 160));
-    double f[4];
-    std::string word;
-    int step = 0;
-    in >> f[0] >> f[1] >> f[2] >> f[3] >> word >> word >> step;
-    if (step >= 9 && f[1] < 2.0) recovered_at = step;
-  }
-  EXPECT_GE(recovered_at, 9) << got.output;
+  EXPECT_GE(replanned_recovered(got.output, 9), 9) << got.output;
   // The cut the run ended on: its last switch's.
   const std::string last_change = sws.back()["switched"]["change"].get<std::string>();
-  ASSERT_EQ(last_change.rfind("stages ", 0), 0u) << last_change;
-  std::vector<int> last_cut;
-  std::istringstream ls(last_change.substr(7, last_change.find(' ', 7) - 7));
-  for (std::string x; std::getline(ls, x, ':');) last_cut.push_back(std::stoi(x));
+  const std::vector<int> last_cut = cut_of(last_change);
   ASSERT_EQ(last_cut.size(), 4u) << last_change;
-  const std::vector<double> last = sws.back()["switched"]["slowdowns"].get<std::vector<double>>();
-  const bool back_to_speed = last.size() == 4 && last[1] <= 1.25 * std::max({last[0], last[2], last[3]});
-  if (sws.size() > 1 && sws.back()["step"].get<int>() >= 9 && back_to_speed) EXPECT_GT(last_cut[1], cut[1]) << last_change;
+  if (sws.size() > 1 && sws.back()["step"].get<int>() >= 9 && back_to_speed(sws.back()))
+    EXPECT_GT(last_cut[1], cut[1]) << last_change;
   EXPECT_EQ(got.summary.value("adapt_switches", 0), static_cast<int>(sws.size())) << got.summary.dump();
   // The checkpoint after the last step is written under the running cut: it holds that plan, and
   // resumes under the original plan by re-sharding.
