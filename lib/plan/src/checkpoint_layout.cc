@@ -40,23 +40,33 @@ int64_t product(const std::vector<int64_t>& s, size_t from = 0) {
   return n;
 }
 
+// Where a piece's slice lies in its full tensor: element j of the slice (row-major within it) is
+// element full(j) of the tensor, and the slice is contiguous there for `block` elements at a time
+// (one index of the dimensions before the sliced one; the whole slice when it is the whole tensor).
+struct SliceMap {
+  int64_t block = 0, full_block = 0, start = 0;
+  explicit SliceMap(const SavedPiece& p) {
+    if (p.shard_dim < 0) {
+      block = full_block = product(p.full_shape);
+      return;
+    }
+    const int64_t inner = product(p.full_shape, static_cast<size_t>(p.shard_dim) + 1);
+    block = p.shard_len * inner;
+    full_block = p.full_shape[static_cast<size_t>(p.shard_dim)] * inner;
+    start = p.shard_start * inner;
+  }
+  int64_t full(int64_t j) const { return j / block * full_block + start + j % block; }
+};
+
 // Calls f(full_begin, piece_offset, len) for every contiguous run of the full tensor that the piece
 // covers, in order (piece_offset: from the piece's first element).
 template <class F>
 void for_each_run(const SavedPiece& p, F f) {
-  if (p.shard_dim < 0) {
-    f(p.local_begin, int64_t{0}, p.count);
-    return;
-  }
-  const int64_t inner = product(p.full_shape, static_cast<size_t>(p.shard_dim) + 1);
-  const int64_t block = p.shard_len * inner;                      // one outer index of the slice
-  const int64_t full_block = p.full_shape[static_cast<size_t>(p.shard_dim)] * inner;
-  int64_t j = p.local_begin;
+  const SliceMap m(p);
   const int64_t end = p.local_begin + p.count;
-  while (j < end) {
-    const int64_t outer = j / block, r = j % block;
-    const int64_t len = std::min(end - j, block - r);
-    f(outer * full_block + p.shard_start * inner + r, j - p.local_begin, len);
+  for (int64_t j = p.local_begin; j < end;) {
+    const int64_t len = std::min(end - j, m.block - j % m.block);
+    f(m.full(j), j - p.local_begin, len);
     j += len;
   }
 }
@@ -88,22 +98,15 @@ std::map<std::string, TensorPieces> pieces_by_tensor(const CheckpointIndex& idx)
   return out;
 }
 
-// The full-tensor index of element j of a piece's slice (row-major within the slice).
-int64_t full_of(const SavedPiece& p, int64_t j) {
-  if (p.shard_dim < 0) return j;
-  const int64_t inner = product(p.full_shape, static_cast<size_t>(p.shard_dim) + 1);
-  const int64_t block = p.shard_len * inner, full_block = p.full_shape[static_cast<size_t>(p.shard_dim)] * inner;
-  return j / block * full_block + p.shard_start * inner + j % block;
-}
-
 // Whether two pieces of one tensor may share elements: their full-tensor spans overlap and, where
 // both slice the same dimension, so do their slices.
 bool may_overlap(const SavedPiece& a, const SavedPiece& b) {
   if (a.shard_dim >= 0 && a.shard_dim == b.shard_dim &&
       (a.shard_start + a.shard_len <= b.shard_start || b.shard_start + b.shard_len <= a.shard_start))
     return false;
-  const int64_t a0 = full_of(a, a.local_begin), a1 = full_of(a, a.local_begin + a.count - 1) + 1;
-  const int64_t b0 = full_of(b, b.local_begin), b1 = full_of(b, b.local_begin + b.count - 1) + 1;
+  const SliceMap ma(a), mb(b);
+  const int64_t a0 = ma.full(a.local_begin), a1 = ma.full(a.local_begin + a.count - 1) + 1;
+  const int64_t b0 = mb.full(b.local_begin), b1 = mb.full(b.local_begin + b.count - 1) + 1;
   return a0 < b1 && b0 < a1;
 }
 
@@ -344,13 +347,10 @@ Result<std::vector<EntryFill>> reshard_rank(const CheckpointIndex& from, const P
 
 Result<std::vector<EntryFill>> Resharder::rank(const Plan& next, int rank, int prefer) const {
   const std::map<std::string, TensorPieces>& src = impl_->src;
-  // The two must hold the same tensors: every tensor of the next plan's model (the first rank of
-  // each stage holds one slice of each of its tensors) against every tensor of the checkpoint.
+  // The two must hold the same tensors: every tensor of the next plan's model against every tensor
+  // of the checkpoint.
   std::set<std::string> wanted;
-  const int S = next.devices_per_stage();
-  for (int st = 0; st < next.train.pp; ++st)
-    for (const UnitSpec& u : unit_specs(next, st * S))
-      for (const ParamSpec& ps : u.params) wanted.insert(ps.name);
+  for (const ParamSpec& ps : model_params(next)) wanted.insert(ps.name);
   for (const auto& [name, t] : src)
     if (!wanted.count(name))
       return Error{ErrorKind::kBadInput, "checkpoint holds " + name + " " + shape_label(t.shape) +

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <set>
 
 namespace weft {
 
@@ -244,6 +245,17 @@ std::vector<UnitSpec> unit_specs(const Plan& p, int rank) {
       out.push_back(w.finish(emb.zero, shard_group(rank, S, pp, emb)));
     }
   }
+  return out;
+}
+
+std::vector<ParamSpec> model_params(const Plan& p) {
+  std::vector<ParamSpec> out;
+  std::set<std::string> seen;  // a tied table's copy on the last stage is the same tensor
+  const int S = p.devices_per_stage();
+  for (int st = 0; st < p.train.pp; ++st)
+    for (UnitSpec& u : unit_specs(p, st * S))
+      for (ParamSpec& ps : u.params)
+        if (seen.insert(ps.name).second) out.push_back(std::move(ps));
   return out;
 }
 

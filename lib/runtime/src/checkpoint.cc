@@ -20,7 +20,7 @@ std::string rank_file(const std::string& step_dir, int r) {
   return (fs::path(step_dir) / ("rank-" + std::to_string(r) + ".bin")).string();
 }
 
-// Source rank files, read once each, checked against the index.
+// Source rank files, read once each, checked against the index (entry names and sizes).
 class SourceFiles {
  public:
   SourceFiles(std::string step_dir, const CheckpointIndex& idx) : dir_(std::move(step_dir)), idx_(idx) {}
@@ -34,10 +34,15 @@ class SourceFiles {
       if (f->params.size() != want.size())
         return Error{ErrorKind::kIo, rank_file(dir_, r) + ": " + std::to_string(f->params.size()) +
                                          " entries, the checkpoint's index.json lists " + std::to_string(want.size())};
-      for (size_t i = 0; i < want.size(); ++i)
+      for (size_t i = 0; i < want.size(); ++i) {
         if (f->params[i].name != want[i].name)
           return Error{ErrorKind::kIo, rank_file(dir_, r) + ": entry " + std::to_string(i) + " is " + f->params[i].name +
                                            ", the checkpoint's index.json says " + want[i].name};
+        if (static_cast<int64_t>(f->params[i].data.size()) != want[i].numel)
+          return Error{ErrorKind::kIo, rank_file(dir_, r) + ": " + want[i].name + " holds " +
+                                           std::to_string(f->params[i].data.size()) + " values, the index says " +
+                                           std::to_string(want[i].numel)};
+      }
       it = files_.emplace(r, std::move(f).value()).first;
     }
     return &it->second.params[static_cast<size_t>(e)].data;
@@ -74,6 +79,17 @@ std::string rank_list(const std::set<int>& ranks) {
     out += b == a ? std::to_string(a) : std::to_string(a) + "-" + std::to_string(b);
   }
   return out;
+}
+
+// A write that throws InputError (kIo, naming the path: weft/core/json.h) as a Status.
+template <class F>
+Status written(F write) {
+  auto r = catch_errors([&]() -> Result<int> {
+    write();
+    return 0;
+  });
+  if (!r.ok()) return r.error();
+  return {};
 }
 
 // Each stage's ranks and its runs of layers with one strategy.
@@ -175,27 +191,24 @@ Result<CheckpointMeta> read_checkpoint_meta(const std::string& step_dir) {
 }
 
 Status write_checkpoint_layout(const std::string& step_dir, const Plan& p) {
-  auto r = catch_errors([&]() -> Result<int> {
-    write_json_file(step_dir + "/plan.json", to_json(p));
-    write_json_file(step_dir + "/index.json", to_json(checkpoint_index(p)));
-    return 0;
-  });
-  if (!r.ok()) return Error{ErrorKind::kIo, r.error().message};
-  return {};
+  Status s = write_plan_file(step_dir + "/plan.json", p);
+  if (s.ok()) s = written([&] { write_json_file(step_dir + "/index.json", to_json(checkpoint_index(p))); });
+  return s;
 }
 
 Status write_checkpoint_meta(const std::string& step_dir, const CheckpointMeta& meta) {
-  auto r = catch_errors([&]() -> Result<int> {
+  return written([&] {
     write_json_file(step_dir + "/meta.json", Json{{"format", "weft-checkpoint"},
                                                   {"version", meta.version},
                                                   {"step", meta.step},
                                                   {"world", meta.world},
                                                   {"plan_hash", meta.plan_hash},
                                                   {"optimizer_steps", meta.optimizer_steps}});
-    return 0;
   });
-  if (!r.ok()) return Error{ErrorKind::kIo, r.error().message};
-  return {};
+}
+
+Status write_latest(const std::string& dir, int step) {
+  return written([&] { write_text_file(dir + "/latest", step_name(step) + "\n"); });
 }
 
 Result<Plan> read_checkpoint_plan(const std::string& step_dir) {
@@ -223,22 +236,16 @@ Result<ParamsFile> rank_state(const std::string& step_dir, const CheckpointMeta&
   if (resharded) *resharded = !same;
   if (same) return read_params_file(rank_file(step_dir, rank));
   auto idx = read_checkpoint_index(step_dir);
-  if (!idx.ok()) {
-    Error e = idx.error();
-    e.message = "checkpoint of " + std::to_string(meta.world) + " ranks under plan " + meta.plan_hash +
-                ", this job has " + std::to_string(next.world_size()) + " ranks under plan " + next_hash + ": " + e.message;
-    return e;
-  }
+  if (!idx.ok())
+    return idx.error().with_context("checkpoint of " + std::to_string(meta.world) + " ranks under plan " +
+                                    meta.plan_hash + ", this job has " + std::to_string(next.world_size()) +
+                                    " ranks under plan " + next_hash);
   if (idx->world != meta.world)
     return Error{ErrorKind::kIo, step_dir + "/index.json: " + std::to_string(idx->world) + " ranks, meta.json says " +
                                      std::to_string(meta.world)};
   SourceFiles src(step_dir, *idx);
   auto f = reshard(*idx, Resharder(*idx), src, next, rank, meta.step);
-  if (!f.ok()) {
-    Error e = f.error();
-    e.message = step_dir + ": " + e.message;
-    return e;
-  }
+  if (!f.ok()) return f.error().with_context(step_dir);
   return f;
 }
 
@@ -268,11 +275,7 @@ Status convert_checkpoint(const std::string& src_dir, int step, const Plan& next
   for (int r = 0; r < next.world_size(); ++r) {
     if (progress) progress(r);
     auto f = reshard(*idx, rs, src, next, r, meta->step);
-    if (!f.ok()) {
-      Error e = f.error();
-      e.message = *sd + ": " + e.message;
-      return failed(e);
-    }
+    if (!f.ok()) return failed(f.error().with_context(*sd));
     Status s = write_params_file(rank_file(od, r), *f);
     if (!s.ok()) return failed(s.error());
   }
@@ -284,12 +287,7 @@ Status convert_checkpoint(const std::string& src_dir, int step, const Plan& next
   m.plan_hash = json_hash(to_json(next));
   s = write_checkpoint_meta(od, m);
   if (!s.ok()) return failed(s.error());
-  auto r = catch_errors([&]() -> Result<int> {
-    write_text_file(out_dir + "/latest", step_name(m.step) + "\n");
-    return 0;
-  });
-  if (!r.ok()) return Error{ErrorKind::kIo, r.error().message};
-  return {};
+  return write_latest(out_dir, m.step);
 }
 
 Result<std::string> inspect_checkpoint(const std::string& dir, int step) {
@@ -325,10 +323,6 @@ Result<std::string> inspect_checkpoint(const std::string& dir, int step) {
     for (int e = 0; e < static_cast<int>(entries.size()); ++e) {
       auto v = src.entry(r, e);  // reads and checks the file against the index
       if (!v.ok()) return v.error();
-      if (static_cast<int64_t>((*v)->size()) != entries[static_cast<size_t>(e)].numel)
-        return Error{ErrorKind::kIo, rank_file(*sd, r) + ": " + entries[static_cast<size_t>(e)].name + " holds " +
-                                         std::to_string((*v)->size()) + " values, the index says " +
-                                         std::to_string(entries[static_cast<size_t>(e)].numel)};
       values += entries[static_cast<size_t>(e)].numel;
       for (const SavedPiece& pc : entries[static_cast<size_t>(e)].pieces) holders[pc.param].insert(r);
     }

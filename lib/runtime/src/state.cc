@@ -4,7 +4,6 @@
 #include <cstdio>
 #include <filesystem>
 #include <map>
-#include <set>
 
 #include "weft/core/durable_file.h"
 #include "weft/core/json.h"
@@ -175,14 +174,7 @@ ParamsFile consolidate(Model& m, GroupSet& g, int step) {
         }
       }
     }
-    std::set<std::string> seen;
-    const int S = p.devices_per_stage();
-    for (int st = 0; st < p.train.pp; ++st)
-      for (const UnitSpec& u : unit_specs(p, st * S))
-        for (const ParamSpec& s : u.params) {
-          if (!seen.insert(s.name).second) continue;
-          out.params.push_back({s.name, s.full_shape, to_vec(full.at(s.name))});
-        }
+    for (const ParamSpec& s : model_params(p)) out.params.push_back({s.name, s.full_shape, to_vec(full.at(s.name))});
   }
   for (auto& s : sends) s.wait();
   world.barrier();
@@ -217,13 +209,7 @@ Status save_checkpoint(const std::string& dir, int step, Model& m, Optimizer& o,
     // `latest` moves to it only once meta.json is.
     s = write_checkpoint_layout(sd, m.plan());
     if (s.ok()) s = write_checkpoint_meta(sd, {kCheckpointVersion, step, g.world_size(), plan_hash, o.step_count()});
-    if (s.ok()) {
-      try {
-        write_text_file(dir + "/latest", step_name(step) + "\n");
-      } catch (const InputError& e) {
-        s = Error{ErrorKind::kIo, e.what()};
-      }
-    }
+    if (s.ok()) s = write_latest(dir, step);
     if (s.ok()) {
       // Older complete checkpoints beyond `keep`; never the one just written, never an incomplete
       // directory (an interrupted save, which a later save of that step completes).
@@ -238,7 +224,7 @@ Status save_checkpoint(const std::string& dir, int step, Model& m, Optimizer& o,
 Result<Resumed> load_checkpoint(const std::string& dir, Model& m, Optimizer& o, int rank, const std::string& plan_hash) {
   return catch_errors([&]() -> Result<Resumed> {
     auto sd = checkpoint_step_dir(dir);
-    if (!sd.ok()) return Error{sd.error().kind, "--resume: " + sd.error().message};
+    if (!sd.ok()) return sd.error().with_context("--resume");
     auto meta = read_checkpoint_meta(*sd);
     if (!meta.ok()) return meta.error();
     Resumed out;

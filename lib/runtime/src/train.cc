@@ -15,7 +15,6 @@
 #include <limits>
 #include <optional>
 #include <thread>
-#include <set>
 #include <sstream>
 #include <utility>
 
@@ -91,15 +90,11 @@ void print_start(Reporter& rep, const TrainOptions& o, const Plan& plan, int wor
     return;
   }
   int64_t params = 0;
-  std::set<std::string> seen;
-  for (int st = 0; st < plan.train.pp; ++st)
-    for (const auto& u : unit_specs(plan, st * plan.devices_per_stage()))
-      for (const auto& p : u.params)
-        if (seen.insert(p.name).second) {
-          int64_t n = 1;
-          for (auto d : p.full_shape) n *= d;
-          params += n;
-        }
+  for (const ParamSpec& p : model_params(plan)) {
+    int64_t n = 1;
+    for (auto d : p.full_shape) n *= d;
+    params += n;
+  }
   const int m = plan.train.micro_batches;
   std::ostringstream h;
   h << "weft train: model " << plan.model.name << " (" << params << " parameters), " << world << " rank"

@@ -97,4 +97,8 @@ struct UnitSpec {
 // position table 0.01, norms ones, biases zeros.
 std::vector<UnitSpec> unit_specs(const Plan& p, int rank);
 
+// Every parameter tensor of the plan's model once, in model order, as the first rank of its stage
+// holds it (one slice of each: callers read name and full_shape).
+std::vector<ParamSpec> model_params(const Plan& p);
+
 }  // namespace weft

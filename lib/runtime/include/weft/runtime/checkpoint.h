@@ -53,6 +53,8 @@ Result<CheckpointMeta> read_checkpoint_meta(const std::string& step_dir);
 // Writes plan.json and index.json of plan p into step_dir (rank 0, before meta.json).
 Status write_checkpoint_layout(const std::string& step_dir, const Plan& p);
 Status write_checkpoint_meta(const std::string& step_dir, const CheckpointMeta& meta);
+// Names step `step` in dir/latest (after its meta.json is written).
+Status write_latest(const std::string& dir, int step);
 // The plan and index of a version-2 checkpoint; kBadInput for a version-1 checkpoint (it cannot be
 // re-sharded: it names no layout).
 Result<Plan> read_checkpoint_plan(const std::string& step_dir);
