@@ -544,22 +544,28 @@ Status profile_hardware(const HardwareOptions& o) {
     }
 
     // --- per-rank speed (Malleus's straggler quantification): the GEMMs of the matmul rate above
-    // on every rank, each rank's best time of five over a healthy rank's. These ranks share one
-    // machine's cores, so they take turns (all at once would measure the sharing, which the next
-    // section does), each warms up first (a rank's first GEMMs of a size run slower), and the time
-    // is the thread's CPU time (one intra-op thread): what the rank's core needs for the work,
-    // not the moments other processes hold it. A healthy
-    // job's ranks sit within a few percent of each other; planning takes a rank as a straggler from
-    // kMeasuredStraggler (weft/calibration/hardware_profile.h).
+    // on every rank. These ranks share one machine's cores, so they take turns (all at once would
+    // measure the sharing, which the next section does), each warms up first (a rank's first GEMMs
+    // of a size run slower), and the time is the thread's CPU time (one intra-op thread): what the
+    // rank's core needs for the work, not the moments other processes hold it. CPU time still moves
+    // with what else runs on the machine (shared caches and memory bandwidth), so each round's
+    // times are compared within the round: a rank's ratio to the round's healthy rank (the lower
+    // median, which stragglers in a minority do not move), and its slowdown is the median of its
+    // kRounds ratios. A drift of the machine between rounds cancels in the pairing, and a round that
+    // caught one rank under load moves the median little. A healthy job's ranks sit within a few
+    // percent of each other; planning takes a rank as a straggler from kMeasuredStraggler
+    // (weft/calibration/hardware_profile.h).
     if (env.world > 1) {
       runtime::set_threads(1);  // the thread's CPU time is the rank's work only on one thread
       const int64_t n = 512;
+      constexpr int kRounds = 7;
       at::Tensor a = at::rand({n, n}, at::kFloat), b = at::rand({n, n}, at::kFloat), c = at::empty({n, n}, at::kFloat);
       const double rate = max_over(world, env.rank == 0 ? m.matmul_tflops * 1e12 : 0.0);  // FLOP/s
-      const int reps = std::max(3, static_cast<int>(std::round(0.05 * rate / (2.0 * n * n * n))));
+      const int reps = std::max(3, static_cast<int>(std::round(0.03 * rate / (2.0 * n * n * n))));
       for (int i = 0; i < 3; ++i) at::mm_out(c, a, b);
-      std::vector<double> best(env.world, 0);
-      for (int round = 0; round < 5; ++round)
+      std::vector<std::vector<double>> ratios(env.world);
+      for (int round = 0; round < kRounds; ++round) {
+        std::vector<double> t_round(env.world, 0);
         for (int r = 0; r < env.world; ++r) {
           world.barrier();
           double t = 0;
@@ -569,15 +575,17 @@ Status profile_hardware(const HardwareOptions& o) {
             t = thread_cpu_s() - c0;
             if (slow.rank == r) t *= slow.factor;
           }
-          t = max_over(world, t);
-          best[r] = round == 0 ? t : std::min(best[r], t);
+          t_round[r] = max_over(world, t);
         }
-      // Against a healthy rank: the lower median (of two ranks, the faster), which stragglers in a
-      // minority do not move.
-      std::vector<double> sorted = best;
-      std::sort(sorted.begin(), sorted.end());
-      const double healthy = sorted[(sorted.size() - 1) / 2];
-      for (double t : best) m.rank_slowdown.push_back(healthy > 0 ? t / healthy : 1.0);
+        std::vector<double> sorted = t_round;
+        std::sort(sorted.begin(), sorted.end());
+        const double healthy = sorted[(sorted.size() - 1) / 2];
+        for (int r = 0; r < env.world; ++r) ratios[r].push_back(healthy > 0 ? t_round[r] / healthy : 1.0);
+      }
+      for (auto& v : ratios) {
+        std::sort(v.begin(), v.end());
+        m.rank_slowdown.push_back(v[v.size() / 2]);  // kRounds is odd: the middle one
+      }
       runtime::set_threads(o.threads);
       progress.tick("per-rank speed");
     }
