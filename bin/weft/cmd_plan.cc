@@ -599,10 +599,13 @@ void register_plan_commands(CLI::App& app) {
     cmd->add_option("--lengths", fl->lengths,
                     "Plan for a distribution of document lengths (one per line) instead of one --seq: tensor "
                     "parallelism, recompute and the sequence-parallel group sizes (docs/varlen.md)");
-    cmd->add_option("--data", fl->data, "As --lengths, the documents of a token file split at --eos");
+    cmd->add_option("--data", fl->data,
+                    "As --lengths, the documents of a token file split at --eos, or of a Megatron-LM indexed "
+                    "dataset (PREFIX of PREFIX.idx + PREFIX.bin)");
     cmd->add_option("--eos", fl->eos, "End-of-document token id of --data");
-    cmd->add_option("--data-format", fl->data_format, "auto, uint16 or uint32")
-        ->check(CLI::IsMember({"auto", "uint16", "uint32"}));
+    cmd->add_option("--data-format", fl->data_format,
+                    "auto, uint16, uint32 or megatron (PREFIX.idx + PREFIX.bin: documents from the index, no --eos)")
+        ->check(CLI::IsMember({"auto", "uint16", "uint32", "megatron"}));
     cmd->add_option("--max-seq", fl->max_seq, "With --lengths: longer documents are dropped (0: none)");
     cmd->add_option("--steps", fl->steps, "With --lengths: global batches sampled")->capture_default_str();
     cmd->add_option("--first-step", fl->first_step, "With --lengths: batches skipped before the first sampled");

@@ -116,8 +116,11 @@ void register_train_commands(CLI::App& app) {
       "WORLD_SIZE ranks (one process: a small built-in GPT in seconds).");
   t->add_option("--plan", o->plan, "Plan file (weft plan --out); its model, batch and layout are used");
   t->add_option("--model", o->model, "Model preset, weft model file or HF config.json (with --plan: must match)");
-  t->add_option("--data", o->data, "Token file (uint16/uint32 ids) or text file (bytes); default synthetic tokens");
-  t->add_option("--data-format", o->data_format, "auto, uint16, uint32, text or synthetic")->capture_default_str();
+  t->add_option("--data", o->data,
+                "Token file (uint16/uint32 ids), Megatron-LM indexed dataset (PREFIX of PREFIX.idx + PREFIX.bin) "
+                "or text file (bytes); default synthetic tokens");
+  t->add_option("--data-format", o->data_format, "auto, uint16, uint32, text, megatron or synthetic")
+      ->capture_default_str();
   t->add_option("--steps", o->steps, "Optimizer steps")->capture_default_str();
   t->add_option("--seq", o->seq, "Sequence length (without --plan; default 64)");
   t->add_option("--global-batch", o->global_batch, "Samples per step (without --plan; default 8 per rank)");
@@ -169,7 +172,7 @@ void register_train_commands(CLI::App& app) {
               "Variable-length steps: --global-batch documents of --data (split at --eos) per step, packed per "
               "micro-batch into sequence-parallel groups of sizes chosen for each batch (docs/varlen.md)")
       ->group("Variable-length steps");
-  t->add_option("--eos", o->eos, "End-of-document token id of --data (with --varlen)")->group("Variable-length steps");
+  t->add_option("--eos", o->eos, "End-of-document token id of --data (with --varlen; a Megatron dataset's index gives its documents)")->group("Variable-length steps");
   t->add_option("--min-group", o->min_group, "Smallest sequence-parallel group (ranks, a power of two)")
       ->capture_default_str()
       ->group("Variable-length steps");

@@ -199,9 +199,13 @@ void register_varlen_commands(CLI::App& app) {
                                  "sequence-parallel groups of each and the documents on each, beside one group size "
                                  "for all (static) and the best single size per batch (adaptive)");
   cmd->add_option("--lengths", f->lengths, "Document lengths, one per line");
-  cmd->add_option("--data", f->data, "Token file (uint16 .bin/.u16 or uint32 .u32) split into documents at --eos");
+  cmd->add_option("--data", f->data,
+                  "Token file (uint16 .bin/.u16 or uint32 .u32) split into documents at --eos, or a Megatron-LM "
+                  "indexed dataset (PREFIX of PREFIX.idx + PREFIX.bin)");
   cmd->add_option("--eos", f->eos, "End-of-document token id of --data");
-  cmd->add_option("--data-format", f->data_format, "auto, uint16 or uint32")->check(CLI::IsMember({"auto", "uint16", "uint32"}));
+  cmd->add_option("--data-format", f->data_format,
+                  "auto, uint16, uint32 or megatron (PREFIX.idx + PREFIX.bin: documents from the index, no --eos)")
+      ->check(CLI::IsMember({"auto", "uint16", "uint32", "megatron"}));
   cmd->add_option("--model", f->model,
                   "Model: preset, weft model JSON or config.json (--cost-model weft); gpt-7b, gpt-13b or gpt-30b "
                   "(--cost-model flexsp)");

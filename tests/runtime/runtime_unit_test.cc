@@ -1,9 +1,11 @@
 // Torch-free parts of the runtime: pipeline schedules, the learning-rate schedule, gradient buckets, token sources,
 // parameter files, the torchrun environment and the plan checks.
+#include <algorithm>
 #include <cstdlib>
 #include <fstream>
 #include <set>
 
+#include "megatron_dataset.h"
 #include "rt_util.h"
 #include "weft/runtime/buckets.h"
 #include "weft/runtime/data.h"
@@ -203,6 +205,71 @@ TEST(Documents, SplitAtEosAndDrawnPerStepOncePerPass) {
   auto no_file = split_documents(*synth, 0);
   ASSERT_FALSE(no_file.ok());
   EXPECT_NE(no_file.error().message.find("--data"), std::string::npos);
+  std::filesystem::remove_all(dir);
+}
+
+// A Megatron-LM indexed dataset (written byte by byte from its documented layout): the .bin's tokens
+// in the index's dtype, read like any token file, its documents from the index (no --eos), the
+// same documents `weft varlen --data` plans; `auto` tells it from a nanoGPT .bin by the .idx beside.
+TEST(TokenSource, MegatronDatasetReadsTokensAndDocumentsFromItsIndex) {
+  const std::string dir = rttest::temp_dir("megatron");
+  weft::testing::MegatronDataset d;
+  d.dtype_code = 4;  // int32, as Megatron writes for vocabularies of 65,500 or more
+  d.documents = {{{5, 6, 7, 2}}, {{9, 10}, {11, 12, 13, 2}}, {{1, 2}}, {}, {{3, 3, 3}}};  // one empty document
+  weft::testing::write_megatron_dataset(dir + "/corpus_text_document", d);
+  const std::string prefix = dir + "/corpus_text_document";
+  for (const std::string& spelled : {prefix, prefix + ".bin"}) {
+    auto fmt = data_format_from_string("auto", spelled);
+    ASSERT_TRUE(fmt.ok());
+    EXPECT_EQ(fmt.value(), DataFormat::kMegatron) << spelled;
+  }
+  auto src = file_source(prefix, DataFormat::kMegatron, 16, 4, 1);
+  ASSERT_TRUE(src.ok()) << src.error().message;
+  EXPECT_EQ((*src)->size(), 15);
+  std::vector<int64_t> all(15);
+  (*src)->read(0, 15, all.data());
+  EXPECT_EQ(all, (std::vector<int64_t>{5, 6, 7, 2, 9, 10, 11, 12, 13, 2, 1, 2, 3, 3, 3}));
+  auto docs = split_documents(**src, -1);  // the index's documents: no eos needed
+  ASSERT_TRUE(docs.ok()) << docs.error().message;
+  EXPECT_EQ(docs->length, (std::vector<int64_t>{4, 6, 2, 3}));
+  EXPECT_EQ(docs->start, (std::vector<int64_t>{0, 4, 10, 12}));
+  auto planner_view = varlen::load_documents("", prefix, -1, "auto");
+  ASSERT_TRUE(planner_view.ok()) << planner_view.error().message;
+  EXPECT_EQ(planner_view.value(), docs->length);
+  auto with_eos = varlen::load_documents("", prefix, 2, "megatron");
+  ASSERT_FALSE(with_eos.ok());
+  EXPECT_NE(with_eos.error().message.find("drop --eos"), std::string::npos) << with_eos.error().message;
+  // Samples are windows of the documents' tokens back to back, as for a plain token file.
+  std::vector<int64_t> t(4);
+  for (int k = 0; k < 20; ++k) {
+    (*src)->sample(1, k, 4, t.data());
+    bool found = false;
+    for (int at = 0; at + 4 <= 15 && !found; ++at) found = std::equal(t.begin(), t.end(), all.begin() + at);
+    EXPECT_TRUE(found);
+  }
+  // A negative id in a signed file, an id past the vocabulary: named with the offset.
+  d.documents = {{{4, -3, 5, 6, 7}}};
+  weft::testing::write_megatron_dataset(dir + "/neg", d);
+  auto neg = file_source(dir + "/neg", DataFormat::kMegatron, 16, 4, 1);
+  ASSERT_TRUE(neg.ok()) << neg.error().message;
+  try {
+    (*neg)->read(0, 5, all.data());
+    ADD_FAILURE() << "a negative id was read";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("token id -3 at token offset 1 is negative"), std::string::npos) << e.what();
+  }
+  auto small = file_source(prefix, DataFormat::kMegatron, 8, 4, 1);
+  ASSERT_TRUE(small.ok());
+  EXPECT_THROW((*small)->read(0, 15, all.data()), InputError);
+  // A damaged index: the reader's error behind --data, before anything is mapped.
+  {
+    std::ofstream f(prefix + ".bin", std::ios::binary | std::ios::app);
+    f.write("xx", 2);
+  }
+  auto damaged = file_source(prefix, DataFormat::kMegatron, 16, 4, 1);
+  ASSERT_FALSE(damaged.ok());
+  EXPECT_NE(damaged.error().message.find("--data: " + prefix + ".idx"), std::string::npos) << damaged.error().message;
+  EXPECT_EQ(data_format_from_string("megatron", "any").value(), DataFormat::kMegatron);
   std::filesystem::remove_all(dir);
 }
 

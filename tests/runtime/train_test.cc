@@ -12,6 +12,7 @@
 #include <sstream>
 #include <thread>
 
+#include "megatron_dataset.h"
 #include "rt_util.h"
 
 namespace weft::rttest {
@@ -779,6 +780,49 @@ TEST(RuntimeData, DataParallelRanksReadTheirOwnShardOfATokenFile) {
   // Different data than the synthetic default.
   const RunResult c = train_plan(reference_of(dp), dir, "synthetic", 4);
   EXPECT_NE(c.losses, b.losses);
+  std::filesystem::remove_all(dir);
+}
+
+// A Megatron-LM indexed dataset of uint16 tokens holds in its .bin exactly a nanoGPT token file's
+// bytes: read as a Megatron dataset (auto-detected by its .idx, or named) two ranks train exactly as
+// one process reading the .bin as uint16; an int32 dataset of the same ids trains the same too.
+TEST(RuntimeData, MegatronDatasetTrainsLikeTheSameTokens) {
+  const std::string dir = temp_dir("data_megatron");
+  weft::testing::MegatronDataset u16, i32;
+  u16.dtype_code = 8;
+  i32.dtype_code = 4;
+  uint64_t x = 7;
+  for (int d = 0; d < 60; ++d) {
+    std::vector<std::int64_t> doc;
+    for (int i = 0; i < 30 + d % 50; ++i) {
+      x = x * 6364136223846793005ULL + 1442695040888963407ULL;
+      doc.push_back(static_cast<std::int64_t>((x >> 33) % 63) + 1);
+    }
+    doc.push_back(0);
+    u16.documents.push_back({doc});
+  }
+  i32.documents = u16.documents;
+  weft::testing::write_megatron_dataset(dir + "/u16_text_document", u16);
+  weft::testing::write_megatron_dataset(dir + "/i32_text_document", i32);
+  const Plan dp = uniform(tiny_gpt(), 2, 1, strat(1, 2));
+  const RunResult a = train_plan(dp, dir, "dp", 4, " --data " + dir + "/u16_text_document");
+  const RunResult b = train_plan(reference_of(dp), dir, "one", 4,
+                                 " --data " + dir + "/u16_text_document.bin --data-format uint16");
+  const RunResult c = train_plan(reference_of(dp), dir, "i32", 4,
+                                 " --data " + dir + "/i32_text_document --data-format megatron");
+  ASSERT_EQ(a.status, 0) << a.output;
+  ASSERT_EQ(b.status, 0) << b.output;
+  ASSERT_EQ(c.status, 0) << c.output;
+  ASSERT_EQ(a.losses.size(), 4u);
+  ASSERT_EQ(b.losses.size(), 4u);
+  ASSERT_EQ(c.losses, b.losses);
+  for (int i = 0; i < 4; ++i) EXPECT_NEAR(a.losses[i], b.losses[i], 1e-5 * b.losses[i]);
+  // A truncated .bin: refused before training, naming the index, the file and the numbers.
+  std::filesystem::resize_file(dir + "/u16_text_document.bin", 100);
+  const RunResult bad = train_plan(reference_of(dp), dir, "bad", 2, " --data " + dir + "/u16_text_document");
+  EXPECT_NE(bad.status, 0);
+  EXPECT_NE(bad.output.find("u16_text_document.idx"), std::string::npos) << bad.output;
+  EXPECT_NE(bad.output.find("points past the end"), std::string::npos) << bad.output;
   std::filesystem::remove_all(dir);
 }
 

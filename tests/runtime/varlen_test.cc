@@ -7,9 +7,11 @@
 
 #include <cstdio>
 #include <fstream>
+#include <iterator>
 #include <random>
 #include <set>
 
+#include "megatron_dataset.h"
 #include "rt_util.h"
 
 namespace weft::rttest {
@@ -57,9 +59,9 @@ struct VarlenRun {
 
 // `p` with --varlen unless the plan says train.varlen itself.
 VarlenRun train_varlen(const Plan& p, const std::string& dir, const std::string& name, const std::string& data,
-                       const std::string& extra = "") {
+                       const std::string& extra = "", const std::string& eos = " --eos 0") {
   VarlenRun v;
-  v.r = train_plan(p, dir, name, kSteps, (p.train.varlen ? "" : " --varlen") + (" --data " + data + " --eos 0") + extra);
+  v.r = train_plan(p, dir, name, kSteps, (p.train.varlen ? "" : " --varlen") + (" --data " + data + eos) + extra);
   v.params = read_params(dir + "/" + name + ".params");
   std::istringstream in(v.r.output);
   for (std::string line; std::getline(in, line);) {
@@ -240,6 +242,44 @@ TEST_F(Varlen, ResumedRunEqualsTheUninterruptedOne) {
   auto d = runtime::compare_params(read_params(*dir_ + "/resumed.params"), read_params(*dir_ + "/whole.params"));
   ASSERT_TRUE(d.ok());
   EXPECT_EQ(d->max_abs, 0.0) << d->worst;
+}
+
+// The same documents as a Megatron-LM indexed dataset (each document in two sentences where it has
+// four tokens or more, so the index's document ranges matter): their boundaries come from the
+// index, no --eos, and two ranks train exactly as one process on the token file split at eos 0.
+TEST_F(Varlen, MegatronDatasetDocumentsComeFromItsIndex) {
+  std::ifstream in(*data_, std::ios::binary);
+  std::vector<uint16_t> toks((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  toks.resize(toks.size() / 2);
+  in.clear();
+  in.seekg(0);
+  in.read(reinterpret_cast<char*>(toks.data()), static_cast<std::streamsize>(toks.size() * 2));
+  weft::testing::MegatronDataset ds;
+  std::vector<std::int64_t> doc;
+  for (uint16_t t : toks) {
+    doc.push_back(t);
+    if (t != 0) continue;
+    const size_t half = doc.size() >= 4 ? doc.size() / 2 : doc.size();
+    std::vector<std::vector<std::int64_t>> sentences{{doc.begin(), doc.begin() + half}};
+    if (half < doc.size()) sentences.emplace_back(doc.begin() + half, doc.end());
+    ds.documents.push_back(sentences);
+    doc.clear();
+  }
+  ASSERT_TRUE(doc.empty());
+  const std::string prefix = *dir_ + "/docs_text_document";
+  weft::testing::write_megatron_dataset(prefix, ds);
+  const VarlenRun& ref = reference(gpt());
+  const VarlenRun got = train_varlen(varlen_plan(gpt(), 2, strat(1, 2)), *dir_, "megatron", prefix, "", "");
+  ASSERT_EQ(got.r.status, 0) << got.r.output;
+  ASSERT_EQ(got.r.losses.size(), ref.r.losses.size()) << got.r.output;
+  EXPECT_EQ(got.lengths, ref.lengths);
+  for (size_t i = 0; i < ref.r.losses.size(); ++i)
+    EXPECT_NEAR(got.r.losses[i], ref.r.losses[i], 1e-5 * std::fabs(ref.r.losses[i])) << "step " << i + 1;
+  // --eos beside a Megatron dataset: refused, naming both.
+  const RunResult r = train_plan(varlen_plan(gpt(), 1, LayerStrategy{}), *dir_, "megatron_eos", 2,
+                                 " --varlen --data " + prefix + " --eos 0");
+  EXPECT_EQ(r.status, 2) << r.output;
+  EXPECT_NE(r.output.find("--eos 0: the documents of --data " + prefix), std::string::npos) << r.output;
 }
 
 // Bad input stops every rank with a message naming what is wrong (exit code 2).

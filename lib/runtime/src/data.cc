@@ -10,6 +10,8 @@
 #include <random>
 #include <algorithm>
 
+#include "weft/core/indexed_dataset.h"
+
 namespace weft::runtime {
 
 std::uint64_t mix64(std::uint64_t x) {
@@ -48,11 +50,25 @@ class Synthetic final : public TokenSource {
   std::uint64_t seed_;
 };
 
+// The element type of a mapped file's tokens.
+struct Element {
+  int bytes = 1;
+  bool is_signed = false;
+};
+
+Element element_of(DataFormat f) {
+  switch (f) {
+    case DataFormat::kUint16: return {2, false};
+    case DataFormat::kUint32: return {4, false};
+    default: return {1, false};
+  }
+}
+
 class MappedFile final : public TokenSource {
  public:
-  MappedFile(std::string path, DataFormat f, std::int64_t vocab, std::uint64_t seed, const void* base,
+  MappedFile(std::string path, DataFormat f, Element el, std::int64_t vocab, std::uint64_t seed, const void* base,
              std::size_t bytes, std::int64_t tokens)
-      : path_(std::move(path)), f_(f), vocab_(vocab), seed_(seed), base_(base), bytes_(bytes), tokens_(tokens) {}
+      : path_(std::move(path)), f_(f), el_(el), vocab_(vocab), seed_(seed), base_(base), bytes_(bytes), tokens_(tokens) {}
   ~MappedFile() override {
     if (base_ && bytes_) munmap(const_cast<void*>(base_), bytes_);
   }
@@ -70,42 +86,36 @@ class MappedFile final : public TokenSource {
       throw InputError(path_ + ": tokens [" + std::to_string(off) + ", " + std::to_string(off + len) +
                            ") lie outside the file's " + std::to_string(tokens_),
                        ErrorKind::kIo);
-    for (std::int64_t i = 0; i < len; ++i) {
-      const std::int64_t p = off + i;
-      std::int64_t t = 0;
-      switch (f_) {
-        case DataFormat::kUint16: {
-          std::uint16_t v;
-          std::memcpy(&v, static_cast<const char*>(base_) + 2 * p, 2);
-          t = v;
-          break;
-        }
-        case DataFormat::kUint32: {
-          std::uint32_t v;
-          std::memcpy(&v, static_cast<const char*>(base_) + 4 * p, 4);
-          t = v;
-          break;
-        }
-        default: t = static_cast<const unsigned char*>(base_)[p]; break;
-      }
-      if (t >= vocab_)
-        throw InputError(path_ + ": token id " + std::to_string(t) + " at token offset " + std::to_string(p) +
-                         " is >= the model's vocabulary of " + std::to_string(vocab_));
+    const unsigned char* at = static_cast<const unsigned char*>(base_) + el_.bytes * off;
+    for (std::int64_t i = 0; i < len; ++i, at += el_.bytes) {
+      std::uint64_t raw = 0;
+      std::memcpy(&raw, at, el_.bytes);  // little-endian: the low bytes
+      std::int64_t t = static_cast<std::int64_t>(raw);
+      if (el_.is_signed && el_.bytes < 8 && (raw >> (8 * el_.bytes - 1)) != 0)
+        t = static_cast<std::int64_t>(raw | (~std::uint64_t{0} << (8 * el_.bytes)));  // sign-extend
+      if (t < 0 || t >= vocab_)
+        throw InputError(path_ + ": token id " + std::to_string(t) + " at token offset " + std::to_string(off + i) +
+                         (t < 0 ? " is negative" : " is >= the model's vocabulary of " + std::to_string(vocab_)));
       out[i] = t;
     }
   }
+  const Documents* indexed_documents() const override { return docs_.start.empty() ? nullptr : &docs_; }
+  void set_documents(Documents d) { docs_ = std::move(d); }
   std::string describe() const override {
-    return path_ + " (" + to_string(f_) + ", " + std::to_string(tokens_) + " tokens)";
+    return path_ + " (" + to_string(f_) + ", " + std::to_string(tokens_) + " tokens" +
+           (docs_.start.empty() ? std::string() : ", " + std::to_string(docs_.start.size()) + " documents") + ")";
   }
 
  private:
   std::string path_;
   DataFormat f_;
+  Element el_;
   std::int64_t vocab_;
   std::uint64_t seed_;
   const void* base_;
   std::size_t bytes_;
   std::int64_t tokens_;
+  Documents docs_;  // a Megatron dataset's, from its index
 };
 
 }  // namespace
@@ -115,6 +125,7 @@ void TokenSource::read(std::int64_t, std::int64_t, std::int64_t*) const {
 }
 
 Result<Documents> split_documents(const TokenSource& src, std::int64_t eos) {
+  if (const Documents* d = src.indexed_documents()) return *d;
   const std::int64_t n = src.size();
   if (n == 0) return Error{ErrorKind::kBadInput, "--varlen reads documents from a token file: give --data FILE"};
   if (eos < 0) return Error{ErrorKind::kBadInput, "--eos " + std::to_string(eos) + ": must be a token id (>= 0)"};
@@ -198,6 +209,7 @@ const char* to_string(DataFormat f) {
     case DataFormat::kUint16: return "uint16";
     case DataFormat::kUint32: return "uint32";
     case DataFormat::kText: return "text";
+    case DataFormat::kMegatron: return "megatron";
   }
   return "?";
 }
@@ -207,14 +219,16 @@ Result<DataFormat> data_format_from_string(const std::string& s, const std::stri
   if (s == "uint32") return DataFormat::kUint32;
   if (s == "text") return DataFormat::kText;
   if (s == "synthetic") return DataFormat::kSynthetic;
+  if (s == "megatron") return DataFormat::kMegatron;
   if (s == "auto") {
     if (path.empty()) return DataFormat::kSynthetic;
+    if (is_indexed_dataset(path)) return DataFormat::kMegatron;
     if (ends_with(path, ".bin") || ends_with(path, ".u16")) return DataFormat::kUint16;
     if (ends_with(path, ".u32")) return DataFormat::kUint32;
     return DataFormat::kText;
   }
   return Error{ErrorKind::kBadInput,
-               "--data-format: unknown value \"" + s + "\" (expected auto, uint16, uint32, text or synthetic)"};
+               "--data-format: unknown value \"" + s + "\" (expected auto, uint16, uint32, text, megatron or synthetic)"};
 }
 
 std::unique_ptr<TokenSource> synthetic_source(std::int64_t vocab, std::uint64_t seed) {
@@ -230,33 +244,50 @@ Result<std::unique_ptr<TokenSource>> file_source(const std::string& path, DataFo
   if (f == DataFormat::kUint16 && vocab > 65536)
     return Error{ErrorKind::kBadInput, "--data " + path + ": uint16 token ids cannot address the model's vocabulary of " +
                                            std::to_string(vocab) + " (use --data-format uint32)"};
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return Error{ErrorKind::kIo, "--data " + path + ": cannot open: " + std::strerror(errno)};
+  std::string file = path;
+  Element el = element_of(f);
+  Documents docs;
+  if (f == DataFormat::kMegatron) {
+    auto ds = read_indexed_dataset(path);
+    if (!ds.ok()) return ds.error().with_context("--data");
+    file = ds->prefix + ".bin";
+    el = {ds->item_bytes, ds->is_signed};
+    const std::vector<std::int64_t> starts = ds->document_starts(), lengths = ds->document_lengths();
+    for (size_t d = 0; d < starts.size(); ++d)
+      if (lengths[d] > 0) docs.start.push_back(starts[d]), docs.length.push_back(lengths[d]);
+  }
+  const int fd = ::open(file.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return Error{ErrorKind::kIo, "--data " + file + ": cannot open: " + std::strerror(errno)};
   struct stat st {};
   if (fstat(fd, &st) != 0) {
     const int e = errno;
     ::close(fd);
-    return Error{ErrorKind::kIo, "--data " + path + ": cannot stat: " + std::strerror(e)};
+    return Error{ErrorKind::kIo, "--data " + file + ": cannot stat: " + std::strerror(e)};
   }
   const std::size_t bytes = static_cast<std::size_t>(st.st_size);
-  const int width = f == DataFormat::kUint16 ? 2 : f == DataFormat::kUint32 ? 4 : 1;
+  const int width = el.bytes;
   const std::int64_t tokens = static_cast<std::int64_t>(bytes / width);
   if (bytes % width != 0) {
     ::close(fd);
-    return Error{ErrorKind::kBadInput, "--data " + path + ": size " + std::to_string(bytes) +
+    return Error{ErrorKind::kBadInput, "--data " + file + ": size " + std::to_string(bytes) +
                                            " bytes is not a multiple of " + std::to_string(width) + " (format " +
                                            to_string(f) + ")"};
   }
   if (tokens < sample_len) {
     ::close(fd);
-    return Error{ErrorKind::kIo, "--data " + path + ": holds " + std::to_string(tokens) + " tokens but one sample needs " +
+    return Error{ErrorKind::kIo, "--data " + file + ": holds " + std::to_string(tokens) + " tokens but one sample needs " +
                                      std::to_string(sample_len) + " (sequence length + 1)"};
   }
   void* base = mmap(nullptr, bytes, PROT_READ, MAP_PRIVATE, fd, 0);
   const int e = errno;
   ::close(fd);
-  if (base == MAP_FAILED) return Error{ErrorKind::kIo, "--data " + path + ": cannot map: " + std::strerror(e)};
-  return std::unique_ptr<TokenSource>(std::make_unique<MappedFile>(path, f, vocab, seed, base, bytes, tokens));
+  if (base == MAP_FAILED) return Error{ErrorKind::kIo, "--data " + file + ": cannot map: " + std::strerror(e)};
+  auto src = std::make_unique<MappedFile>(file, f, el, vocab, seed, base, bytes, tokens);
+  if (f == DataFormat::kMegatron) {
+    if (docs.start.empty()) return Error{ErrorKind::kBadInput, "--data " + path + ": the dataset holds no tokens"};
+    src->set_documents(std::move(docs));
+  }
+  return std::unique_ptr<TokenSource>(std::move(src));
 }
 
 }  // namespace weft::runtime

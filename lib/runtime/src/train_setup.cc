@@ -104,7 +104,11 @@ Result<std::unique_ptr<TokenSource>> open_data(const TrainOptions& o, const Plan
 Result<VarlenSetup> setup_varlen(const TrainOptions& o, const Plan& plan, const TokenSource& data, int world) {
   auto bad = [](const std::string& m) { return Error{ErrorKind::kBadInput, m}; };
   if (o.data.empty()) return bad("--varlen reads documents from a token file: give --data FILE and --eos ID");
-  if (o.eos < 0) return bad("--varlen: give --eos ID, the token that ends each document of --data");
+  const bool indexed = data.indexed_documents() != nullptr;  // a Megatron dataset: its index says
+  if (indexed && o.eos >= 0)
+    return bad("--eos " + std::to_string(o.eos) + ": the documents of --data " + o.data +
+               " (a Megatron dataset) come from its index; drop --eos");
+  if (!indexed && o.eos < 0) return bad("--varlen: give --eos ID, the token that ends each document of --data");
   if (o.eos >= plan.model.vocab)
     return bad("--eos " + std::to_string(o.eos) + ": outside the model's vocabulary of " +
                std::to_string(plan.model.vocab));

@@ -1,5 +1,7 @@
 #include "weft/varlen/lengths.h"
 
+#include "weft/core/indexed_dataset.h"
+
 #include <algorithm>
 #include <cerrno>
 #include <cstdio>
@@ -7,6 +9,8 @@
 #include <fstream>
 #include <numeric>
 #include <random>
+
+#include "weft/core/indexed_dataset.h"
 
 namespace weft::varlen {
 namespace {
@@ -81,12 +85,28 @@ Result<std::vector<std::int64_t>> document_lengths(const std::string& path, std:
   return out;
 }
 
+Result<std::vector<std::int64_t>> indexed_document_lengths(const std::string& path) {
+  auto ds = read_indexed_dataset(path);
+  if (!ds.ok()) return ds.error().with_context("--data");
+  std::vector<std::int64_t> out;
+  for (std::int64_t n : ds->document_lengths())
+    if (n > 0) out.push_back(n);
+  if (out.empty()) return bad("--data " + path + ": the dataset holds no tokens");
+  return out;
+}
+
 Result<std::vector<std::int64_t>> load_documents(const std::string& lengths_path, const std::string& data_path,
                                                  std::int64_t eos, const std::string& format) {
   if (lengths_path.empty() == data_path.empty())
     return bad(lengths_path.empty() ? "give the document lengths as --lengths FILE or as --data TOKENS --eos ID"
                                     : "give the document lengths as --lengths FILE or as --data TOKENS --eos ID, not both");
   if (!lengths_path.empty()) return read_lengths(lengths_path);
+  if (format == "megatron" || (format == "auto" && is_indexed_dataset(data_path))) {
+    if (eos >= 0)
+      return bad("--eos " + std::to_string(eos) + ": the documents of --data " + data_path +
+                 " (a Megatron dataset) come from its index; drop --eos");
+    return indexed_document_lengths(data_path);
+  }
   if (eos < 0) return bad("--data " + data_path + ": --eos ID names the end-of-document token");
   return document_lengths(data_path, eos, format);
 }

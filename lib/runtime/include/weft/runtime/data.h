@@ -20,11 +20,20 @@ enum class DataFormat {
   kUint16,     // a file of little-endian uint16 token ids (nanoGPT's train.bin)
   kUint32,     // a file of little-endian uint32 token ids
   kText,       // any file read as bytes: token id = byte value (needs vocab >= 256)
+  kMegatron,   // a Megatron-LM indexed dataset, PREFIX.idx + PREFIX.bin (weft/core/indexed_dataset.h):
+               // the .bin's tokens in the index's dtype, documents from the index
 };
 
 const char* to_string(DataFormat f);
-// "auto" picks from the file name: *.bin / *.u16 -> uint16, *.u32 -> uint32, anything else -> text.
+// "auto" picks from the file name: a PREFIX (or PREFIX.bin, PREFIX.idx) with both PREFIX.idx and
+// PREFIX.bin beside it -> megatron; else *.bin / *.u16 -> uint16, *.u32 -> uint32, anything else ->
+// text.
 Result<DataFormat> data_format_from_string(const std::string& s, const std::string& path);
+
+// Documents of a token file, each its first token and its length (weft train --varlen, docs/varlen.md).
+struct Documents {
+  std::vector<std::int64_t> start, length;
+};
 
 class TokenSource {
  public:
@@ -39,6 +48,9 @@ class TokenSource {
   // Tokens [offset, offset + len) of the file, checked as sample() checks them (a synthetic source
   // throws: it has no file).
   virtual void read(std::int64_t offset, std::int64_t len, std::int64_t* out) const;
+  // The documents the file's own index gives (a Megatron dataset's); nullptr where the documents
+  // are found by an end-of-document id (split_documents).
+  virtual const Documents* indexed_documents() const { return nullptr; }
 };
 
 // A synthetic source: sample = (start + stride * i) mod vocab with start and stride drawn from a
@@ -46,18 +58,16 @@ class TokenSource {
 std::unique_ptr<TokenSource> synthetic_source(std::int64_t vocab, std::uint64_t seed);
 
 // A file source. Samples start at pseudo-random offsets keyed by (seed, step, index); the file is
-// memory-mapped, so each rank touches only the pages of its own samples. Errors (kIo) if the file
-// cannot be opened or holds fewer than len + 1 tokens; (kBadInput) if the vocabulary is too small
-// for the format.
+// memory-mapped, so each rank touches only the pages of its own samples. A Megatron dataset's .bin
+// is its documents' tokens back to back, read the same way (its index checked first: the reader's
+// errors, prefixed with --data). Errors (kIo) if the file cannot be opened or holds fewer than
+// len + 1 tokens; (kBadInput) if the vocabulary is too small for the format.
 Result<std::unique_ptr<TokenSource>> file_source(const std::string& path, DataFormat f, std::int64_t vocab,
                                                  std::int64_t sample_len, std::uint64_t seed);
 
-// Documents of a token file (weft train --varlen, docs/varlen.md): a document ends with each `eos`
-// id, which it holds; the tokens after the last `eos` are one more document. The same split as
+// The documents of a token file split at `eos`: a document ends with each `eos` id, which it holds;
+// the tokens after the last `eos` are one more document. The same split as
 // weft::varlen::document_lengths, so `weft varlen --data` plans the documents training reads.
-struct Documents {
-  std::vector<std::int64_t> start, length;
-};
 // Errors (kBadInput) for a source without a file, an eos outside the vocabulary, or no document.
 Result<Documents> split_documents(const TokenSource& src, std::int64_t eos);
 

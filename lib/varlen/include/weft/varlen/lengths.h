@@ -21,8 +21,14 @@ Result<std::vector<std::int64_t>> read_lengths(const std::string& path);
 Result<std::vector<std::int64_t>> document_lengths(const std::string& path, std::int64_t eos,
                                                    const std::string& format = "auto");
 
+// Document lengths of a Megatron-LM indexed dataset (PREFIX, PREFIX.idx or PREFIX.bin): from its
+// index (weft/core/indexed_dataset.h), without reading the tokens; empty documents left out.
+Result<std::vector<std::int64_t>> indexed_document_lengths(const std::string& path);
+
 // The documents of `--lengths FILE` or of `--data TOKENS --eos ID` (exactly one of the two paths
-// given; eos < 0: not given): read_lengths or document_lengths, with errors that say which flags.
+// given; eos < 0: not given): read_lengths, document_lengths or, for a Megatron dataset (format
+// "megatron", or "auto" where PREFIX.idx and PREFIX.bin exist; no --eos then),
+// indexed_document_lengths; errors say which flags.
 Result<std::vector<std::int64_t>> load_documents(const std::string& lengths_path, const std::string& data_path,
                                                  std::int64_t eos, const std::string& format = "auto");
 
