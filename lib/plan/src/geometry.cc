@@ -74,14 +74,15 @@ void add_layer_params(UnitBuilder& b, const ModelSpec& m, int li, int tp, int t)
   const std::string pre = "layers." + std::to_string(li) + ".";
   const bool rep = t == 0;  // first copy of a tp-replicated parameter
   const bool nb = m.norm == NormKind::kLayerNorm;
+  const bool qkv_bias = sh.bias || sh.qkv_bias;
   b.add(pre + "ln1.weight", {H}, -1, 0, 0, false, rep, -1);
   if (nb) b.add(pre + "ln1.bias", {H}, -1, 0, 0, false, rep, 0);
   b.add(pre + "attn.wq", {nh * d, H}, 0, t * nhl * d, nhl * d, true, true, kInitStd);
-  if (sh.bias) b.add(pre + "attn.bq", {nh * d}, 0, t * nhl * d, nhl * d, false, true, 0);
+  if (qkv_bias) b.add(pre + "attn.bq", {nh * d}, 0, t * nhl * d, nhl * d, false, true, 0);
   b.add(pre + "attn.wk", {nkv * d, H}, 0, kv0 * d, nkvl * d, true, kv_counted, kInitStd);
-  if (sh.bias) b.add(pre + "attn.bk", {nkv * d}, 0, kv0 * d, nkvl * d, false, kv_counted, 0);
+  if (qkv_bias) b.add(pre + "attn.bk", {nkv * d}, 0, kv0 * d, nkvl * d, false, kv_counted, 0);
   b.add(pre + "attn.wv", {nkv * d, H}, 0, kv0 * d, nkvl * d, true, kv_counted, kInitStd);
-  if (sh.bias) b.add(pre + "attn.bv", {nkv * d}, 0, kv0 * d, nkvl * d, false, kv_counted, 0);
+  if (qkv_bias) b.add(pre + "attn.bv", {nkv * d}, 0, kv0 * d, nkvl * d, false, kv_counted, 0);
   b.add(pre + "attn.wo", {H, nh * d}, 1, t * nhl * d, nhl * d, true, true, out_std);
   if (sh.bias) b.add(pre + "attn.bo", {H}, -1, 0, 0, false, rep, 0);
   b.add(pre + "ln2.weight", {H}, -1, 0, 0, false, rep, -1);

@@ -16,8 +16,6 @@ namespace weft::runtime {
 
 namespace {
 
-constexpr double kNormEps = 1e-5;        // LayerNorm (GPT-2) and RMSNorm (Llama 2) epsilon
-constexpr double kRopeTheta = 10000.0;   // RoPE base of GPT-NeoX / Llama (RoFormer, Su et al. 2021)
 
 uint64_t name_hash(const std::string& s) {
   uint64_t h = 1469598103934665603ULL;  // FNV-1a 64
@@ -261,8 +259,8 @@ int64_t Model::local_param_count() const {
 
 at::Tensor Model::norm(const at::Tensor& x, const at::Tensor& w, const at::Tensor* b) const {
   if (plan_.model.norm == NormKind::kLayerNorm)
-    return at::layer_norm(x, {x.size(-1)}, w, b ? *b : at::Tensor(), kNormEps);
-  return x * at::rsqrt(x.pow(2).mean(-1, true) + kNormEps) * w;
+    return at::layer_norm(x, {x.size(-1)}, w, b ? *b : at::Tensor(), plan_.model.norm_eps);
+  return x * at::rsqrt(x.pow(2).mean(-1, true) + plan_.model.norm_eps) * w;
 }
 
 Status Model::set_documents(const at::Tensor& doc_ids) {
@@ -391,12 +389,13 @@ at::Tensor causal_attention(const std::vector<at::Tensor>& in) {
   return at::matmul(at::softmax(s, -1), v).transpose(1, 2);  // [b, T, h, d]
 }
 
-// Rotary embedding (rotate-half form) of x [b, t, h, d] at positions [pos0, pos0 + t), or at the
-// positions `pos` [b, t] when given (packed documents).
-at::Tensor rope(const at::Tensor& x, int64_t pos0, const at::Tensor& pos = at::Tensor()) {
+// Rotary embedding (rotate-half form, as GPT-NeoX and Hugging Face's Llama apply it) of x [b, t, h, d]
+// with base `theta` (the model's rope_theta) at positions [pos0, pos0 + t), or at the positions
+// `pos` [b, t] when given (packed documents).
+at::Tensor rope(const at::Tensor& x, double theta, int64_t pos0, const at::Tensor& pos = at::Tensor()) {
   const int64_t b = x.size(0), t = x.size(1), d = x.size(3), half = d / 2;
   const at::TensorOptions f64 = x.options().dtype(at::kDouble);
-  at::Tensor inv = at::pow(kRopeTheta, -at::arange(0, half, f64) * 2.0 / static_cast<double>(d));
+  at::Tensor inv = at::pow(theta, -at::arange(0, half, f64) * 2.0 / static_cast<double>(d));
   at::Tensor p = pos.defined() ? pos.to(at::kDouble) : at::arange(pos0, pos0 + t, f64).unsqueeze(0);  // [1 or b, t]
   at::Tensor ang = p.unsqueeze(-1) * inv;  // [1 or b, t, half]
   at::Tensor emb = at::cat({ang, ang}, -1);
@@ -451,8 +450,8 @@ at::Tensor Model::attention(const LayerCtx& L, const std::vector<at::Tensor>& w,
   if (plan_.model.position == PositionKind::kRope) {
     const int64_t pos0 = static_cast<int64_t>(seq_group_ ? seq_group_->rank() : L.co.ulysses) * t;
     const at::Tensor pos = doc_pos_.defined() ? doc_pos_.narrow(1, pos0, t) : at::Tensor();
-    q = rope(q, pos0, pos);
-    k = rope(k, pos0, pos);
+    q = rope(q, plan_.model.rope_theta, pos0, pos);
+    k = rope(k, plan_.model.rope_theta, pos0, pos);
   }
   Comm& U = seq_group_ ? *seq_group_ : *L.ulysses;
   const int u = U.size();

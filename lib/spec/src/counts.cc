@@ -59,7 +59,7 @@ double final_norms(const ModelSpec& m) {
 LayerParams layer_params(const LayerShape& s) {
   LayerParams p;
   const double h = d(s.hidden), q = q_width(s), k = kv_width(s);
-  const double one_attention = h * q + 2 * h * k + q * h + (s.bias ? q + 2 * k + h : 0);
+  const double one_attention = h * q + 2 * h * k + q * h + (s.bias ? q + 2 * k + h : s.qkv_bias ? q + 2 * k : 0);
   p.attention = attention_blocks(s) * one_attention;
   if (s.moe.enabled()) {
     p.ffn = (s.moe.experts + s.moe.shared_experts) * ffn_params(s, s.moe.expert_ffn) +

@@ -46,6 +46,17 @@ bool bool_or(const JsonObj& o, std::string_view key, bool dflt) {
   return present(o, key) ? o.boolean(key) : dflt;
 }
 
+// The normalisation epsilon under the first of `keys` the config has (default kDefaultNormEps).
+double norm_eps(const JsonObj& o, std::initializer_list<std::string_view> keys) {
+  for (std::string_view k : keys)
+    if (present(o, k)) {
+      const double e = o.number(k);
+      if (!(e > 0) || e >= 1) o.fail(k, "must be in (0, 1), got " + std::to_string(e));
+      return e;
+    }
+  return kDefaultNormEps;
+}
+
 std::string str_or(const JsonObj& o, std::string_view key, const std::string& dflt) {
   return present(o, key) ? o.str(key) : dflt;
 }
@@ -169,9 +180,10 @@ ModelSpec llama_like(const JsonObj& o, Family fam, const std::string& type) {
   } else {
     s.head_dim = head_dim_of(o, m.hidden, s.heads, "hidden_size", "num_attention_heads");
   }
-  // Qwen2's attention always has Q/K/V biases (0.002 % of a 7B model) and no other biases; weft's
-  // single bias flag stays off for it. Llama-style configs say so with attention_bias / mlp_bias.
+  // Qwen2's attention always has Q/K/V biases (0.002 % of a 7B model) and no other biases
+  // (qkv_bias). Llama-style configs say so with attention_bias / mlp_bias.
   s.bias = bool_or(o, "attention_bias", false) || bool_or(o, "mlp_bias", false);
+  s.qkv_bias = !s.bias && (fam == Family::kQwen2 || fam == Family::kQwen2Moe);
   const std::string act = str_or(o, "hidden_act", "silu");
   if (fam == Family::kGeneric) {
     s.ffn_kind = (act == "silu" || act == "swish" || act == "swiglu") ? FfnKind::kSwiglu : FfnKind::kGelu;
@@ -184,6 +196,7 @@ ModelSpec llama_like(const JsonObj& o, Family fam, const std::string& type) {
   m.position = PositionKind::kRope;
   m.max_seq = static_cast<int>(opt_int(o, "max_position_embeddings").value_or(0));
   m.rope_theta = rope_theta(o);
+  m.norm_eps = norm_eps(o, {"rms_norm_eps", "layer_norm_eps"});
   const bool dflt_tied = fam == Family::kGeneric;  // transformers' PretrainedConfig default
   m.tied_embeddings = bool_or(o, "tie_word_embeddings", dflt_tied);
 
@@ -282,6 +295,7 @@ ModelSpec classic(const JsonObj& o, const ClassicKeys& k) {
   const bool fallback = k.max_seq_fallback && !present(o, k.max_seq);
   m.max_seq = static_cast<int>(positive(o, fallback ? k.max_seq_fallback : k.max_seq));
   m.tied_embeddings = bool_or(o, "tie_word_embeddings", true);
+  m.norm_eps = norm_eps(o, {"layer_norm_epsilon", "layer_norm_eps"});
   m.groups.push_back(std::move(g));
   return m;
 }
@@ -318,6 +332,7 @@ ModelSpec t5(const JsonObj& o) {
   s.ffn_kind = gated ? FfnKind::kSwiglu : FfnKind::kGelu;
   s.bias = false;
   m.norm = NormKind::kRmsNorm;        // T5LayerNorm: scale only, no mean subtraction, no bias
+  m.norm_eps = norm_eps(o, {"layer_norm_epsilon"});
   m.position = PositionKind::kRelative;
   m.max_seq = static_cast<int>(opt_int(o, "n_positions").value_or(0));
   m.tied_embeddings = bool_or(o, "tie_word_embeddings", true);

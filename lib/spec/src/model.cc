@@ -96,6 +96,8 @@ Status validate(const ModelSpec& m) {
   }
   if (m.max_seq < 0) return fail("max_seq: must be >= 0, got " + std::to_string(m.max_seq));
   if (!(m.rope_theta > 0)) return fail("rope_theta: must be positive, got " + std::to_string(m.rope_theta));
+  if (!(m.norm_eps > 0) || m.norm_eps >= 1)
+    return fail("norm_eps: must be in (0, 1), got " + std::to_string(m.norm_eps));
   return {};
 }
 
@@ -110,6 +112,7 @@ Json to_json(const ModelSpec& m) {
   j["max_seq"] = m.max_seq;
   // Written when it is not the default, so that files of models without it stay as they were.
   if (m.rope_theta != kDefaultRopeTheta) j["rope_theta"] = m.rope_theta;
+  if (m.norm_eps != kDefaultNormEps) j["norm_eps"] = m.norm_eps;
   Json groups = Json::array();
   for (const auto& g : m.groups) {
     Json o;
@@ -123,6 +126,7 @@ Json to_json(const ModelSpec& m) {
     o["ffn"] = g.shape.ffn;
     o["ffn_kind"] = to_string(g.shape.ffn_kind);
     o["bias"] = g.shape.bias;
+    if (g.shape.qkv_bias && !g.shape.bias) o["qkv_bias"] = true;
     if (g.shape.moe.enabled()) {
       o["moe"] = {{"experts", g.shape.moe.experts},
                   {"top_k", g.shape.moe.top_k},
@@ -139,7 +143,7 @@ Result<ModelSpec> model_from_json(const Json& j, const std::string& path) {
   return catch_errors([&]() -> Result<ModelSpec> {
     JsonObj o(j, path);
     o.reject_unknown(
-        {"name", "vocab", "hidden", "tied_embeddings", "norm", "position", "max_seq", "rope_theta", "groups"});
+        {"name", "vocab", "hidden", "tied_embeddings", "norm", "position", "max_seq", "rope_theta", "norm_eps", "groups"});
     ModelSpec m;
     m.name = o.str_or("name", "custom");
     m.vocab = o.integer("vocab");
@@ -153,9 +157,10 @@ Result<ModelSpec> model_from_json(const Json& j, const std::string& path) {
         PositionKind::kLearned, false);
     m.max_seq = static_cast<int>(o.integer_or("max_seq", 0));
     m.rope_theta = o.number_or("rope_theta", kDefaultRopeTheta);
+    m.norm_eps = o.number_or("norm_eps", kDefaultNormEps);
     for (const auto& g : o.array_of_obj("groups")) {
       g.reject_unknown({"name", "count", "kind", "hidden", "heads", "kv_heads", "head_dim", "ffn", "ffn_kind", "bias",
-                        "moe"});
+                        "qkv_bias", "moe"});
       LayerGroup grp;
       grp.name = g.str_or("name", "layers");
       grp.count = static_cast<int>(g.integer("count"));
@@ -175,6 +180,7 @@ Result<ModelSpec> model_from_json(const Json& j, const std::string& path) {
       s.ffn_kind = parse_enum<FfnKind>(g, "ffn_kind", {{"gelu", FfnKind::kGelu}, {"swiglu", FfnKind::kSwiglu}},
                                        FfnKind::kGelu, false);
       s.bias = g.boolean_or("bias", false);
+      s.qkv_bias = g.boolean_or("qkv_bias", false) && !s.bias;
       if (g.has("moe")) {
         JsonObj mo = g.obj("moe");
         mo.reject_unknown({"experts", "top_k", "expert_ffn", "shared_experts"});

@@ -38,6 +38,7 @@ struct LayerShape {
   std::int64_t ffn = 0;        // dense FFN size (ignored when moe.enabled())
   FfnKind ffn_kind = FfnKind::kGelu;
   bool bias = false;           // biases on linear layers (GPT-2, BERT)
+  bool qkv_bias = false;       // biases on the query, key and value projections only (Qwen2); implied by bias
   MoeSpec moe;
   bool operator==(const LayerShape&) const = default;
 };
@@ -52,6 +53,9 @@ struct LayerGroup {
 // The RoPE base (theta) when a model or config names none: the value of the RoPE paper, of
 // Hugging Face's Llama-family configs and of Megatron-LM's --rotary-base.
 inline constexpr double kDefaultRopeTheta = 10000;
+// The normalisation epsilon when a model names none: GPT-2's layer_norm_epsilon and Llama 2's
+// rms_norm_eps (Hugging Face configs), Megatron-LM's --norm-epsilon default.
+inline constexpr double kDefaultNormEps = 1e-5;
 
 struct ModelSpec {
   std::string name;
@@ -63,6 +67,7 @@ struct ModelSpec {
   int max_seq = 0;             // trained context length (the learned position table size for learned
                                // positions, where it bounds seq); 0 = unknown
   double rope_theta = kDefaultRopeTheta;  // RoPE base (Hugging Face rope_theta); read with rope positions
+  double norm_eps = kDefaultNormEps;      // LayerNorm / RMSNorm epsilon (rms_norm_eps, layer_norm_epsilon)
   std::vector<LayerGroup> groups;
 
   int num_layers() const;
