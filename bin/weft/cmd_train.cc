@@ -151,6 +151,14 @@ void register_train_commands(CLI::App& app) {
                 "Seconds one collective or pipeline transfer may take before the job stops")
       ->capture_default_str();
   t->add_option("--save-params", o->save_params, "Write the final parameters, consolidated, to this file");
+  t->add_option("--hf-checkpoint", o->hf_checkpoint,
+                "Start from a Hugging Face checkpoint (DIR with config.json and safetensors; llama, mistral, qwen2, "
+                "gpt2); its config.json is the model without --model or --plan; with --resume, only until "
+                "--checkpoint-dir holds a checkpoint");
+  t->add_option("--save-hf", o->save_hf,
+                "Write the final model to DIR as a Hugging Face checkpoint (config.json, safetensors)");
+  t->add_option("--save-hf-dtype", o->save_hf_dtype, "fp32, bf16 or fp16: the tensors --save-hf writes")
+      ->capture_default_str();
   t->add_option("--threads", o->threads, "Intra-op threads per rank")->capture_default_str();
   t->add_option("--device", o->device,
                 "auto (cuda:LOCAL_RANK when CUDA is available, else cpu), cpu or cuda (an error without CUDA)")

@@ -1,7 +1,10 @@
 // Torch-free parts of the runtime: pipeline schedules, the learning-rate schedule, gradient buckets, token sources,
 // parameter files, the torchrun environment and the plan checks.
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
+#include <cstring>
+#include <limits>
 #include <fstream>
 #include <set>
 
@@ -9,6 +12,7 @@
 #include "rt_util.h"
 #include "weft/runtime/buckets.h"
 #include "weft/runtime/data.h"
+#include "weft/runtime/safetensors.h"
 #include "weft/runtime/schedule.h"
 #include "weft/runtime/straggler.h"
 #include "weft/runtime/support.h"
@@ -270,6 +274,113 @@ TEST(TokenSource, MegatronDatasetReadsTokensAndDocumentsFromItsIndex) {
   ASSERT_FALSE(damaged.ok());
   EXPECT_NE(damaged.error().message.find("--data: " + prefix + ".idx"), std::string::npos) << damaged.error().message;
   EXPECT_EQ(data_format_from_string("megatron", "any").value(), DataFormat::kMegatron);
+  std::filesystem::remove_all(dir);
+}
+
+// safetensors: a file written byte by byte from the format's layout (8-byte header length, JSON
+// header, tensors) reads back; the float conversions round to nearest even; damage is named.
+std::string safetensors_bytes(const std::string& header, const std::string& data) {
+  std::string out(8, '\0');
+  const uint64_t n = header.size();
+  std::memcpy(out.data(), &n, 8);
+  return out + header + data;
+}
+
+TEST(Safetensors, ReadsAHandWrittenFileAndConvertsFloats) {
+  const std::string dir = rttest::temp_dir("safetensors");
+  const float a[2] = {1.5f, -2.25f};
+  const uint16_t b[2] = {0x3f80, 0xc040};  // bf16 1.0, -3.0
+  const uint16_t c[1] = {0x3c00};          // f16 1.0
+  std::string data(reinterpret_cast<const char*>(a), 8);
+  data.append(reinterpret_cast<const char*>(b), 4).append(reinterpret_cast<const char*>(c), 2);
+  const std::string header =
+      R"({"__metadata__":{"format":"pt"},"b":{"dtype":"BF16","shape":[2,1],"data_offsets":[8,12]},)"
+      R"("a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"c":{"dtype":"F16","shape":[],"data_offsets":[12,14]}})";
+  const std::string path = dir + "/w.safetensors";
+  std::ofstream(path, std::ios::binary) << safetensors_bytes(header, data);
+  auto f = runtime::SafetensorsFile::open(path);
+  ASSERT_TRUE(f.ok()) << f.error().message;
+  EXPECT_EQ((*f)->entries().size(), 3u);
+  EXPECT_EQ((*f)->metadata().at("format"), "pt");
+  EXPECT_EQ(*(*f)->read_float("a"), (std::vector<float>{1.5f, -2.25f}));
+  EXPECT_EQ(*(*f)->read_float("b"), (std::vector<float>{1.0f, -3.0f}));
+  EXPECT_EQ(*(*f)->read_float("c"), (std::vector<float>{1.0f}));
+  EXPECT_EQ((*f)->find("b")->shape, (std::vector<int64_t>{2, 1}));
+
+  // Rounding: ties to even in bf16 and f16; f16's largest finite, overflow, smallest subnormal.
+  auto bits = [](uint32_t u) { float x; std::memcpy(&x, &u, 4); return x; };
+  EXPECT_EQ(runtime::float_to_bf16(1.0f), 0x3f80);
+  EXPECT_EQ(runtime::float_to_bf16(bits(0x3f808000)), 0x3f80);  // tie, to even
+  EXPECT_EQ(runtime::float_to_bf16(bits(0x3f818000)), 0x3f82);  // tie, to even
+  EXPECT_EQ(runtime::float_to_bf16(bits(0x3f808001)), 0x3f81);
+  EXPECT_EQ(runtime::float_to_f16(1.0f), 0x3c00);
+  EXPECT_EQ(runtime::float_to_f16(65504.0f), 0x7bff);
+  EXPECT_EQ(runtime::float_to_f16(65520.0f), 0x7c00);
+  EXPECT_EQ(runtime::float_to_f16(std::ldexp(1.0f, -24)), 0x0001);
+  EXPECT_EQ(runtime::float_to_f16(0.1f), 0x2e66);
+  EXPECT_EQ(runtime::float_to_f16(-0.0f), 0x8000);
+  for (uint32_t h = 0; h < 0x10000; ++h) {
+    if ((h & 0x7c00) == 0x7c00 && (h & 0x3ff)) continue;  // NaNs
+    ASSERT_EQ(runtime::float_to_f16(runtime::f16_to_float(static_cast<uint16_t>(h))), h) << std::hex << h;
+  }
+  // What weft writes reads back: exactly in F32, rounded in BF16.
+  const std::vector<float> v{0.1f, -7.0f, 3.14159f, 1e-3f, 2.5f, 0.0f};
+  ASSERT_TRUE(runtime::write_safetensors(dir + "/o.safetensors", {{"x", {2, 3}, &v}}, runtime::SaveDType::kF32).ok());
+  auto o = runtime::SafetensorsFile::open(dir + "/o.safetensors");
+  ASSERT_TRUE(o.ok()) << o.error().message;
+  EXPECT_EQ(*(*o)->read_float("x"), v);
+  ASSERT_TRUE(runtime::write_safetensors(dir + "/h.safetensors", {{"x", {6}, &v}}, runtime::SaveDType::kBF16).ok());
+  auto h = runtime::SafetensorsFile::open(dir + "/h.safetensors");
+  ASSERT_TRUE(h.ok());
+  for (size_t i = 0; i < v.size(); ++i)
+    EXPECT_EQ((*(*h)->read_float("x"))[i], runtime::bf16_to_float(runtime::float_to_bf16(v[i])));
+  std::filesystem::remove_all(dir);
+}
+
+TEST(Safetensors, RefusesDamagedFilesNamingTheTensorAndNumbers) {
+  const std::string dir = rttest::temp_dir("safetensors_bad");
+  const std::string eight(8, '\0');
+  struct Case {
+    const char* what;
+    std::string bytes;
+    std::string says;
+  };
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const std::vector<Case> cases = {
+      {"truncated data", safetensors_bytes(R"({"a":{"dtype":"F32","shape":[4],"data_offsets":[0,16]}})", eight),
+       "need 16 bytes of data but the file has 8 (truncated)"},
+      {"header past the end", std::string("\xff\x00\x00\x00\x00\x00\x00\x00", 8) + "{}", "(truncated)"},
+      {"not JSON", safetensors_bytes("{nope", ""), "not JSON"},
+      {"unknown dtype", safetensors_bytes(R"({"a":{"dtype":"Q7","shape":[2],"data_offsets":[0,8]}})", eight),
+       "tensor a: unknown dtype \"Q7\""},
+      {"span", safetensors_bytes(R"({"a":{"dtype":"F32","shape":[3],"data_offsets":[0,8]}})", eight),
+       "span 8 bytes, but F32 [3] needs 12"},
+      {"overlap", safetensors_bytes(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"b":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})", eight),
+       "tensors overlap"},
+      {"gap", safetensors_bytes(R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})", eight), "a gap before it"},
+      {"trailing", safetensors_bytes(R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}})", eight),
+       "4 bytes after the last tensor"},
+      {"no offsets", safetensors_bytes(R"({"a":{"dtype":"F32","shape":[1]}})", ""), "needs dtype, shape and data_offsets"},
+  };
+  for (const Case& c : cases) {
+    const std::string path = dir + "/bad.safetensors";
+    std::ofstream(path, std::ios::binary | std::ios::trunc) << c.bytes;
+    auto f = runtime::SafetensorsFile::open(path);
+    ASSERT_FALSE(f.ok()) << c.what;
+    EXPECT_NE(f.error().message.find(path), std::string::npos) << c.what << ": " << f.error().message;
+    EXPECT_NE(f.error().message.find(c.says), std::string::npos) << c.what << ": " << f.error().message;
+  }
+  // A value that is not finite: named with its element.
+  std::string data(8, '\0');
+  std::memcpy(data.data() + 4, &nan, 4);
+  std::ofstream(dir + "/nan.safetensors", std::ios::binary)
+      << safetensors_bytes(R"({"w":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})", data);
+  auto f = runtime::SafetensorsFile::open(dir + "/nan.safetensors");
+  ASSERT_TRUE(f.ok());
+  auto v = (*f)->read_float("w");
+  ASSERT_FALSE(v.ok());
+  EXPECT_NE(v.error().message.find("tensor w holds a value that is not finite at element 1"), std::string::npos)
+      << v.error().message;
   std::filesystem::remove_all(dir);
 }
 

@@ -423,6 +423,23 @@ Result<int64_t> reshard_bytes_moved(const Plan& a, const Plan& b) {
   return values * static_cast<int64_t>(sizeof(float));
 }
 
+Result<std::vector<float>> entry_from_full(
+    const SavedEntry& e, const std::function<Result<const std::vector<float>*>(const SavedPiece&)>& full) {
+  std::vector<float> out(static_cast<size_t>(e.numel), 0.0f);
+  for (const SavedPiece& p : e.pieces) {
+    auto v = full(p);
+    if (!v.ok()) return v.error();
+    const std::vector<float>& src = *v.value();
+    if (static_cast<int64_t>(src.size()) != product(p.full_shape))
+      return Error{ErrorKind::kIo, p.param + ": " + std::to_string(src.size()) + " values for the shape " +
+                                       shape_label(p.full_shape)};
+    for_each_run(p, [&](int64_t fb, int64_t po, int64_t len) {
+      std::copy_n(src.begin() + fb, len, out.begin() + p.offset + po);
+    });
+  }
+  return out;
+}
+
 Result<std::vector<float>> fill_entry(const CheckpointIndex& from, const EntryFill& fill,
                                       const std::function<Result<const std::vector<float>*>(int, int)>& source) {
   std::vector<float> out(static_cast<size_t>(fill.numel), 0.0f);

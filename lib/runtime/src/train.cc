@@ -21,6 +21,8 @@
 #include "fault.h"
 #include "weft/core/format.h"
 #include "weft/plan/checkpoint_layout.h"
+#include "weft/runtime/checkpoint.h"
+#include "weft/runtime/hf_checkpoint.h"
 #include "weft/runtime/straggler.h"
 #include "reporter.h"
 #include "state.h"
@@ -449,11 +451,21 @@ Status train(const TrainOptions& given) {
   };
   try {
     build_model();
-    if (o.resume) {
+    // --hf-checkpoint: the starting weights, unless --resume finds a checkpoint to continue.
+    const bool resume = o.resume && !(!o.hf_checkpoint.empty() && list_checkpoints(o.checkpoint_dir).empty());
+    if (resume) {
       auto st = load_checkpoint(o.checkpoint_dir, *job.model, *job.opt, rank, plan_hash);
       if (!st.ok()) return st.error();
       start_step = st->step;
       resumed = *st;
+    } else if (!o.hf_checkpoint.empty()) {
+      auto ck = HfCheckpoint::open(o.hf_checkpoint);
+      if (!ck.ok()) return ck.error().with_context("--hf-checkpoint");
+      Status cs = (*ck)->check(plan);
+      if (!cs.ok()) return cs.error().with_context("--hf-checkpoint");
+      auto entries = hf_rank_entries(**ck, plan, rank);
+      if (!entries.ok()) return entries.error().with_context("--hf-checkpoint");
+      load_state(*job.model, *entries, o.hf_checkpoint);
     }
   } catch (const std::exception& e) {
     return job.fail(e.what());
@@ -664,11 +676,16 @@ Status train(const TrainOptions& given) {
         if (!cs.ok()) return job.fail(cs.error().message);
       }
     }
-    if (!o.save_params.empty()) {
+    if (!o.save_params.empty() || !o.save_hf.empty()) {
       ParamsFile f = consolidate(*model, groups, o.steps);
-      if (rank == 0) {
+      if (rank == 0 && !o.save_params.empty()) {
         Status ws = write_params_file(o.save_params, f);
         if (!ws.ok()) return job.fail(ws.error().message);
+      }
+      if (rank == 0 && !o.save_hf.empty()) {
+        Status ws = save_hf_checkpoint(o.save_hf, model->plan(), f, *save_dtype_from_string(o.save_hf_dtype),
+                                       o.hf_checkpoint);
+        if (!ws.ok()) return job.fail("--save-hf: " + ws.error().message);
       }
     }
     world.barrier();

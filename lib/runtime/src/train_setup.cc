@@ -6,9 +6,11 @@
 #include <torch/cuda.h>
 
 #include <algorithm>
+#include <filesystem>
 #include <optional>
 
 #include "weft/runtime/comm.h"
+#include "weft/runtime/safetensors.h"
 #include "varlen_stage.h"
 #include "weft/spec/presets.h"
 
@@ -48,6 +50,8 @@ Status check_options(const TrainOptions& o) {
     return bad("--adapt: this build of weft train has no planner to re-plan with");
   if (!(o.adapt_min_gain >= 1)) return bad("--adapt-min-gain: must be at least 1, got " + std::to_string(o.adapt_min_gain));
   if (o.resume && o.checkpoint_dir.empty()) return bad("--resume needs --checkpoint-dir");
+  if (!save_dtype_from_string(o.save_hf_dtype).ok())
+    return bad("--save-hf-dtype: expected fp32, bf16 or fp16, got \"" + o.save_hf_dtype + "\"");
   return {};
 }
 
@@ -56,6 +60,11 @@ Result<Plan> load_plan(const TrainOptions& o, const DistEnv& env) {
   if (!o.model.empty()) {
     auto m = load_model(o.model);
     if (!m.ok()) return m.error().with_context("--model");
+    model = std::move(m).value();
+  } else if (!o.hf_checkpoint.empty() && o.plan.empty()) {
+    // The checkpoint's own config.json names the model.
+    auto m = load_model((std::filesystem::path(o.hf_checkpoint) / "config.json").string());
+    if (!m.ok()) return m.error().with_context("--hf-checkpoint");
     model = std::move(m).value();
   }
   Plan plan;

@@ -125,6 +125,13 @@ class Resharder {
 // itself); kBadInput as reshard_rank when the models differ.
 Result<int64_t> reshard_bytes_moved(const Plan& a, const Plan& b);
 
+// An entry's values from the full tensors its pieces slice: `full(name)` returns the tensor's values
+// (row-major, product(full_shape) of them) or an error, which is passed on; values outside every
+// piece (ZeRO padding) are 0. kIo when a tensor has another number of values than the piece's shape.
+// Loading weights from outside (a Hugging Face checkpoint) into any plan's ranks goes through it.
+Result<std::vector<float>> entry_from_full(
+    const SavedEntry& e, const std::function<Result<const std::vector<float>*>(const SavedPiece&)>& full);
+
 // Runs the copies of one fill; `source(rank, entry)` returns that source entry's values (its size is
 // checked against the index: kIo naming the rank and entry when they differ).
 Result<std::vector<float>> fill_entry(const CheckpointIndex& from, const EntryFill& fill,

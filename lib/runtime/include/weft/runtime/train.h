@@ -79,6 +79,12 @@ struct TrainOptions {
   double collective_timeout_s = 1800;  // one collective or pipeline transfer may take this long
                                        // (PyTorch's default process-group timeout, 30 min)
   std::string save_params;     // write the consolidated final parameters (weft-params file)
+  // Hugging Face checkpoints (weft/runtime/hf_checkpoint.h): start from DIR's weights (with
+  // --resume, only when checkpoint_dir holds no checkpoint yet; the model is DIR/config.json's
+  // without --model or --plan), and write one at the end in save_hf_dtype (fp32, bf16, fp16).
+  std::string hf_checkpoint;
+  std::string save_hf;
+  std::string save_hf_dtype = "fp32";
   int threads = 1;             // intra-op threads per rank (torch and OpenBLAS)
   std::string device = "auto"; // auto (cuda:LOCAL_RANK when CUDA and NCCL are usable, else cpu) | cpu |
                                // cuda (an error when CUDA is not available)
