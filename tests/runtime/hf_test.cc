@@ -316,6 +316,9 @@ TEST_F(HfCheckpoints, SaveWritesTheTrainedWeightsUnderTheFamilysNames) {
   const ModelSpec m = model_of(src);
   write_window(dir_ + "/window.bin", f.vocab);
   const Plan p = plan_of(m, 2, 1, strat(2, 1, 1, true));
+  // What an earlier save left: an index a reader would take over the new model.safetensors.
+  std::filesystem::create_directories(out);
+  std::ofstream(out + "/model.safetensors.index.json") << R"({"weight_map": {}})";
   const RunResult r =
       train_plan(p, dir_, "tp2", 2, " --data " + dir_ + "/window.bin --hf-checkpoint " + src + " --save-hf " + out);
   ASSERT_EQ(r.status, 0) << r.output;
@@ -328,9 +331,16 @@ TEST_F(HfCheckpoints, SaveWritesTheTrainedWeightsUnderTheFamilysNames) {
     ASSERT_TRUE(t.ok()) << t.error().message;
     EXPECT_EQ(*t, np.data) << np.name;
   }
-  std::ifstream a(src + "/config.json"), b(out + "/config.json");
-  EXPECT_EQ(std::string(std::istreambuf_iterator<char>(a), {}), std::string(std::istreambuf_iterator<char>(b), {}));
+  EXPECT_FALSE(std::filesystem::exists(out + "/model.safetensors.index.json"));
+  Json want = read_json_file(src + "/config.json");
+  want["torch_dtype"] = "float32";  // the dtype written
+  EXPECT_EQ(read_json_file(out + "/config.json"), want);
   EXPECT_TRUE(std::filesystem::exists(out + "/tokenizer.json"));
+  // Saving over the checkpoint the run started from is refused.
+  const RunResult over =
+      train_plan(p, dir_, "over", 1, " --data " + dir_ + "/window.bin --hf-checkpoint " + src + " --save-hf " + src);
+  EXPECT_NE(over.status, 0);
+  EXPECT_NE(over.output.find("the directory the run started from"), std::string::npos) << over.output;
   // It trained: the saved weights are not the source's.
   auto first = HfCheckpoint::open(src);
   ASSERT_TRUE(first.ok());
@@ -394,6 +404,13 @@ TEST_F(HfCheckpoints, ACheckpointOfAnotherModelOrADamagedShardIsRefused) {
   r = train_plan(plan_of(m, 1, 1, LayerStrategy{}), dir_, "shallower", 1, flags);
   EXPECT_EQ(r.status, 2) << r.output;
   EXPECT_NE(r.output.find("the plan's model lacks (model.layers.1."), std::string::npos) << r.output;
+  // A tied head where the checkpoint has its own lm_head.
+  m = model_of(ck);
+  m.tied_embeddings = true;
+  r = train_plan(plan_of(m, 1, 1, LayerStrategy{}), dir_, "tied", 1, flags);
+  EXPECT_EQ(r.status, 2) << r.output;
+  EXPECT_NE(r.output.find("tie_word_embeddings false but the plan's model has tied_embeddings true"), std::string::npos)
+      << r.output;
   // Another norm epsilon in the plan's model.
   m = model_of(ck);
   m.norm_eps = 1e-5;

@@ -361,6 +361,10 @@ TEST(Safetensors, RefusesDamagedFilesNamingTheTensorAndNumbers) {
       {"trailing", safetensors_bytes(R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}})", eight),
        "4 bytes after the last tensor"},
       {"no offsets", safetensors_bytes(R"({"a":{"dtype":"F32","shape":[1]}})", ""), "needs dtype, shape and data_offsets"},
+      // 4 x (2^62 + 1) elements wrap around 2^64 to 4, whose 16 bytes the offsets span.
+      {"shape that wraps", safetensors_bytes(R"({"a":{"dtype":"F32","shape":[4,4611686018427387905],"data_offsets":[0,16]}})",
+                                             std::string(16, '\0')),
+       "has more elements than a file can hold"},
   };
   for (const Case& c : cases) {
     const std::string path = dir + "/bad.safetensors";

@@ -100,12 +100,13 @@ Result<HfSource> hf_source(const std::string& name, HfFamily f, const ModelSpec&
       if (rest == "ln1.bias") return HfSource{h + "ln_1.bias"};
       if (rest == "ln2.weight") return HfSource{h + "ln_2.weight"};
       if (rest == "ln2.bias") return HfSource{h + "ln_2.bias"};
-      if (rest == "attn.wq") return HfSource{h + "attn.c_attn.weight", true, 0, q};
-      if (rest == "attn.wk") return HfSource{h + "attn.c_attn.weight", true, q, kv};
-      if (rest == "attn.wv") return HfSource{h + "attn.c_attn.weight", true, q + kv, kv};
-      if (rest == "attn.bq") return HfSource{h + "attn.c_attn.bias", false, 0, q};
-      if (rest == "attn.bk") return HfSource{h + "attn.c_attn.bias", false, q, kv};
-      if (rest == "attn.bv") return HfSource{h + "attn.c_attn.bias", false, q + kv, kv};
+      const std::int64_t all = q + 2 * kv;
+      if (rest == "attn.wq") return HfSource{h + "attn.c_attn.weight", true, 0, q, all};
+      if (rest == "attn.wk") return HfSource{h + "attn.c_attn.weight", true, q, kv, all};
+      if (rest == "attn.wv") return HfSource{h + "attn.c_attn.weight", true, q + kv, kv, all};
+      if (rest == "attn.bq") return HfSource{h + "attn.c_attn.bias", false, 0, q, all};
+      if (rest == "attn.bk") return HfSource{h + "attn.c_attn.bias", false, q, kv, all};
+      if (rest == "attn.bv") return HfSource{h + "attn.c_attn.bias", false, q + kv, kv, all};
       if (rest == "attn.wo") return HfSource{h + "attn.c_proj.weight", true};
       if (rest == "attn.bo") return HfSource{h + "attn.c_proj.bias"};
       if (rest == "mlp.fc1") return HfSource{h + "mlp.c_fc.weight", true};
@@ -128,7 +129,9 @@ Result<std::unique_ptr<HfCheckpoint>> HfCheckpoint::open(const std::string& dir)
     return Error{ErrorKind::kBadInput, cfg + ": " + e.what()};
   }
   if (!ck->config_.is_object()) return bad(cfg + ": not a JSON object");
-  auto fam = family_of_type(ck->config_.value("model_type", std::string()), cfg);
+  if (!ck->config_.contains("model_type") || !ck->config_["model_type"].is_string())
+    return bad(cfg + ": model_type: missing or not a string (llama, mistral, qwen2 or gpt2)");
+  auto fam = family_of_type(ck->config_["model_type"].get<std::string>(), cfg);
   if (!fam.ok()) return fam.error();
   ck->family_ = *fam;
   auto m = model_from_hf_config(ck->config_, cfg);
@@ -209,6 +212,9 @@ const SafetensorsEntry* HfCheckpoint::entry(const std::string& hf_name, const Sa
 Status HfCheckpoint::check(const Plan& p) const {
   const ModelSpec& m = p.model;
   const std::string cfg = (fs::path(dir_) / "config.json").string();
+  if (m.tied_embeddings != model_.tied_embeddings)
+    return bad(cfg + ": tie_word_embeddings " + (model_.tied_embeddings ? "true" : "false") +
+               " but the plan's model has tied_embeddings " + (m.tied_embeddings ? "true" : "false"));
   if (m.norm_eps != model_.norm_eps)
     return bad(cfg + ": norm epsilon " + num(model_.norm_eps) + " but the plan's model has " + num(m.norm_eps));
   if (m.position == PositionKind::kRope && m.rope_theta != model_.rope_theta)
@@ -216,8 +222,12 @@ Status HfCheckpoint::check(const Plan& p) const {
   if (config_.contains("rope_scaling") && !config_["rope_scaling"].is_null())
     return bad(cfg + ": rope_scaling " + config_["rope_scaling"].dump() +
                ": weft's RoPE has no scaling, so its logits would differ from the model's");
-  const bool sliding = config_.contains("sliding_window") && config_["sliding_window"].is_number_integer() &&
-                       config_.value("use_sliding_window", family_ != HfFamily::kQwen2);
+  bool use_window = family_ != HfFamily::kQwen2;  // Qwen2's configs switch it on with use_sliding_window
+  if (config_.contains("use_sliding_window") && !config_["use_sliding_window"].is_null()) {
+    if (!config_["use_sliding_window"].is_boolean()) return bad(cfg + ": use_sliding_window is not true or false");
+    use_window = config_["use_sliding_window"].get<bool>();
+  }
+  const bool sliding = use_window && config_.contains("sliding_window") && config_["sliding_window"].is_number_integer();
   if (sliding && config_["sliding_window"].get<std::int64_t>() < p.train.seq)
     return bad(cfg + ": sliding_window " + std::to_string(config_["sliding_window"].get<std::int64_t>()) +
                " is shorter than the plan's sequence of " + std::to_string(p.train.seq) +
@@ -235,16 +245,17 @@ Status HfCheckpoint::check(const Plan& p) const {
     bool ok;
     if (src->conv1d)
       ok = two_d && e->shape.size() == 2 && e->shape[0] == ps.full_shape[1] &&
-           (src->out_len < 0 ? e->shape[1] == ps.full_shape[0] : e->shape[1] >= src->out_begin + src->out_len);
+           e->shape[1] == (src->out_len < 0 ? ps.full_shape[0] : src->out_total);
     else if (src->out_len >= 0)
-      ok = e->shape.size() == 1 && e->shape[0] >= src->out_begin + src->out_len;
+      ok = e->shape.size() == 1 && e->shape[0] == src->out_total;
     else
       ok = e->shape == ps.full_shape;
     if (!ok)
       return bad(f->path() + ": tensor " + e->name + " is " + shape_label(e->shape) + " but weft's " + ps.name + " is " +
                  shape_label(ps.full_shape) + (src->conv1d ? " (stored transposed, [in, out])" : "") +
                  (src->out_len >= 0 ? " (rows " + std::to_string(src->out_begin) + " to " +
-                                          std::to_string(src->out_begin + src->out_len) + " of it)"
+                                          std::to_string(src->out_begin + src->out_len) + " of its " +
+                                          std::to_string(src->out_total) + ")"
                                     : ""));
   }
   std::vector<std::string> unused;
@@ -269,6 +280,16 @@ Result<std::vector<float>> HfCheckpoint::tensor(const std::string& name, const s
   const SafetensorsFile* f = nullptr;
   const SafetensorsEntry* e = entry(src->name, &f);
   if (!e) return bad(dir_ + ": no tensor " + prefix_ + src->name);
+  // The checkpoint's shape against the one asked for (check() says so for a whole plan; a caller
+  // without it must not index past the tensor).
+  const std::int64_t rows = shape.empty() ? 1 : shape[0];
+  const bool fits = src->conv1d ? e->shape.size() == 2 && shape.size() == 2 && e->shape[0] == shape[1] &&
+                                      e->shape[1] >= src->out_begin + rows
+                    : src->out_len >= 0 ? e->shape.size() == 1 && e->shape[0] >= src->out_begin + product(shape)
+                                        : e->numel() == product(shape);
+  if (!fits)
+    return bad(f->path() + ": tensor " + e->name + " is " + shape_label(e->shape) + ", not what weft's " + name + " " +
+               shape_label(shape) + " needs");
   auto v = f->read_float(e->name);
   if (!v.ok()) return v.error();
   if (!src->conv1d && src->out_len < 0) return v;
@@ -366,18 +387,38 @@ Status save_hf_checkpoint(const std::string& dir, const Plan& p, const ParamsFil
                           const std::string& source_dir, std::int64_t max_shard_bytes) {
   auto fam = hf_family_of(p.model);
   if (!fam.ok()) return fam.error();
+  const std::string torch_dtype = dtype == SaveDType::kF32 ? "float32" : dtype == SaveDType::kBF16 ? "bfloat16" : "float16";
+  nlohmann::ordered_json source_config;  // the source's config.json, its keys in their order
   if (!source_dir.empty()) {
-    // The source's family names the tensors (a Mistral checkpoint stays one).
+    std::error_code same;
+    if (fs::exists(dir) && fs::equivalent(dir, source_dir, same))
+      return bad(dir + ": the directory the run started from (--hf-checkpoint); write the model elsewhere");
+    const std::string cfg = (fs::path(source_dir) / "config.json").string();
+    std::ifstream in(cfg);
+    if (!in) return Error{ErrorKind::kIo, cfg + ": cannot read"};
     try {
-      const Json c = read_json_file((fs::path(source_dir) / "config.json").string());
-      auto f = family_of_type(c.value("model_type", std::string()), source_dir + "/config.json");
-      if (f.ok()) fam = *f;
-    } catch (const std::exception&) {
+      source_config = nlohmann::ordered_json::parse(in);
+    } catch (const std::exception& e) {
+      return bad(cfg + ": " + e.what());
     }
+    // The source's family names the tensors (a Mistral checkpoint stays one).
+    if (!source_config.is_object() || !source_config.contains("model_type") || !source_config["model_type"].is_string())
+      return bad(cfg + ": model_type: missing or not a string");
+    auto f = family_of_type(source_config["model_type"].get<std::string>(), cfg);
+    if (!f.ok()) return f.error();
+    fam = *f;
+    source_config["torch_dtype"] = torch_dtype;
   }
   std::error_code ec;
   fs::create_directories(dir, ec);
   if (ec) return Error{ErrorKind::kIo, dir + ": cannot create: " + ec.message()};
+  // Weights an earlier save left in the directory: a reader takes the index over model.safetensors
+  // (weft) or the other way round (transformers), so none may stay beside the new ones.
+  for (const auto& e : fs::directory_iterator(dir, ec)) {
+    const std::string n = e.path().filename().string();
+    const bool shard = starts_with(n, "model-") && ends_with(n, ".safetensors") && n.find("-of-") != std::string::npos;
+    if (n == "model.safetensors" || n == "model.safetensors.index.json" || shard) fs::remove(e.path(), ec);
+  }
   // The HF tensors, each gathered from the weft tensors that map into it, in model order.
   struct Out {
     std::vector<std::int64_t> shape;
@@ -455,7 +496,10 @@ Status save_hf_checkpoint(const std::string& dir, const Plan& p, const ParamsFil
   }
   // config.json and what a user needs beside it.
   if (!source_dir.empty()) {
-    for (const char* f : {"config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json",
+    Status cs = write_file_durably((fs::path(dir) / "config.json").string(),
+                                   [&](ByteSink& out) { out.write(source_config.dump(2) + "\n"); });
+    if (!cs.ok()) return cs;
+    for (const char* f : {"generation_config.json", "tokenizer.json", "tokenizer_config.json",
                           "special_tokens_map.json", "tokenizer.model", "vocab.json", "merges.txt"}) {
       const fs::path from = fs::path(source_dir) / f;
       if (!fs::exists(from)) continue;
@@ -466,7 +510,9 @@ Status save_hf_checkpoint(const std::string& dir, const Plan& p, const ParamsFil
     }
     return {};
   }
-  const Json cfg = hf_config_of(p.model, *fam, dtype);
+  ModelSpec m = p.model;
+  if (m.max_seq <= 0) m.max_seq = p.train.seq;  // unknown: the positions the run trained (GPT-2's table)
+  const Json cfg = hf_config_of(m, *fam, dtype);
   return write_file_durably((fs::path(dir) / "config.json").string(),
                             [&](ByteSink& out) { out.write(cfg.dump(2) + "\n"); });
 }

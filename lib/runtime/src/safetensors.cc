@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 
 #include "weft/core/durable_file.h"
@@ -147,9 +148,19 @@ Result<std::unique_ptr<SafetensorsFile>> SafetensorsFile::open(const std::string
     const int eb = element_bytes(t.dtype);
     if (eb == 0) return bad(where + ": unknown dtype \"" + t.dtype + "\"");
     if (!v["shape"].is_array()) return bad(where + ": shape is not a list");
+    // The element count, kept from overflowing (a damaged shape must not wrap around to a plausible
+    // size that its offsets then match); the checks below say what is wrong with a plausible one.
+    const std::uint64_t most = static_cast<std::uint64_t>(INT64_MAX) / 8;
+    std::uint64_t count = 1;
+    bool zero = false;
     for (const Json& d : v["shape"]) {
       if (!d.is_number_integer() || d.get<std::int64_t>() < 0) return bad(where + ": shape " + v["shape"].dump());
-      t.shape.push_back(d.get<std::int64_t>());
+      const auto n = static_cast<std::uint64_t>(d.get<std::int64_t>());
+      t.shape.push_back(static_cast<std::int64_t>(n));
+      zero = zero || n == 0;
+      if (!zero && n > most / count)
+        return bad(where + ": shape " + v["shape"].dump() + " has more elements than a file can hold");
+      if (!zero) count *= n;
     }
     const Json& off = v["data_offsets"];
     if (!off.is_array() || off.size() != 2 || !off[0].is_number_integer() || !off[1].is_number_integer())

@@ -451,8 +451,14 @@ Status train(const TrainOptions& given) {
   };
   try {
     build_model();
-    // --hf-checkpoint: the starting weights, unless --resume finds a checkpoint to continue.
-    const bool resume = o.resume && !(!o.hf_checkpoint.empty() && list_checkpoints(o.checkpoint_dir).empty());
+    // --hf-checkpoint: the starting weights, unless --resume finds a checkpoint to continue (what
+    // any rank finds: the ranks agree before any of them loads).
+    bool resume = o.resume;
+    if (resume && !o.hf_checkpoint.empty()) {
+      at::Tensor found = at::full({1}, list_checkpoints(o.checkpoint_dir).empty() ? 0.0 : 1.0, at::kDouble);
+      job.groups->world().allreduce_max(found);
+      resume = found.item<double>() > 0;
+    }
     if (resume) {
       auto st = load_checkpoint(o.checkpoint_dir, *job.model, *job.opt, rank, plan_hash);
       if (!st.ok()) return st.error();
@@ -463,8 +469,15 @@ Status train(const TrainOptions& given) {
       if (!ck.ok()) return ck.error().with_context("--hf-checkpoint");
       Status cs = (*ck)->check(plan);
       if (!cs.ok()) return cs.error().with_context("--hf-checkpoint");
+      // Each rank reads the tensors it slices, so a damaged tensor fails some ranks only: all agree
+      // before any trains.
       auto entries = hf_rank_entries(**ck, plan, rank);
+      at::Tensor failed = at::full({1}, entries.ok() ? 0.0 : 1.0, at::kDouble);
+      job.groups->world().allreduce_max(failed);
       if (!entries.ok()) return entries.error().with_context("--hf-checkpoint");
+      if (failed.item<double>() > 0)
+        return Error{ErrorKind::kBadInput, "--hf-checkpoint " + o.hf_checkpoint +
+                                               ": another rank could not load its tensors (its error says which)"};
       load_state(*job.model, *entries, o.hf_checkpoint);
     }
   } catch (const std::exception& e) {

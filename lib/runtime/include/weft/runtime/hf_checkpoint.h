@@ -35,6 +35,7 @@ struct HfSource {
   std::string name;
   bool conv1d = false;
   std::int64_t out_begin = 0, out_len = -1;  // -1: the whole tensor
+  std::int64_t out_total = -1;               // a fused tensor's rows in all (q + 2 kv)
 };
 // Errors (kBadInput) for a weft tensor the family has no place for.
 Result<HfSource> hf_source(const std::string& weft_name, HfFamily family, const ModelSpec& m);
