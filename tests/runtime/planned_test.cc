@@ -1,0 +1,148 @@
+// Plans from weft's own search train (a plan is a promise): for a handful of real models and
+// single-node clusters the search (restricted to what weft train runs, as `weft plan` does by
+// default) picks its best plan; the plan is scaled down to tiny shapes with its structure kept
+// (the stages and their layers, every layer's tp, sp, Ulysses, dp, ZeRO and recomputation, the
+// embedding's strategy, the schedule and micro-batch count) and trained on as many processes as it
+// has ranks, against one process on the same model, batch and seed.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <numeric>
+
+#include "rt_util.h"
+#include "weft/cost/analytic.h"
+#include "weft/plan/runtime_support.h"
+#include "weft/search/search.h"
+#include "weft/spec/presets.h"
+
+namespace weft::rttest {
+namespace {
+
+struct Case {
+  const char* model;
+  const char* cluster;
+  int gpus;
+  int seq;
+  int global_batch;
+};
+
+// The search's best plan for the case, as `weft plan` makes it for weft train.
+Plan planned(const Case& c) {
+  auto m = load_model(c.model);
+  EXPECT_TRUE(m.ok());
+  auto cl = load_cluster(c.cluster);
+  EXPECT_TRUE(cl.ok());
+  ClusterSpec cluster = *cl;
+  cluster.nodes = 1;
+  cluster.gpus_per_node = c.gpus;
+  SearchOptions o;
+  o.seq = c.seq;
+  o.global_batch = c.global_batch;
+  EXPECT_TRUE(restrict_to_runtime(o).ok());
+  const AnalyticCostModel cm{AnalyticOptions{}};
+  auto r = search(*m, cluster, cm, o);
+  EXPECT_TRUE(r.ok()) << (r.ok() ? "" : r.error().message);
+  EXPECT_FALSE(r->top.empty()) << c.model << " fits nowhere";
+  return r->top.front();
+}
+
+// The plan's structure on a tiny model of the same kind and depth: head counts kept (every tp and
+// Ulysses degree divides them as in the real model), head width 4, FFN 4 x hidden, vocabulary 96,
+// sequence 16 (divisible by any tp x Ulysses of 8 ranks); micro-batches of the largest dp's size,
+// at most 4 of them.
+Plan scaled_down(const Plan& real) {
+  Plan p = real;
+  ModelSpec& m = p.model;
+  m.name = "tiny-" + real.model.name;
+  m.vocab = 96;
+  for (LayerGroup& g : m.groups) {
+    g.shape.head_dim = 4;
+    g.shape.hidden = static_cast<int64_t>(g.shape.heads) * 4;
+    g.shape.ffn = 4 * g.shape.hidden;
+  }
+  m.hidden = m.groups[0].shape.hidden;
+  if (m.max_seq > 0) m.max_seq = 64;
+  p.train.seq = 16;
+  int dp = p.embedding.dp;
+  for (const Stage& s : p.stages)
+    for (const LayerStrategy& l : s.layers) dp = std::lcm(dp, l.dp);
+  p.train.micro_batches = std::min(real.train.micro_batches, 4);
+  p.train.global_batch = p.train.micro_batches * dp;
+  p.train.dp_shares.clear();
+  p.devices.reset();
+  p.cluster = cpu_cluster(real.world_size());
+  p.predicted = {};
+  for (Stage& s : p.stages) s.predicted = {};
+  return p;
+}
+
+// "pp 2 m 8: [tp4sp/u1/dp1/z0 x12, tp2sp/u2/dp1/z1 x8] [...]": each stage's runs of equal layers.
+std::string describe(const Plan& p) {
+  auto label = [](const LayerStrategy& l) {
+    return "tp" + std::to_string(l.tp) + (l.sp ? "sp" : "") + "/u" + std::to_string(l.ulysses) + "/dp" +
+           std::to_string(l.dp) + "/z" + std::to_string(l.zero) +
+           (l.recompute == Recompute::kFull ? "/rc" : l.recompute == Recompute::kSelective ? "/sel" : "");
+  };
+  std::string s = "pp " + std::to_string(p.train.pp) + " m " + std::to_string(p.train.micro_batches) + ":";
+  for (const Stage& st : p.stages) {
+    s += " [";
+    for (size_t i = 0; i < st.layers.size();) {
+      size_t j = i;
+      while (j < st.layers.size() && st.layers[j] == st.layers[i]) ++j;
+      s += (i ? ", " : "") + label(st.layers[i]) + " x" + std::to_string(j - i);
+      i = j;
+    }
+    s += "]";
+  }
+  return s;
+}
+
+class PlannedPlans : public ::testing::TestWithParam<Case> {};
+
+TEST_P(PlannedPlans, TrainLikeOneProcess) {
+  const Case c = GetParam();
+  const Plan real = planned(c);
+  ASSERT_TRUE(runtime_supports(real).ok()) << runtime_supports(real).error().message;
+  const Plan tiny = scaled_down(real);
+  ASSERT_TRUE(validate(tiny).ok()) << validate(tiny).error().message;
+  const std::string dir = temp_dir(std::string("planned_") + c.model);
+  constexpr int kSteps = 2;
+  const RunResult got = train_plan(tiny, dir, "planned", kSteps);
+  const RunResult ref = train_plan(reference_of(tiny), dir, "one", kSteps);
+  ASSERT_EQ(got.status, 0) << describe(real) << "\n" << got.output;
+  ASSERT_EQ(ref.status, 0) << ref.output;
+  ASSERT_EQ(got.losses.size(), static_cast<size_t>(kSteps)) << got.output;
+  ASSERT_EQ(ref.losses.size(), static_cast<size_t>(kSteps));
+  for (int i = 0; i < kSteps; ++i) {
+    EXPECT_NEAR(got.losses[i], ref.losses[i], 1e-5 * ref.losses[i]) << describe(real) << " step " << i + 1;
+    EXPECT_NEAR(got.grad_norms[i], ref.grad_norms[i], 1e-4 * ref.grad_norms[i]) << describe(real) << " step " << i + 1;
+  }
+  // Parameters: these plans are deeper and wider than the parity matrix's (up to 40 layers, 8 ranks,
+  // other reduction orders), and AdamW's first steps move an element by about lr whatever its
+  // gradient's size, so a gradient that is rounding noise in both runs moves its element by a
+  // fraction of lr (3e-3 here). The bound, a tenth of lr, is far below what a wrong gradient does
+  // (a step of lr on most elements, besides the losses and gradient norms above).
+  auto d = runtime::compare_params(read_params(dir + "/planned.params"), read_params(dir + "/one.params"));
+  ASSERT_TRUE(d.ok()) << d.error().message;
+  EXPECT_LE(d->max_abs, 3e-4) << d->worst;
+  std::printf("%s on %d x %s, seq %d: %s; losses within %.1e, parameters within %.1e (%s)\n", c.model, c.gpus,
+              c.cluster, c.seq, describe(real).c_str(),
+              std::fabs(got.losses.back() - ref.losses.back()) / ref.losses.back(), d->max_abs, d->worst.c_str());
+  std::filesystem::remove_all(dir);
+}
+
+INSTANTIATE_TEST_SUITE_P(Searched, PlannedPlans,
+                         ::testing::Values(Case{"llama-2-7b", "a100-80gb", 8, 4096, 512},
+                                           Case{"gpt3-1.3b", "a100-40gb", 4, 2048, 256},
+                                           Case{"llama-2-13b", "a100-40gb", 8, 4096, 256},
+                                           Case{"mistral-7b", "h100-80gb", 8, 32768, 64},
+                                           Case{"qwen2-7b", "h100-80gb", 8, 8192, 128}),
+                         [](const ::testing::TestParamInfo<Case>& i) {
+                           std::string n = i.param.model;
+                           for (char& ch : n)
+                             if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
+                           return n;
+                         });
+
+}  // namespace
+}  // namespace weft::rttest
