@@ -493,6 +493,17 @@ TEST(Adapt, ReplansAfterStepsInARowCalibratesAfterASwitchAndSeesTheRecovery) {
   EXPECT_EQ(*back, even);
   // The wrong number of ranks is ignored, not a crash.
   EXPECT_FALSE(a.update({2.0, 1.0}, {1.0, 1.0}));
+  // A suspended rank (no work in the plan) is not measured: its near-zero compute is no recovery,
+  // and it keeps the slowdown the plan was made for.
+  a.switched({1.0, 8.0, 1.0, 1.0});
+  const std::vector<double> without{1.3, 0.0, 1.3, 1.3};
+  for (int i = 0; i < 3; ++i) EXPECT_FALSE(a.update({1.0, 0.01, 1.0, 1.0}, without)) << "calibrating";
+  for (int i = 0; i < 6; ++i) EXPECT_FALSE(a.update({1.0, 0.01, 1.01, 1.0}, without)) << "as assumed, step " << i;
+  // Another rank slowing down re-plans, with the suspended one as assumed.
+  for (int i = 0; i < 2; ++i) EXPECT_FALSE(a.update({1.0, 0.01, 2.0, 1.0}, without));
+  auto again = a.update({1.0, 0.01, 2.0, 1.0}, without);
+  ASSERT_TRUE(again.has_value());
+  EXPECT_EQ(*again, (std::vector<double>{1.0, 8.0, 2.0, 1.0}));
 }
 
 TEST(TokenSource, FileErrorsNameTheFile) {

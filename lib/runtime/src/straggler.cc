@@ -119,7 +119,11 @@ std::optional<std::vector<double>> Adapter::update(const std::vector<double>& co
   }
   std::vector<double> expected(n);
   for (size_t r = 0; r < n; ++r) expected[r] = expected_s[r] * calib_[r];
-  const std::vector<double> slowdown = measured_slowdown(compute_s, expected);
+  std::vector<double> slowdown = measured_slowdown(compute_s, expected);
+  // A rank the plan gives no work (a suspended replica) cannot be measured: it stays as assumed,
+  // so its near-zero compute does not read as a recovery.
+  for (size_t r = 0; r < n; ++r)
+    if (!(expected_s[r] > 0)) slowdown[r] = assumed_[r];
   bool differs = false;
   for (size_t r = 0; r < n; ++r) {
     const double q = slowdown[r] / assumed_[r];

@@ -89,7 +89,9 @@ std::vector<double> measured_slowdown(const std::vector<double>& compute_s, cons
 // re-planned and each rank's compute is compared with what the cost model expects of it at the
 // slowdown the plan was made for; their ratio (the model's error on this machine for that rank's
 // work, e.g. fixed costs a small share does not shrink) then corrects the expectation, so only a
-// change of speed (a further slowdown, a recovery) reads as one.
+// change of speed (a further slowdown, a recovery) reads as one. A rank the plan gives no work (a
+// replica the planner suspended: `weft plan --straggler` may) is not measured: it keeps the
+// slowdown assumed for it rather than reading as recovered; its own recovery is not seen.
 class Adapter {
  public:
   Adapter(AdaptOptions o, int world) : o_(o), assumed_(world, 1.0), calib_(world, 1.0) {}
