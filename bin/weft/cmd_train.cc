@@ -151,6 +151,9 @@ void register_train_commands(CLI::App& app) {
                 "Seconds one collective or pipeline transfer may take before the job stops")
       ->capture_default_str();
   t->add_option("--save-params", o->save_params, "Write the final parameters, consolidated, to this file");
+  t->add_flag("--measure-memory", o->measure_memory,
+              "Track what each rank allocates on the CPU; the summary's ranks get step_peak_cpu_bytes (activations "
+              "and temporaries of one step's forward and backward)");
   t->add_option("--hf-checkpoint", o->hf_checkpoint,
                 "Start from a Hugging Face checkpoint (DIR with config.json and safetensors; llama, mistral, qwen2, "
                 "gpt2); its config.json is the model without --model or --plan; with --resume, only until "

@@ -826,6 +826,28 @@ TEST(RuntimeData, MegatronDatasetTrainsLikeTheSameTokens) {
   std::filesystem::remove_all(dir);
 }
 
+// --measure-memory: what a step's forward and backward allocate on the CPU beyond what the step
+// began with. Activations grow with the micro-batch's samples (twice the samples: about twice the
+// bytes), and a second micro-batch reuses what the first freed (one stage: its activations are gone
+// after its backward). Without the flag the summary has no such field.
+TEST(RuntimeMemory, MeasuredStepMemoryFollowsTheMicroBatch) {
+  auto peak = [](const std::string& flags) -> int64_t {
+    const RunResult r = run(driver() + " train --steps 2 --seq 64 --format json --measure-memory" + flags);
+    EXPECT_EQ(r.status, 0) << r.output;
+    if (r.summary.is_null()) return -1;
+    return r.summary["ranks"][0].value("step_peak_cpu_bytes", int64_t{-1});
+  };
+  const int64_t two = peak(" --global-batch 2 --micro-batches 1"), four = peak(" --global-batch 4 --micro-batches 1");
+  ASSERT_GT(two, 0);
+  EXPECT_GT(four, 1.8 * static_cast<double>(two)) << two << " " << four;
+  EXPECT_LT(four, 2.2 * static_cast<double>(two)) << two << " " << four;
+  EXPECT_EQ(peak(" --global-batch 4 --micro-batches 2"), two);
+  const RunResult plain = run(driver() + " train --steps 1 --format json");
+  ASSERT_FALSE(plain.summary.is_null()) << plain.output;
+  EXPECT_FALSE(plain.summary["ranks"][0].contains("step_peak_cpu_bytes"));
+  EXPECT_EQ(plain.output.find("unknown size"), std::string::npos) << plain.output;
+}
+
 TEST(RuntimeData, PlainTextTrainsAsBytes) {
   const std::string dir = temp_dir("data_text");
   {

@@ -18,6 +18,9 @@
 #include <sstream>
 #include <utility>
 
+#include <c10/core/Allocator.h>
+#include <c10/util/ThreadLocalDebugInfo.h>
+
 #include "fault.h"
 #include "weft/core/format.h"
 #include "weft/plan/checkpoint_layout.h"
@@ -266,6 +269,7 @@ StepResult optimizer_step(Model& model, Optimizer& opt, Comm& world, double loss
 // What the summary reports, added up over the steps (the first step of a run is not timed).
 struct Totals {
   double timed_s = 0, grad_wait_s = 0, last_loss = 0, plan_wait_s = 0;
+  int64_t step_cpu_bytes = -1;  // --measure-memory: the most a step allocated beyond what it began with
   int64_t timed_tokens = 0;
   std::vector<double> compute_s;  // per rank, summed over the timed steps
   int timed_steps = 0;
@@ -299,10 +303,25 @@ double device_peak_bytes(const at::Device& device) {
 }
 
 // Collective over the world: what every rank held, one object per rank (the summary's "ranks").
-Json held_by_ranks(Comm& world, const HeldBytes& held, const at::Device& device) {
+// What the training thread allocates on the CPU, through c10's memory-reporting hook (the one
+// PyTorch's profiler installs): live bytes and their peak since reset_peak(). Only allocations made
+// while it is installed are seen (and their frees); c10 logs a warning the first time a tensor
+// made before is freed, so it is on only with --measure-memory.
+struct CpuMemory final : c10::MemoryReportingInfoBase {
+  int64_t live = 0, peak = 0;
+  void reportMemoryUsage(void*, int64_t bytes, int64_t, int64_t, c10::Device d) override {
+    if (d.type() != c10::DeviceType::CPU) return;
+    live += bytes;
+    peak = std::max(peak, live);
+  }
+  bool memoryProfilingEnabled() const override { return true; }
+  void reset_peak() { peak = live; }
+};
+
+Json held_by_ranks(Comm& world, const HeldBytes& held, const at::Device& device, int64_t step_cpu_bytes) {
   at::Tensor mine = at::tensor({static_cast<double>(held.params), static_cast<double>(held.grads),
                                 static_cast<double>(held.optimizer), static_cast<double>(gathered_param_bytes().peak),
-                                device_peak_bytes(device)},
+                                device_peak_bytes(device), static_cast<double>(step_cpu_bytes)},
                                at::kDouble);
   at::Tensor all = world.allgather(mine.to(device)).to(at::kCPU);
   Json ranks = Json::array();
@@ -315,6 +334,9 @@ Json held_by_ranks(Comm& world, const HeldBytes& held, const at::Device& device)
   if (device.is_cuda())
     for (int r = 0; r < world.size(); ++r)
       ranks[r]["peak_device_bytes"] = static_cast<int64_t>(all[r][4].item<double>());
+  if (step_cpu_bytes >= 0)
+    for (int r = 0; r < world.size(); ++r)
+      ranks[r]["step_peak_cpu_bytes"] = static_cast<int64_t>(all[r][5].item<double>());
   return ranks;
 }
 
@@ -374,6 +396,13 @@ Status train(const TrainOptions& given) {
   if (!env_r.ok()) return env_r.error();
   const DistEnv env = env_r.value();
   if (Status s = check_options(given); !s.ok()) return s;
+  // --measure-memory: what this thread allocates on the CPU from here on.
+  std::shared_ptr<CpuMemory> cpu_memory;
+  std::optional<c10::DebugInfoGuard> cpu_memory_guard;
+  if (given.measure_memory) {
+    cpu_memory = std::make_shared<CpuMemory>();
+    cpu_memory_guard.emplace(c10::DebugInfoKind::PROFILER_STATE, cpu_memory);
+  }
   auto plan_r = load_plan(given, env);
   if (!plan_r.ok()) return plan_r.error();
   // Not const: `weft train --adapt` switches the running plan's shares and micro-batches in place
@@ -523,6 +552,7 @@ Status train(const TrainOptions& given) {
       std::vector<CollectiveRecord> before;
       if (step == o.steps) before = groups.collectives();
       opt->zero_grad();
+      const int64_t cpu_at_start = cpu_memory ? (cpu_memory->reset_peak(), cpu_memory->live) : 0;
       // Steps after the run's first are timed into the summary (a one-step run: its only step).
       const bool timed_step = step > start_step + 1 || o.steps == start_step + 1;
       int64_t step_tokens = tokens_per_step, loss_tokens = tokens_per_step;
@@ -573,6 +603,7 @@ Status train(const TrainOptions& given) {
         tot.resident_grad_bytes = opt->resident_grad_bytes();
         tot.held = opt->held_bytes();
       }
+      if (cpu_memory) tot.step_cpu_bytes = std::max(tot.step_cpu_bytes, cpu_memory->peak - cpu_at_start);
       const double lr = lrs.at(step);
       const StepResult res = optimizer_step(*model, *opt, world, loss_sum, loss_tokens, o.clip, lr, timed.compute_s);
       const double loss = res.loss, norm = res.norm;
@@ -707,7 +738,7 @@ Status train(const TrainOptions& given) {
   }
   Json ranks;
   try {
-    ranks = held_by_ranks(world, tot.held, device);  // rank 0 prints what every rank held
+    ranks = held_by_ranks(world, tot.held, device, tot.step_cpu_bytes);  // rank 0 prints what every rank held
   } catch (const std::exception& e) {
     return job.fail(e.what());
   }

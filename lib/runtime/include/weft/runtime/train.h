@@ -82,6 +82,10 @@ struct TrainOptions {
   // Hugging Face checkpoints (weft/runtime/hf_checkpoint.h): start from DIR's weights (with
   // --resume, only when checkpoint_dir holds no checkpoint yet; the model is DIR/config.json's
   // without --model or --plan), and write one at the end in save_hf_dtype (fp32, bf16, fp16).
+  // Track what each rank's training thread allocates on the CPU (c10's memory-reporting hook, as
+  // PyTorch's profiler does); the summary's ranks then carry step_peak_cpu_bytes: the most one
+  // step's forward and backward allocated beyond what it began with (activations, temporaries).
+  bool measure_memory = false;
   std::string hf_checkpoint;
   std::string save_hf;
   std::string save_hf_dtype = "fp32";
