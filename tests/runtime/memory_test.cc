@@ -8,6 +8,7 @@
 #include "rt_util.h"
 #include "weft/cost/analytic.h"
 #include "weft/cost/estimate.h"
+#include "weft/cost/framework.h"
 
 namespace weft::rttest {
 namespace {
@@ -135,6 +136,57 @@ TEST(RuntimeMemory, Zero3RegatheringInBackwardChangesNoResult) {
   EXPECT_LT(d->max_rel_norm, 1e-5) << d->worst;
   std::filesystem::remove_all(dir);
 }
+
+
+// Activations: what a step's forward and backward allocate beyond what the step began with
+// (`--measure-memory`, each rank's step_peak_cpu_bytes) against the memory model's activations of
+// the micro-batches in flight plus its transient peak, with the runtime's own traits (framework
+// weft: eager elementwise operators, no dropout; libtorch 1.13's CPU attention is not fused, so
+// the score matrices are kept: flash attention off there) in fp32.
+ModelSpec activation_gpt() {
+  ModelSpec m = tiny_gpt(4);
+  m.hidden = 256;
+  m.max_seq = 256;
+  m.vocab = 512;
+  m.groups[0].shape.hidden = 256;
+  m.groups[0].shape.head_dim = 64;
+  m.groups[0].shape.ffn = 1024;
+  return m;
+}
+
+void expect_activations(Plan p, const std::string& name) {
+  p.train.seq = 256;
+  ASSERT_TRUE(validate(p).ok()) << validate(p).error().message;
+  const std::string dir = temp_dir(name);
+  const std::string plan = write_plan(p, dir, name);
+  std::string cmd;
+  if (p.world_size() > 1) cmd = driver() + " launch -n " + std::to_string(p.world_size()) + " -- ";
+  const RunResult r = run(cmd + driver() + " train --steps 2 --format json --device cpu --measure-memory --plan " + plan);
+  std::filesystem::remove_all(dir);
+  ASSERT_EQ(r.status, 0) << r.output;
+  ASSERT_TRUE(r.summary.is_object()) << r.output;
+  AnalyticOptions o = framework_options(Framework::kWeft, AnalyticOptions{});
+  o.flash_attention = WEFT_TORCH_FUSED_ATTENTION;
+  const Estimate e = estimate(p, AnalyticCostModel(o));
+  const int S = p.devices_per_stage();
+  for (int rank = 0; rank < p.world_size(); ++rank) {
+    const double got = static_cast<double>(r.summary["ranks"][rank].at("step_peak_cpu_bytes").get<int64_t>());
+    const MemoryBreakdown& m = e.stages[rank / S].memory;
+    const double want = m.activations.value() + m.transient.value();
+    std::printf("%s rank %d: step allocates %.1f MB, the model %.1f MB (activations %.1f, transient %.1f): %+.1f %%\n",
+                name.c_str(), rank, got / 1e6, want / 1e6, m.activations.value() / 1e6, m.transient.value() / 1e6,
+                100 * (got / want - 1));
+    EXPECT_NEAR(got, want, 0.1 * want) << name << " rank " << rank;
+  }
+}
+
+TEST(RuntimeMemory, ActivationsAsTheModelSaysOneRank) {
+  expect_activations(uniform(activation_gpt(), 1, 1, strat(1, 1), {}, Schedule::k1F1B, 4, 1), "act_one");
+}
+// Not yet within 10 % (docs/runtime.md "Not done"): tp 2 + SP (+29-34 %: the runtime's
+// column-parallel linears keep the all-gathered sequence for their weight gradient, where the model
+// prices Megatron's sharded copy re-gathered in backward), full recompute (+22 %) and a 1F1B
+// pipeline's first stage (+15 %).
 
 }  // namespace
 }  // namespace weft::rttest

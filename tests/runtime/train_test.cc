@@ -832,7 +832,7 @@ TEST(RuntimeData, MegatronDatasetTrainsLikeTheSameTokens) {
 // after its backward). Without the flag the summary has no such field.
 TEST(RuntimeMemory, MeasuredStepMemoryFollowsTheMicroBatch) {
   auto peak = [](const std::string& flags) -> int64_t {
-    const RunResult r = run(driver() + " train --steps 2 --seq 64 --format json --measure-memory" + flags);
+    const RunResult r = run(driver() + " train --steps 2 --seq 64 --format json --device cpu --measure-memory" + flags);
     EXPECT_EQ(r.status, 0) << r.output;
     if (r.summary.is_null()) return -1;
     return r.summary["ranks"][0].value("step_peak_cpu_bytes", int64_t{-1});
