@@ -41,8 +41,8 @@ TEST(IndexedDataset, ReadsDocumentsAndTokensOfEachIntegerType) {
       EXPECT_EQ(ds->item_bytes, testing::megatron_item_bytes(code));
       EXPECT_EQ(ds->tokens(), 12);
       EXPECT_EQ(ds->documents(), 3);
-      EXPECT_EQ(ds->document_lengths(), (std::vector<std::int64_t>{4, 6, 2}));
-      EXPECT_EQ(ds->document_starts(), (std::vector<std::int64_t>{0, 4, 10}));
+      EXPECT_EQ(ds->document_spans().length, (std::vector<std::int64_t>{4, 6, 2}));
+      EXPECT_EQ(ds->document_spans().start, (std::vector<std::int64_t>{0, 4, 10}));
       EXPECT_EQ(ds->sequence_lengths.size(), 4u);
     }
     EXPECT_TRUE(is_indexed_dataset(p));

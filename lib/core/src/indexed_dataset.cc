@@ -13,10 +13,6 @@ namespace {
 constexpr char kMagic[9] = {'M', 'M', 'I', 'D', 'I', 'D', 'X', '\0', '\0'};
 constexpr std::size_t kHeaderBytes = 9 + 8 + 1 + 8 + 8;
 
-bool ends_with(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
-
 bool file_size(const std::string& path, std::int64_t* bytes) {
   struct stat st {};
   if (stat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) return false;
@@ -51,22 +47,15 @@ const DType* dtype_of(int code) {
 
 }  // namespace
 
-std::vector<std::int64_t> IndexedDataset::document_starts() const {
-  std::vector<std::int64_t> out;
+TokenSpans IndexedDataset::document_spans() const {
+  TokenSpans out;
   for (std::int64_t d = 0; d < documents(); ++d) {
-    const std::int64_t s = document_indices[d];
-    out.push_back(s < static_cast<std::int64_t>(sequence_pointers.size()) ? sequence_pointers[s] / item_bytes
-                                                                         : tokens());
-  }
-  return out;
-}
-
-std::vector<std::int64_t> IndexedDataset::document_lengths() const {
-  std::vector<std::int64_t> out;
-  for (std::int64_t d = 0; d < documents(); ++d) {
+    const std::int64_t first = document_indices[d];
     std::int64_t n = 0;
-    for (std::int64_t s = document_indices[d]; s < document_indices[d + 1]; ++s) n += sequence_lengths[s];
-    out.push_back(n);
+    for (std::int64_t s = first; s < document_indices[d + 1]; ++s) n += sequence_lengths[s];
+    if (n == 0) continue;
+    out.start.push_back(sequence_pointers[first] / item_bytes);
+    out.length.push_back(n);
   }
   return out;
 }
@@ -77,7 +66,7 @@ std::string IndexedDataset::dtype_name() const {
 }
 
 std::string indexed_dataset_prefix(const std::string& path) {
-  if (ends_with(path, ".idx") || ends_with(path, ".bin")) return path.substr(0, path.size() - 4);
+  if (path.ends_with(".idx") || path.ends_with(".bin")) return path.substr(0, path.size() - 4);
   return path;
 }
 

@@ -10,8 +10,6 @@
 #include <random>
 #include <algorithm>
 
-#include "weft/core/indexed_dataset.h"
-
 namespace weft::runtime {
 
 std::uint64_t mix64(std::uint64_t x) {
@@ -25,10 +23,6 @@ namespace {
 
 std::uint64_t key(std::uint64_t seed, std::int64_t step, std::int64_t index) {
   return mix64(mix64(mix64(seed) ^ static_cast<std::uint64_t>(step)) ^ static_cast<std::uint64_t>(index));
-}
-
-bool ends_with(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
 class Synthetic final : public TokenSource {
@@ -223,8 +217,8 @@ Result<DataFormat> data_format_from_string(const std::string& s, const std::stri
   if (s == "auto") {
     if (path.empty()) return DataFormat::kSynthetic;
     if (is_indexed_dataset(path)) return DataFormat::kMegatron;
-    if (ends_with(path, ".bin") || ends_with(path, ".u16")) return DataFormat::kUint16;
-    if (ends_with(path, ".u32")) return DataFormat::kUint32;
+    if (path.ends_with(".bin") || path.ends_with(".u16")) return DataFormat::kUint16;
+    if (path.ends_with(".u32")) return DataFormat::kUint32;
     return DataFormat::kText;
   }
   return Error{ErrorKind::kBadInput,
@@ -252,9 +246,7 @@ Result<std::unique_ptr<TokenSource>> file_source(const std::string& path, DataFo
     if (!ds.ok()) return ds.error().with_context("--data");
     file = ds->prefix + ".bin";
     el = {ds->item_bytes, ds->is_signed};
-    const std::vector<std::int64_t> starts = ds->document_starts(), lengths = ds->document_lengths();
-    for (size_t d = 0; d < starts.size(); ++d)
-      if (lengths[d] > 0) docs.start.push_back(starts[d]), docs.length.push_back(lengths[d]);
+    docs = ds->document_spans();
   }
   const int fd = ::open(file.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return Error{ErrorKind::kIo, "--data " + file + ": cannot open: " + std::strerror(errno)};

@@ -15,10 +15,6 @@
 namespace weft::varlen {
 namespace {
 
-bool ends_with(const std::string& s, const std::string& tail) {
-  return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
-}
-
 Error bad(const std::string& m) { return Error{ErrorKind::kBadInput, m}; }
 
 }  // namespace
@@ -50,8 +46,8 @@ Result<std::vector<std::int64_t>> read_lengths(const std::string& path) {
 
 Result<std::vector<std::int64_t>> document_lengths(const std::string& path, std::int64_t eos, const std::string& format) {
   int width = 0;
-  if (format == "uint16" || (format == "auto" && (ends_with(path, ".bin") || ends_with(path, ".u16")))) width = 2;
-  else if (format == "uint32" || (format == "auto" && ends_with(path, ".u32"))) width = 4;
+  if (format == "uint16" || (format == "auto" && (path.ends_with(".bin") || path.ends_with(".u16")))) width = 2;
+  else if (format == "uint32" || (format == "auto" && path.ends_with(".u32"))) width = 4;
   else
     return bad("--data " + path + ": a token file is uint16 (.bin, .u16) or uint32 (.u32); format \"" + format +
                "\" does not say which");
@@ -88,9 +84,7 @@ Result<std::vector<std::int64_t>> document_lengths(const std::string& path, std:
 Result<std::vector<std::int64_t>> indexed_document_lengths(const std::string& path) {
   auto ds = read_indexed_dataset(path);
   if (!ds.ok()) return ds.error().with_context("--data");
-  std::vector<std::int64_t> out;
-  for (std::int64_t n : ds->document_lengths())
-    if (n > 0) out.push_back(n);
+  std::vector<std::int64_t> out = ds->document_spans().length;
   if (out.empty()) return bad("--data " + path + ": the dataset holds no tokens");
   return out;
 }

@@ -27,6 +27,11 @@
 
 namespace weft {
 
+// Documents as runs of the .bin's tokens: each one's first token and its length.
+struct TokenSpans {
+  std::vector<std::int64_t> start, length;
+};
+
 struct IndexedDataset {
   std::string prefix;                     // PREFIX of PREFIX.idx and PREFIX.bin
   int dtype_code = 0;                     // the codes above; integer ones only (floats are refused)
@@ -39,9 +44,8 @@ struct IndexedDataset {
 
   std::int64_t tokens() const { return bin_bytes / item_bytes; }
   std::int64_t documents() const { return static_cast<std::int64_t>(document_indices.size()) - 1; }
-  // Per document: its first token (an index into the .bin's tokens) and its length in tokens.
-  std::vector<std::int64_t> document_starts() const;
-  std::vector<std::int64_t> document_lengths() const;
+  // The documents that hold tokens (an index may list empty ones), in order.
+  TokenSpans document_spans() const;
   std::string dtype_name() const;
 };
 

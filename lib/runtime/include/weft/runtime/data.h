@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "weft/core/error.h"
+#include "weft/core/indexed_dataset.h"
 
 namespace weft::runtime {
 
@@ -31,9 +32,7 @@ const char* to_string(DataFormat f);
 Result<DataFormat> data_format_from_string(const std::string& s, const std::string& path);
 
 // Documents of a token file, each its first token and its length (weft train --varlen, docs/varlen.md).
-struct Documents {
-  std::vector<std::int64_t> start, length;
-};
+using Documents = TokenSpans;
 
 class TokenSource {
  public:
