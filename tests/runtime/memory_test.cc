@@ -158,10 +158,7 @@ void expect_activations(Plan p, const std::string& name) {
   p.train.seq = 256;
   ASSERT_TRUE(validate(p).ok()) << validate(p).error().message;
   const std::string dir = temp_dir(name);
-  const std::string plan = write_plan(p, dir, name);
-  std::string cmd;
-  if (p.world_size() > 1) cmd = driver() + " launch -n " + std::to_string(p.world_size()) + " -- ";
-  const RunResult r = run(cmd + driver() + " train --steps 2 --format json --device cpu --measure-memory --plan " + plan);
+  const RunResult r = train_plan(p, dir, name, 2, " --device cpu --measure-memory");
   std::filesystem::remove_all(dir);
   ASSERT_EQ(r.status, 0) << r.output;
   ASSERT_TRUE(r.summary.is_object()) << r.output;

@@ -9,6 +9,7 @@
 #include <set>
 
 #include "weft/core/durable_file.h"
+#include "weft/core/format.h"
 #include "weft/plan/checkpoint_layout.h"
 #include "weft/plan/geometry.h"
 #include "weft/spec/hf_config.h"
@@ -21,11 +22,6 @@ namespace {
 
 Error bad(const std::string& m) { return Error{ErrorKind::kBadInput, m}; }
 
-bool starts_with(const std::string& s, const std::string& p) { return s.rfind(p, 0) == 0; }
-bool ends_with(const std::string& s, const std::string& x) {
-  return s.size() >= x.size() && s.compare(s.size() - x.size(), x.size(), x) == 0;
-}
-
 std::int64_t product(const std::vector<std::int64_t>& s) {
   std::int64_t n = 1;
   for (std::int64_t d : s) n *= d;
@@ -35,7 +31,7 @@ std::int64_t product(const std::vector<std::int64_t>& s) {
 // Checkpoint tensors weft's model has no use for and loading leaves alone: buffers older exports
 // kept (GPT-2's causal masks, rotary inverse frequencies).
 bool is_buffer(const std::string& name) {
-  return ends_with(name, ".attn.bias") || ends_with(name, ".attn.masked_bias") || ends_with(name, "rotary_emb.inv_freq");
+  return name.ends_with(".attn.bias") || name.ends_with(".attn.masked_bias") || name.ends_with("rotary_emb.inv_freq");
 }
 
 // The Llama-family name of a layer tensor (after "model.layers.N.").
@@ -60,10 +56,32 @@ Result<HfFamily> family_of_type(const std::string& t, const std::string& where) 
   return bad(where + ": model_type \"" + t + "\": weft loads llama, mistral, qwen2 and gpt2 checkpoints");
 }
 
-std::string num(double v) {
-  char b[32];
-  std::snprintf(b, sizeof b, "%g", v);
-  return b;
+// transformers' name of a saved dtype (config.json's torch_dtype).
+const char* torch_dtype_of(SaveDType t) {
+  return t == SaveDType::kF32 ? "float32" : t == SaveDType::kBF16 ? "bfloat16" : "float16";
+}
+
+// Whether checkpoint tensor e holds weft's tensor `name` of `shape` where `src` says: the same
+// shape; stored transposed for GPT-2's Conv1D; a fused one exactly all its rows wide, weft's
+// tensor its slice. The error names the file, both tensors and both shapes.
+Status shape_matches(const HfSource& src, const SafetensorsFile& f, const SafetensorsEntry& e, const std::string& name,
+                     const std::vector<std::int64_t>& shape) {
+  const bool fused = src.out_len >= 0;
+  const bool rows_ok = !fused || (!shape.empty() && shape[0] == src.out_len);
+  bool ok;
+  if (src.conv1d)
+    ok = shape.size() == 2 && e.shape.size() == 2 && e.shape[0] == shape[1] &&
+         e.shape[1] == (fused ? src.out_total : shape[0]) && rows_ok;
+  else if (fused)
+    ok = e.shape.size() == 1 && e.shape[0] == src.out_total && shape.size() == 1 && rows_ok;
+  else
+    ok = e.shape == shape;
+  if (ok) return {};
+  return bad(f.path() + ": tensor " + e.name + " is " + shape_label(e.shape) + " but weft's " + name + " is " +
+             shape_label(shape) + (src.conv1d ? " (stored transposed, [in, out])" : "") +
+             (fused ? " (rows " + std::to_string(src.out_begin) + " to " + std::to_string(src.out_begin + src.out_len) +
+                          " of its " + std::to_string(src.out_total) + ")"
+                    : ""));
 }
 
 }  // namespace
@@ -85,7 +103,7 @@ Result<HfSource> hf_source(const std::string& name, HfFamily f, const ModelSpec&
   if (name == "head.norm.weight") return HfSource{gpt2 ? "ln_f.weight" : "model.norm.weight"};
   if (name == "head.norm.bias" && gpt2) return HfSource{"ln_f.bias"};
   if (name == "head.lm_head") return HfSource{"lm_head.weight"};
-  if (starts_with(name, "layers.")) {
+  if (name.starts_with("layers.")) {
     const size_t dot = name.find('.', 7);
     const std::string idx = name.substr(7, dot - 7), rest = name.substr(dot + 1);
     if (!gpt2) {
@@ -193,7 +211,7 @@ Result<std::unique_ptr<HfCheckpoint>> HfCheckpoint::open(const std::string& dir)
                std::to_string(bytes) + " bytes of tensors");
   if (ck->family_ == HfFamily::kGpt2)
     for (const auto& [n, k] : ck->where_)
-      if (starts_with(n, "transformer.")) {
+      if (n.starts_with("transformer.")) {
         ck->prefix_ = "transformer.";
         break;
       }
@@ -240,23 +258,7 @@ Status HfCheckpoint::check(const Plan& p) const {
     const SafetensorsEntry* e = entry(src->name, &f);
     if (!e) return bad(dir_ + ": no tensor " + prefix_ + src->name + " (weft's " + ps.name + " " + shape_label(ps.full_shape) + ")");
     used.insert(e->name);
-    // The shape the checkpoint must have for this tensor (a fused one: its rows must reach).
-    const bool two_d = ps.full_shape.size() == 2;
-    bool ok;
-    if (src->conv1d)
-      ok = two_d && e->shape.size() == 2 && e->shape[0] == ps.full_shape[1] &&
-           e->shape[1] == (src->out_len < 0 ? ps.full_shape[0] : src->out_total);
-    else if (src->out_len >= 0)
-      ok = e->shape.size() == 1 && e->shape[0] == src->out_total;
-    else
-      ok = e->shape == ps.full_shape;
-    if (!ok)
-      return bad(f->path() + ": tensor " + e->name + " is " + shape_label(e->shape) + " but weft's " + ps.name + " is " +
-                 shape_label(ps.full_shape) + (src->conv1d ? " (stored transposed, [in, out])" : "") +
-                 (src->out_len >= 0 ? " (rows " + std::to_string(src->out_begin) + " to " +
-                                          std::to_string(src->out_begin + src->out_len) + " of its " +
-                                          std::to_string(src->out_total) + ")"
-                                    : ""));
+    if (Status st = shape_matches(*src, *f, *e, ps.name, ps.full_shape); !st.ok()) return st;
   }
   std::vector<std::string> unused;
   for (const auto& [n, k] : where_) {
@@ -280,16 +282,8 @@ Result<std::vector<float>> HfCheckpoint::tensor(const std::string& name, const s
   const SafetensorsFile* f = nullptr;
   const SafetensorsEntry* e = entry(src->name, &f);
   if (!e) return bad(dir_ + ": no tensor " + prefix_ + src->name);
-  // The checkpoint's shape against the one asked for (check() says so for a whole plan; a caller
-  // without it must not index past the tensor).
-  const std::int64_t rows = shape.empty() ? 1 : shape[0];
-  const bool fits = src->conv1d ? e->shape.size() == 2 && shape.size() == 2 && e->shape[0] == shape[1] &&
-                                      e->shape[1] >= src->out_begin + rows
-                    : src->out_len >= 0 ? e->shape.size() == 1 && e->shape[0] >= src->out_begin + product(shape)
-                                        : e->numel() == product(shape);
-  if (!fits)
-    return bad(f->path() + ": tensor " + e->name + " is " + shape_label(e->shape) + ", not what weft's " + name + " " +
-               shape_label(shape) + " needs");
+  // check() says so for a whole plan; a caller without it must not index past the tensor.
+  if (Status st = shape_matches(*src, *f, *e, name, shape); !st.ok()) return st.error();
   auto v = f->read_float(e->name);
   if (!v.ok()) return v.error();
   if (!src->conv1d && src->out_len < 0) return v;
@@ -347,7 +341,7 @@ Result<HfFamily> hf_family_of(const ModelSpec& m) {
 
 Json hf_config_of(const ModelSpec& m, HfFamily f, SaveDType dtype) {
   const LayerShape& s = m.groups[0].shape;
-  const std::string torch_dtype = dtype == SaveDType::kF32 ? "float32" : dtype == SaveDType::kBF16 ? "bfloat16" : "float16";
+  const std::string torch_dtype = torch_dtype_of(dtype);
   if (f == HfFamily::kGpt2) {
     return Json{{"architectures", {"GPT2LMHeadModel"}},
                 {"model_type", "gpt2"},
@@ -387,8 +381,7 @@ Status save_hf_checkpoint(const std::string& dir, const Plan& p, const ParamsFil
                           const std::string& source_dir, std::int64_t max_shard_bytes) {
   auto fam = hf_family_of(p.model);
   if (!fam.ok()) return fam.error();
-  const std::string torch_dtype = dtype == SaveDType::kF32 ? "float32" : dtype == SaveDType::kBF16 ? "bfloat16" : "float16";
-  nlohmann::ordered_json source_config;  // the source's config.json, its keys in their order
+  Json source_config;  // the source's config.json, its keys in their order
   if (!source_dir.empty()) {
     std::error_code same;
     if (fs::exists(dir) && fs::equivalent(dir, source_dir, same))
@@ -397,7 +390,7 @@ Status save_hf_checkpoint(const std::string& dir, const Plan& p, const ParamsFil
     std::ifstream in(cfg);
     if (!in) return Error{ErrorKind::kIo, cfg + ": cannot read"};
     try {
-      source_config = nlohmann::ordered_json::parse(in);
+      source_config = Json::parse(in);
     } catch (const std::exception& e) {
       return bad(cfg + ": " + e.what());
     }
@@ -407,7 +400,7 @@ Status save_hf_checkpoint(const std::string& dir, const Plan& p, const ParamsFil
     auto f = family_of_type(source_config["model_type"].get<std::string>(), cfg);
     if (!f.ok()) return f.error();
     fam = *f;
-    source_config["torch_dtype"] = torch_dtype;
+    source_config["torch_dtype"] = torch_dtype_of(dtype);
   }
   std::error_code ec;
   fs::create_directories(dir, ec);
@@ -416,7 +409,7 @@ Status save_hf_checkpoint(const std::string& dir, const Plan& p, const ParamsFil
   // (weft) or the other way round (transformers), so none may stay beside the new ones.
   for (const auto& e : fs::directory_iterator(dir, ec)) {
     const std::string n = e.path().filename().string();
-    const bool shard = starts_with(n, "model-") && ends_with(n, ".safetensors") && n.find("-of-") != std::string::npos;
+    const bool shard = n.starts_with("model-") && n.ends_with(".safetensors") && n.find("-of-") != std::string::npos;
     if (n == "model.safetensors" || n == "model.safetensors.index.json" || shard) fs::remove(e.path(), ec);
   }
   // The HF tensors, each gathered from the weft tensors that map into it, in model order.
@@ -428,35 +421,27 @@ Status save_hf_checkpoint(const std::string& dir, const Plan& p, const ParamsFil
   std::map<std::string, Out> outs;
   std::map<std::string, const NamedParam*> by;
   for (const NamedParam& np : full.params) by[np.name] = &np;
-  // First pass: each HF tensor's shape (a fused one's rows summed).
-  std::map<std::string, std::int64_t> rows;
   for (const ParamSpec& ps : model_params(p)) {
     auto src = hf_source(ps.name, *fam, p.model);
     if (!src.ok()) return src.error();
     if (!by.count(ps.name)) return Error{ErrorKind::kIo, "--save-hf: the parameters lack " + ps.name};
-    if (!outs.count(src->name)) order.push_back(src->name);
     Out& o = outs[src->name];
-    const std::int64_t r = src->out_len >= 0 ? src->out_len : ps.full_shape[0];
-    rows[src->name] += src->out_len >= 0 ? r : 0;
-    if (src->conv1d) o.shape = {ps.full_shape[1], src->out_len >= 0 ? 0 : r};
-    else if (src->out_len >= 0) o.shape = {0};
-    else o.shape = ps.full_shape;
-  }
-  for (auto& [n, o] : outs) {
-    if (rows[n] > 0) o.shape.back() = rows[n];
-    o.data.assign(static_cast<size_t>(product(o.shape)), 0.0f);
-  }
-  for (const ParamSpec& ps : model_params(p)) {
-    const HfSource src = *hf_source(ps.name, *fam, p.model);
-    Out& o = outs[src.name];
+    if (o.data.empty()) {  // first sight: the HF tensor's shape (a fused one: all its rows)
+      order.push_back(src->name);
+      const std::int64_t rows = src->out_len >= 0 ? src->out_total : ps.full_shape[0];
+      o.shape = src->conv1d ? std::vector<std::int64_t>{ps.full_shape[1], rows}
+                : src->out_len >= 0 ? std::vector<std::int64_t>{rows}
+                                    : ps.full_shape;
+      o.data.assign(static_cast<size_t>(product(o.shape)), 0.0f);
+    }
     const std::vector<float>& v = by[ps.name]->data;
-    if (src.conv1d) {
+    if (src->conv1d) {
       const std::int64_t in = o.shape[0], total = o.shape[1], r0 = ps.full_shape[0];
       for (std::int64_t r = 0; r < r0; ++r)
         for (std::int64_t c = 0; c < in; ++c)
-          o.data[static_cast<size_t>(c * total + src.out_begin + r)] = v[static_cast<size_t>(r * in + c)];
+          o.data[static_cast<size_t>(c * total + src->out_begin + r)] = v[static_cast<size_t>(r * in + c)];
     } else {
-      std::copy(v.begin(), v.end(), o.data.begin() + (src.out_len >= 0 ? src.out_begin : 0));
+      std::copy(v.begin(), v.end(), o.data.begin() + (src->out_len >= 0 ? src->out_begin : 0));
     }
   }
   const std::string prefix = *fam == HfFamily::kGpt2 ? "transformer." : "";

@@ -318,6 +318,13 @@ struct CpuMemory final : c10::MemoryReportingInfoBase {
   void reset_peak() { peak = live; }
 };
 
+// Collective over `world`: whether `mine` holds on any rank.
+bool any_rank(Comm& world, bool mine) {
+  at::Tensor t = at::full({1}, mine ? 1.0 : 0.0, at::kDouble);
+  world.allreduce_max(t);
+  return t.item<double>() > 0;
+}
+
 Json held_by_ranks(Comm& world, const HeldBytes& held, const at::Device& device, int64_t step_cpu_bytes) {
   at::Tensor mine = at::tensor({static_cast<double>(held.params), static_cast<double>(held.grads),
                                 static_cast<double>(held.optimizer), static_cast<double>(gathered_param_bytes().peak),
@@ -484,9 +491,7 @@ Status train(const TrainOptions& given) {
     // any rank finds: the ranks agree before any of them loads).
     bool resume = o.resume;
     if (resume && !o.hf_checkpoint.empty()) {
-      at::Tensor found = at::full({1}, list_checkpoints(o.checkpoint_dir).empty() ? 0.0 : 1.0, at::kDouble);
-      job.groups->world().allreduce_max(found);
-      resume = found.item<double>() > 0;
+      resume = any_rank(job.groups->world(), !list_checkpoints(o.checkpoint_dir).empty());
     }
     if (resume) {
       auto st = load_checkpoint(o.checkpoint_dir, *job.model, *job.opt, rank, plan_hash);
@@ -501,10 +506,9 @@ Status train(const TrainOptions& given) {
       // Each rank reads the tensors it slices, so a damaged tensor fails some ranks only: all agree
       // before any trains.
       auto entries = hf_rank_entries(**ck, plan, rank);
-      at::Tensor failed = at::full({1}, entries.ok() ? 0.0 : 1.0, at::kDouble);
-      job.groups->world().allreduce_max(failed);
+      const bool failed = any_rank(job.groups->world(), !entries.ok());
       if (!entries.ok()) return entries.error().with_context("--hf-checkpoint");
-      if (failed.item<double>() > 0)
+      if (failed)
         return Error{ErrorKind::kBadInput, "--hf-checkpoint " + o.hf_checkpoint +
                                                ": another rank could not load its tensors (its error says which)"};
       load_state(*job.model, *entries, o.hf_checkpoint);
