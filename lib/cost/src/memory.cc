@@ -220,7 +220,8 @@ double micro_batches_in_flight(const TrainSettings& t, int stage) {
   const int g = stage % pp;
   switch (t.schedule) {
     case Schedule::kGpipe: return m;
-    case Schedule::k1F1B: return std::min(m, pp - g);
+    case Schedule::k1F1B:
+    case Schedule::kZbH1: return std::min(m, pp - g);
     case Schedule::kInterleaved: {
       const int v = std::max(1, t.vp);
       if (v == 1) return std::min(m, pp - g);

@@ -10,7 +10,11 @@
 namespace weft {
 
 enum class Recompute { kNone, kSelective, kFull };
-enum class Schedule { kGpipe, k1F1B, kInterleaved };
+// kZbH1: 1F1B with each backward split into its input-gradient part (B) and its weight-gradient
+// part (W), the W passes of device group g postponed by g micro-batches into what would be the
+// cool-down bubble (ZB-H1 of "Zero Bubble Pipeline Parallelism", Qi et al., ICLR'24): the same
+// activation memory as 1F1B on the first device group, about a third of its bubble.
+enum class Schedule { kGpipe, k1F1B, kInterleaved, kZbH1 };
 
 const char* to_string(Recompute r);
 const char* to_string(Schedule s);
