@@ -6,6 +6,11 @@
 //
 //   weft_runtime_bench [--steps 12] [--warmup 2] [--worlds 1,2,4] [--repeat 3] [--bucket-mb 25]
 //                      [--no-ddp] [--python /usr/bin/python3]
+//   weft_runtime_bench --pipeline 2 [--micro-batches 8] [--steps 12] [--warmup 2] [--repeat 3]
+//
+// --pipeline PP: instead, the pipeline schedules side by side on PP ranks (one stage each, the
+// layers split evenly): gpipe, 1f1b and zb-h1 (weft/runtime/schedule.h) on the same model and
+// batch (--micro-batches micro-batches of 2 sequences), with the step-time ratio zb-h1 / 1f1b.
 //
 // Prints, per world size: tokens/s and step time of each configuration, the time rank 0 waited for
 // the gradient reduction after backward ("sync wait": what overlap hides), and the step-time ratios
@@ -32,6 +37,7 @@ using namespace weft;
 
 struct Config {
   int steps = 12, warmup = 2, repeat = 3;
+  int pipeline = 0, micro_batches = 8;  // --pipeline PP: the schedules on PP stages
   double bucket_mb = 25;
   std::vector<int> worlds{1, 2, 4};
   bool ddp = true;
@@ -76,6 +82,20 @@ Plan dp_plan(int world) {
   return p;
 }
 
+// PP stages of kLayers / PP layers, one rank each; micro-batches of 2 sequences.
+Plan pp_plan(int pp, Schedule sched, int micro_batches) {
+  Plan p = dp_plan(1);
+  p.cluster.gpus_per_node = pp;
+  p.train.pp = pp;
+  p.train.schedule = sched;
+  p.train.micro_batches = micro_batches;
+  p.train.global_batch = 2 * micro_batches;
+  const LayerStrategy s;
+  p.stages.clear();
+  for (int i = 0; i < pp; ++i) p.stages.push_back(Stage{i * (kLayers / pp), std::vector<LayerStrategy>(kLayers / pp, s), {}});
+  return p;
+}
+
 std::string capture(const std::string& cmd, int* status) {
   std::string out;
   FILE* f = popen((cmd + " 2>&1").c_str(), "r");
@@ -93,9 +113,10 @@ struct Figures {
   bool ok = false;
 };
 
-Figures run_weft(const Config& c, int world, const std::string& dir, bool overlap) {
-  const std::string plan = dir + "/plan" + std::to_string(world) + ".json";
-  if (!write_plan_file(plan, dp_plan(world)).ok()) return {};
+Figures run_weft(const Config& c, int world, const std::string& dir, bool overlap, const Plan* given = nullptr) {
+  const Plan plan_value = given ? *given : dp_plan(world);
+  const std::string plan = dir + "/plan" + std::to_string(world) + (given ? to_string(given->train.schedule) : "") + ".json";
+  if (!write_plan_file(plan, plan_value).ok()) return {};
   std::string cmd;
   if (world > 1) cmd = std::string(WEFT_RT_DRIVER) + " launch -n " + std::to_string(world) + " -- ";
   cmd += std::string(WEFT_RT_DRIVER) + " train --plan " + plan + " --steps " + std::to_string(c.steps) +
@@ -121,7 +142,7 @@ Figures run_weft(const Config& c, int world, const std::string& dir, bool overla
     return f;
   }
   f.step_s = sum / n;
-  f.tokens_per_s = static_cast<double>(kBatch) * world * kSeq / f.step_s;
+  f.tokens_per_s = static_cast<double>(plan_value.train.global_batch) * kSeq / f.step_s;
   f.ok = true;
   return f;
 }
@@ -146,19 +167,51 @@ Figures run_ddp(const Config& c, int world) {
   return f;
 }
 
-// The run with the median step time (any failed run fails the figure).
-Figures median(std::vector<Figures> runs, int world) {
+// The run with the median step time (any failed run fails the figure); tokens/s for `tokens` per step.
+Figures median(std::vector<Figures> runs, double tokens) {
   for (const Figures& f : runs)
     if (!f.ok) return {};
   if (runs.empty()) return {};
   std::sort(runs.begin(), runs.end(), [](const Figures& x, const Figures& y) { return x.step_s < y.step_s; });
   Figures m = runs[runs.size() / 2];
   if (runs.size() % 2 == 0) m.step_s = (m.step_s + runs[runs.size() / 2 - 1].step_s) / 2;
-  m.tokens_per_s = static_cast<double>(kBatch) * world * kSeq / m.step_s;
+  m.tokens_per_s = tokens / m.step_s;
   std::sort(runs.begin(), runs.end(), [](const Figures& x, const Figures& y) { return x.sync_wait_s < y.sync_wait_s; });
   m.sync_wait_s = runs[runs.size() / 2].sync_wait_s;
   if (runs.size() % 2 == 0) m.sync_wait_s = (m.sync_wait_s + runs[runs.size() / 2 - 1].sync_wait_s) / 2;
   return m;
+}
+
+// --pipeline: gpipe, 1f1b and zb-h1 on the same stages, in rotating rounds; medians.
+int pipeline_schedules(const Config& c, const std::string& dir) {
+  const int pp = c.pipeline, m = c.micro_batches;
+  if (pp < 2 || kLayers % pp != 0 || m < pp) {
+    std::fprintf(stderr, "--pipeline %d: needs 2 <= PP dividing %d layers and --micro-batches >= PP (got %d)\n", pp,
+                 kLayers, m);
+    return 2;
+  }
+  const Schedule scheds[] = {Schedule::kGpipe, Schedule::k1F1B, Schedule::kZbH1};
+  std::printf("model: GPT %d layers, hidden %d, %d heads, ffn %d, vocab %d; %d stages of %d layers, one rank each; "
+              "%d micro-batches of 2 x %d tokens; %d steps, first %d untimed; median of %d rounds\n",
+              kLayers, kHidden, kHeads, kFfn, kVocab, pp, kLayers / pp, m, kSeq, c.steps, c.warmup, c.repeat);
+  std::vector<Figures> runs[3];
+  for (int r = 0; r < c.repeat; ++r)
+    for (int k = 0; k < 3; ++k) {
+      const int which = (k + r) % 3;
+      const Plan p = pp_plan(pp, scheds[which], m);
+      runs[which].push_back(run_weft(c, pp, dir, true, &p));
+    }
+  const double tokens = 2.0 * m * kSeq;
+  Figures f[3];
+  int rc = 0;
+  std::printf("%-8s | %9s %8s\n", "schedule", "tokens/s", "s/step");
+  for (int k = 0; k < 3; ++k) {
+    f[k] = median(runs[k], tokens);
+    if (!f[k].ok) rc = 1;
+    std::printf("%-8s | %9.0f %8.3f\n", to_string(scheds[k]), f[k].tokens_per_s, f[k].step_s);
+  }
+  if (f[1].ok && f[2].ok) std::printf("step time zb-h1 / 1f1b: %.3f\n", f[2].step_s / f[1].step_s);
+  return rc;
 }
 
 }  // namespace
@@ -180,6 +233,8 @@ int main(int argc, char** argv) {
     else if (a == "--bucket-mb") c.bucket_mb = std::stod(next());
     else if (a == "--repeat") c.repeat = std::stoi(next());
     else if (a == "--python") c.python = next();
+    else if (a == "--pipeline") c.pipeline = std::stoi(next());
+    else if (a == "--micro-batches") c.micro_batches = std::stoi(next());
     else if (a == "--worlds") {
       c.worlds.clear();
       std::stringstream ss(next());
@@ -200,6 +255,7 @@ int main(int argc, char** argv) {
   }
   const std::string dir = (std::filesystem::temp_directory_path() / "weft_runtime_bench").string();
   std::filesystem::create_directories(dir);
+  if (c.pipeline > 0) return pipeline_schedules(c, dir);
   std::printf("model: GPT %d layers, hidden %d, %d heads, ffn %d, vocab %d; %d x %d tokens per rank per step; "
               "%d steps, first %d untimed; gradient buckets of at most %g MiB; median of %d rounds\n",
               kLayers, kHidden, kHeads, kFfn, kVocab, kBatch, kSeq, c.steps, c.warmup, c.bucket_mb, c.repeat);
@@ -215,7 +271,8 @@ int main(int argc, char** argv) {
         if (which == 2 && !c.ddp) continue;
         runs[which].push_back(which == 2 ? run_ddp(c, w) : run_weft(c, w, dir, which == 0));
       }
-    const Figures a = median(runs[0], w), n = median(runs[1], w), b = c.ddp ? median(runs[2], w) : Figures{};
+    const double tokens = static_cast<double>(kBatch) * w * kSeq;
+    const Figures a = median(runs[0], tokens), n = median(runs[1], tokens), b = c.ddp ? median(runs[2], tokens) : Figures{};
     if (!a.ok || !n.ok || (c.ddp && !b.ok)) rc = 1;
     char ratio[64] = "-";
     if (a.ok && n.ok && b.ok) std::snprintf(ratio, sizeof ratio, "%.2f, %.2f", a.step_s / b.step_s, n.step_s / b.step_s);

@@ -99,6 +99,34 @@ TEST(RuntimeParity, Pipeline2GpipeUneven) {
   expect_parity(uniform(tiny_llama(), 2, 2, strat(1, 1), {1, 3}, Schedule::kGpipe, 8, 4), "pp2_gpipe");
 }
 
+// ZB-H1: each backward split into the input-gradient pass and the weight-gradient pass, the latter
+// postponed (weft/runtime/schedule.h); the weights' gradients must be those of one process.
+TEST(RuntimeParity, Pipeline2ZeroBubbleH1Uneven) {
+  expect_parity(uniform(tiny_gpt(), 2, 2, strat(1, 1), {3, 1}, Schedule::kZbH1, 8, 4), "pp2_zbh1");
+}
+TEST(RuntimeParity, Pipeline4ZeroBubbleH1) {
+  expect_parity(uniform(tiny_llama(), 4, 4, strat(1, 1), {1, 1, 1, 1}, Schedule::kZbH1, 8, 8), "pp4_zbh1");
+}
+// ZeRO-2 reduces each micro-batch's gradients in its weight-gradient pass; small buckets.
+TEST(RuntimeParity, Pipeline2ZeroBubbleH1Zero2Dp2SmallBuckets) {
+  expect_parity(uniform(tiny_gpt(), 4, 2, strat(1, 2, 1, false, 2), {}, Schedule::kZbH1, 8, 4), "pp2_zbh1_zero2",
+                kSmallBuckets);
+}
+// ZeRO-3: the gathered weights' views lead to one gather whose backward reduce-scatters in W.
+TEST(RuntimeParity, Pipeline2ZeroBubbleH1Zero3Dp2) {
+  expect_parity(uniform(tiny_llama(), 4, 2, strat(1, 2, 1, false, 3), {}, Schedule::kZbH1, 8, 4), "pp2_zbh1_zero3");
+}
+// Tensor parallel with SP (replicated norm weights summed over the pair in W) and full recompute
+// (the recomputed layer's inner graph split too).
+TEST(RuntimeParity, Pipeline2ZeroBubbleH1Tp2SpRecomputeFull) {
+  expect_parity(uniform(tiny_gpt(), 4, 2, strat(2, 1, 1, true, 0, Recompute::kFull), {}, Schedule::kZbH1, 8, 4),
+                "pp2_zbh1_tp2sp_rc");
+}
+TEST(RuntimeParity, Pipeline2ZeroBubbleH1Ulysses2RecomputeSelective) {
+  expect_parity(uniform(tiny_llama(), 4, 2, strat(1, 1, 2, false, 0, Recompute::kSelective), {}, Schedule::kZbH1, 8, 4),
+                "pp2_zbh1_uly2_rc");
+}
+
 TEST(RuntimeParity, RecomputeFullTp2Sp) {
   expect_parity(uniform(tiny_gpt(), 2, 1, strat(2, 1, 1, true, 0, Recompute::kFull)), "rc_full");
 }

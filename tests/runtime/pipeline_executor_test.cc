@@ -1,8 +1,10 @@
 // The pipeline executor alone, in one process: two stages on two threads, a fake Comm whose sends
 // and receives go through an in-memory mailbox, and fake stages computing y = x * w. Checks the
 // losses, the gradients that reach both stages' weights, the transfer tags and the backward hooks
-// under gpipe and 1f1b.
+// under gpipe, 1f1b and zb-h1 (whose input-gradient passes must leave the weights untouched).
 #include "weft/runtime/pipeline_executor.h"
+#include "weft/runtime/ops.h"
+#include "weft/runtime/split_backward.h"
 
 #include <gtest/gtest.h>
 
@@ -78,11 +80,19 @@ class FakeStage : public PipelineStage {
   at::Tensor loss(const at::Tensor& y, int) override { return y.sum(); }
   void begin_backward(bool last) override { lasts.push_back(last); }
   void end_backward() override { ++ended; }
+  void begin_input_grad() override { before_b = grad_sum(); }
+  void end_input_grad() override {
+    ++input_passes;
+    if (grad_sum() != before_b) weights_changed_in_b = true;
+  }
+  double grad_sum() const { return w.grad().defined() ? w.grad().sum().item<double>() : 0.0; }
 
   bool first_, last_;
   at::Tensor w;
   std::vector<bool> lasts;
-  int ended = 0;
+  int ended = 0, input_passes = 0;
+  double before_b = 0;
+  bool weights_changed_in_b = false;
 };
 
 class PipelineExecutor : public testing::TestWithParam<Schedule> {};
@@ -111,15 +121,65 @@ TEST_P(PipelineExecutor, TwoStagesGiveTheLossAndGradientsOfOneModel) {
   for (const auto& s : mb.sent) (std::get<0>(s) == 0 ? fwd : bwd).push_back(s);
   EXPECT_EQ(fwd, (std::vector<std::tuple<int, int, int>>{{0, 1, 0}, {0, 1, 2}, {0, 1, 4}}));
   EXPECT_EQ(bwd, (std::vector<std::tuple<int, int, int>>{{1, 0, 1}, {1, 0, 3}, {1, 0, 5}}));
-  // Every backward is bracketed; only the step's last one on each stage is marked last.
+  // Every backward is bracketed (under zb-h1 the weight-gradient passes of the second stage and the
+  // whole backwards of the first); only the step's last one on each stage is marked last.
   for (const FakeStage* s : {&s0, &s1}) {
     EXPECT_EQ(s->ended, m);
     EXPECT_EQ(s->lasts, (std::vector<bool>{false, false, true}));
   }
+  // zb-h1: the second stage's input-gradient passes ran apart from the brackets and gave its weight
+  // nothing; the first stage runs none (its B is the whole backward).
+  EXPECT_EQ(s0.input_passes, 0);
+  EXPECT_EQ(s1.input_passes, GetParam() == Schedule::kZbH1 ? m : 0);
+  EXPECT_FALSE(s1.weights_changed_in_b);
 }
 
-INSTANTIATE_TEST_SUITE_P(Schedules, PipelineExecutor, testing::Values(Schedule::kGpipe, Schedule::k1F1B),
-                         [](const auto& info) { return std::string(to_string(info.param)); });
+INSTANTIATE_TEST_SUITE_P(Schedules, PipelineExecutor,
+                         testing::Values(Schedule::kGpipe, Schedule::k1F1B, Schedule::kZbH1),
+                         [](const auto& info) {
+                           std::string n = to_string(info.param);
+                           for (char& c : n)
+                             if (c == '-') c = '_';
+                           return n;
+                         });
+
+// A split backward (zero-bubble schedules): B gives the input the gradient of one whole backward and
+// the weights nothing; W then gives each weight the whole backward's gradient. The graph has a norm
+// scale on the input path, a weight used by two matmuls (its gradients summed in W) and a recomputed
+// block whose weight only its closure knows (its inner backward split too).
+TEST(SplitBackward, InputGradientsFirstWeightGradientsLaterAsOneBackward) {
+  at::manual_seed(3);
+  const at::Tensor x0 = at::randn({3, 5, 8});
+  std::vector<at::Tensor> w{at::randn({8}), at::randn({8, 8}), at::randn({8}), at::randn({8, 8})};
+  for (auto& t : w) t.requires_grad_(true);
+  auto loss = [&](const at::Tensor& x) {
+    at::Tensor h = at::layer_norm(x, {8}, w[0], at::Tensor());
+    h = at::gelu(at::linear(h, w[1], w[2])) + at::linear(x, w[1]);
+    h = recompute([&](const std::vector<at::Tensor>& in) { return at::linear(in[0], w[3]) * in[0]; }, {h});
+    return (h * h).sum();
+  };
+  at::Tensor xa = x0.clone().requires_grad_(true);
+  loss(xa).backward();
+  std::vector<at::Tensor> whole;
+  for (auto& t : w) {
+    whole.push_back(t.grad().clone());
+    t.mutable_grad() = at::Tensor();
+  }
+
+  at::Tensor xb = x0.clone().requires_grad_(true);
+  WeightGradWork work;
+  const std::vector<at::Tensor> gx = backward_inputs({loss(xb)}, {}, {xb}, work);
+  ASSERT_EQ(gx.size(), 1u);
+  EXPECT_TRUE(at::allclose(gx[0], xa.grad(), 1e-5, 1e-6));
+  for (auto& t : w) EXPECT_FALSE(t.grad().defined());
+  EXPECT_FALSE(work.empty());
+  work.run();
+  EXPECT_TRUE(work.empty());
+  for (size_t i = 0; i < w.size(); ++i) {
+    ASSERT_TRUE(w[i].grad().defined()) << "weight " << i;
+    EXPECT_TRUE(at::allclose(w[i].grad(), whole[i], 1e-5, 1e-6)) << "weight " << i;
+  }
+}
 
 // The other rank of a two-rank group, simulated: it holds the same tensors, so a sum doubles, a
 // gather repeats and a reduce-scatter doubles this rank's half. Records the storages it was handed

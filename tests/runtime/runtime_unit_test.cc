@@ -41,6 +41,51 @@ TEST(PipelineSchedule, OneFOneBWarmsUpByStagesLeft) {
   EXPECT_EQ(pipeline_actions(Schedule::k1F1B, 3, 2, 2), last);
 }
 
+TEST(PipelineSchedule, ZeroBubbleH1PostponesWeightGradientsByTheStageIndex) {
+  // Stage 0 of 3, 4 micro-batches: 1F1B's order with each B followed at once by its W.
+  const std::vector<A> first{{A::kForward, 0},   {A::kForward, 1},    {A::kForward, 2},   {A::kInputGrad, 0},
+                             {A::kWeightGrad, 0}, {A::kForward, 3},   {A::kInputGrad, 1}, {A::kWeightGrad, 1},
+                             {A::kInputGrad, 2},  {A::kWeightGrad, 2}, {A::kInputGrad, 3}, {A::kWeightGrad, 3}};
+  EXPECT_EQ(pipeline_actions(Schedule::kZbH1, 3, 0, 4), first);
+  // The last stage (2) lets two W wait, and runs them at the end, where 1F1B's cool-down is.
+  const std::vector<A> last{{A::kForward, 0},   {A::kInputGrad, 0}, {A::kForward, 1},    {A::kInputGrad, 1},
+                            {A::kForward, 2},   {A::kInputGrad, 2}, {A::kWeightGrad, 0}, {A::kForward, 3},
+                            {A::kInputGrad, 3}, {A::kWeightGrad, 1}, {A::kWeightGrad, 2}, {A::kWeightGrad, 3}};
+  EXPECT_EQ(pipeline_actions(Schedule::kZbH1, 3, 2, 4), last);
+}
+
+TEST(PipelineSchedule, ZeroBubbleH1KeepsOneFOneBsForwardsAndAtMostStageWeightPassesWaiting) {
+  for (int pp = 1; pp <= 5; ++pp)
+    for (int s = 0; s < pp; ++s)
+      for (int m = 1; m <= 9; ++m) {
+        const auto a = pipeline_actions(Schedule::kZbH1, pp, s, m);
+        ASSERT_EQ(a.size(), static_cast<size_t>(3 * m));
+        // Forwards and input-gradient passes in 1F1B's order.
+        std::vector<A> fb;
+        for (const auto& x : a)
+          if (x.kind != A::kWeightGrad) fb.push_back({x.kind == A::kForward ? A::kForward : A::kBackward, x.micro_batch});
+        EXPECT_EQ(fb, pipeline_actions(Schedule::k1F1B, pp, s, m)) << "pp " << pp << " stage " << s << " m " << m;
+        // Some state of min(pp, m) micro-batches at once: 1F1B's pp - s with their activations, and
+        // up to s more whose weight gradients wait.
+        EXPECT_EQ(in_flight(a), std::min(pp, m));
+        // Each W after its B, in order; at most s of them waiting at any time.
+        int b = 0, w = 0, most = 0;
+        for (const auto& x : a) {
+          if (x.kind == A::kInputGrad) ++b;
+          if (x.kind != A::kWeightGrad) continue;
+          EXPECT_EQ(x.micro_batch, w++);
+          EXPECT_LT(x.micro_batch, b);
+        }
+        b = w = 0;
+        for (const auto& x : a) {
+          b += x.kind == A::kInputGrad;
+          w += x.kind == A::kWeightGrad;
+          if (x.kind == A::kInputGrad || x.kind == A::kWeightGrad) most = std::max(most, b - w - (x.kind == A::kInputGrad ? 1 : 0));
+        }
+        EXPECT_LE(most, s) << "pp " << pp << " stage " << s << " m " << m;
+      }
+}
+
 TEST(PipelineSchedule, OneFOneBHoldsAtMostStagesLeftMicroBatches) {
   for (int pp = 1; pp <= 5; ++pp)
     for (int s = 0; s < pp; ++s)

@@ -5,6 +5,8 @@
 #include <atomic>
 #include <set>
 
+#include "weft/runtime/split_backward.h"
+
 namespace weft::runtime {
 
 using torch::autograd::AutogradContext;
@@ -239,13 +241,36 @@ struct Recompute : torch::autograd::Function<Recompute> {
       at::AutoGradMode on(true);
       y = static_cast<FnHolder*>(holder.get())->fn(xs);
     }
-    torch::autograd::backward({y}, {g[0]});
     tensor_list out;
-    for (auto& x : xs) out.push_back(x.requires_grad() ? x.grad() : at::Tensor());
+    std::vector<at::Tensor> need;
+    for (auto& x : xs)
+      if (x.requires_grad()) need.push_back(x);
+    const auto defer = ctx->saved_data.find("defer");
+    if (defer != ctx->saved_data.end() && !need.empty()) {
+      WeightGradWork* work = from_handle<WeightGradWork>(defer->second);
+      // A split backward (zero-bubble schedule): the inputs' gradients now, the weights' later.
+      const std::vector<at::Tensor> gx = backward_inputs({y}, {g[0]}, need, *work);
+      size_t i = 0;
+      for (auto& x : xs) out.push_back(x.requires_grad() ? gx[i++] : at::Tensor());
+    } else {
+      torch::autograd::backward({y}, {g[0]});
+      for (auto& x : xs) out.push_back(x.requires_grad() ? x.grad() : at::Tensor());
+    }
     out.push_back(at::Tensor());
     return out;
   }
 };
+
+}  // namespace
+
+bool defer_recompute_weight_grads(torch::autograd::Node* n, WeightGradWork* work) {
+  auto* r = dynamic_cast<torch::autograd::CppNode<Recompute>*>(n);
+  if (r == nullptr) return false;
+  r->ctx_.saved_data["defer"] = handle(work);
+  return true;
+}
+
+namespace {
 
 struct VocabParallelCE : torch::autograd::Function<VocabParallelCE> {
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& logits, const at::Tensor& targets, int64_t start,

@@ -14,7 +14,7 @@ std::vector<PipeAction> pipeline_actions(Schedule s, int stages, int stage, int 
               "pipeline_actions: bad stage " + std::to_string(stage) + " of " + std::to_string(stages) + " with " +
                   std::to_string(m) + " micro-batches");
   std::vector<PipeAction> out;
-  out.reserve(2 * m);
+  out.reserve(3 * m);
   switch (s) {
     case Schedule::kGpipe:
       for (int i = 0; i < m; ++i) out.push_back({PipeAction::kForward, i});
@@ -31,6 +31,22 @@ std::vector<PipeAction> pipeline_actions(Schedule s, int stages, int stage, int 
       while (b < m) out.push_back({PipeAction::kBackward, b++});
       return out;
     }
+    case Schedule::kZbH1: {
+      const int warm = std::min(stages - stage - 1, m);
+      int f = 0, b = 0, w = 0;
+      for (; f < warm; ++f) out.push_back({PipeAction::kForward, f});
+      for (int i = 0; f < m; ++i) {
+        out.push_back({PipeAction::kForward, f++});
+        out.push_back({PipeAction::kInputGrad, b++});
+        if (i >= stage) out.push_back({PipeAction::kWeightGrad, w++});
+      }
+      while (b < m) {
+        out.push_back({PipeAction::kInputGrad, b++});
+        out.push_back({PipeAction::kWeightGrad, w++});
+      }
+      while (w < m) out.push_back({PipeAction::kWeightGrad, w++});
+      return out;
+    }
     case Schedule::kInterleaved: break;
   }
   WEFT_ASSERT(false, "pipeline_actions: the interleaved schedule is not supported by the runtime");
@@ -40,6 +56,7 @@ std::vector<PipeAction> pipeline_actions(Schedule s, int stages, int stage, int 
 int in_flight(const std::vector<PipeAction>& actions) {
   int now = 0, peak = 0;
   for (const auto& a : actions) {
+    if (a.kind == PipeAction::kInputGrad) continue;
     now += a.kind == PipeAction::kForward ? 1 : -1;
     peak = std::max(peak, now);
   }

@@ -210,6 +210,11 @@ class TimedStage : public PipelineStage {
     c0_ = comm_blocked_s();
     s_.begin_backward(last);
   }
+  void begin_input_grad() override {
+    t0_ = Clock::now();
+    c0_ = comm_blocked_s();
+  }
+  void end_input_grad() override { work_ += std::max(0.0, seconds_since(t0_) - (comm_blocked_s() - c0_)); }
   void end_backward() override {
     s_.end_backward();
     const double wall = seconds_since(t0_);

@@ -34,9 +34,14 @@ class PipelineStage {
   virtual at::Tensor forward(const at::Tensor& x) = 0;
   // Last stage: the summed token losses of micro-batch k for the layers' output y (a scalar).
   virtual at::Tensor loss(const at::Tensor& y, int k) = 0;
-  // Around each backward pass; `last`: the step's last backward pass on this stage.
+  // Around each backward pass; `last`: the step's last backward pass on this stage. Under a
+  // zero-bubble schedule they bracket the weight-gradient passes (W), where the weights receive
+  // their gradients, and the whole backward of the first stage.
   virtual void begin_backward(bool last) = 0;
   virtual void end_backward() = 0;
+  // Around an input-gradient pass (B) of a zero-bubble schedule, which gives no weight a gradient.
+  virtual void begin_input_grad() {}
+  virtual void end_input_grad() {}
 };
 
 // Where a stage's transfers go: `comm` carries them; `prev` and `next` are the ranks in comm of
@@ -51,6 +56,9 @@ struct StageLinks {
 // layers; then the loss (last stage) or a send of the activations to next. Backward of k: from the
 // loss divided by `loss_divisor` (last stage), else from the gradient received from next; then
 // the input's gradient is sent to prev (zeros if it got none), except on the first stage.
+// Zero-bubble schedules (kInputGrad, kWeightGrad): B sends the input's gradient and keeps what the
+// weights' gradients need (split_backward.h); W of the same micro-batch accumulates them later.
+// On the first stage B runs the whole backward and W does nothing.
 // Returns the sum of the last stage's token losses over the micro-batches (0 on other stages).
 // Errors of the transfers propagate as exceptions (Comm's contract).
 double run_pipeline_step(const std::vector<PipeAction>& actions, PipelineStage& stage, const StageLinks& links,

@@ -9,7 +9,10 @@
 namespace weft::runtime {
 
 struct PipeAction {
-  enum Kind { kForward, kBackward } kind = kForward;
+  // kBackward: the whole backward of the micro-batch. A zero-bubble schedule splits it in two:
+  // kInputGrad (B), the gradient of the stage's input, which the previous stage waits for, and
+  // kWeightGrad (W), the gradients of the weights, which nothing waits for until the step ends.
+  enum Kind { kForward, kBackward, kInputGrad, kWeightGrad } kind = kForward;
   int micro_batch = 0;
   bool operator==(const PipeAction&) const = default;
 };
@@ -19,12 +22,20 @@ struct PipeAction {
 //   1f1b:  w = min(stages - stage - 1, m) warm-up forwards, then alternate F(w+i), B(i) until every
 //          forward has run, then the remaining backwards in order. With one stage this is
 //          F0 B0 F1 B1 ...: gradient accumulation holding one micro-batch of activations.
+//   zb-h1: 1F1B's forwards and input-gradient passes B in the same order; the weight-gradient
+//          pass W of micro-batch i runs after the B of micro-batch i + stage (on the first stage
+//          right after B(i)), then after each cool-down B, then every W still pending (ZB-H1 of
+//          Qi et al., "Zero Bubble Pipeline Parallelism", ICLR'24: stage s holds the W state of at
+//          most s micro-batches beyond 1F1B's stages - s in flight).
 // Every stage's sequence is deadlock-free when sends are asynchronous and receives block.
 // Preconditions (WEFT_ASSERT): 0 <= stage < stages, m >= 1, and not the interleaved schedule, which
 // callers refuse earlier (check_supported).
 std::vector<PipeAction> pipeline_actions(Schedule s, int stages, int stage, int m);
 
-// Largest number of micro-batches whose activations a stage holds at once under the schedule.
+// Largest number of micro-batches a stage holds state of at once under the schedule: a forward
+// takes one, a backward or a weight-gradient pass gives it back (an input-gradient pass keeps what
+// the weight gradient needs: under zb-h1 min(pp, m) on every stage, stages - stage of them with
+// their activations).
 int in_flight(const std::vector<PipeAction>& actions);
 
 struct LrSchedule {
