@@ -35,6 +35,19 @@ class KeepGrads final : public torch::autograd::FunctionPreHook {
   std::shared_ptr<variable_list> slot_;
 };
 
+// Releases its node's saved tensors once the node has run (the hook belongs to the node).
+class ReleaseSaved final : public torch::autograd::FunctionPostHook {
+ public:
+  explicit ReleaseSaved(Node* n) : node_(n) {}
+  variable_list operator()(const variable_list& outputs, const variable_list&) override {
+    node_->release_variables();
+    return outputs;
+  }
+
+ private:
+  Node* node_;
+};
+
 }  // namespace
 
 std::vector<at::Tensor> backward_inputs(const std::vector<at::Tensor>& outputs, const std::vector<at::Tensor>& grad_outputs,
@@ -116,13 +129,15 @@ std::vector<at::Tensor> backward_inputs(const std::vector<at::Tensor>& outputs, 
     kept.insert(n);
   }
 
-  for (Node* n : post)
-    if (reach.at(n).x) defer_recompute_weight_grads(n, &work);
+  // Whatever W does not run again gives its saved tensors back as soon as it has run, as a backward
+  // that frees the graph does.
+  for (Node* n : post) {
+    if (!reach.at(n).x) continue;
+    defer_recompute_weight_grads(n, &work);
+    if (!kept.count(n)) n->add_post_hook(std::make_unique<ReleaseSaved>(n));
+  }
   const variable_list grads = Engine::get_default_engine().execute(
       roots, root_grads, /*keep_graph=*/true, /*create_graph=*/false, /*accumulate_grad=*/false, input_edges);
-  // Whatever W does not run again gives its saved tensors back now.
-  for (Node* n : post)
-    if (reach.at(n).x && !kept.count(n)) n->release_variables();
   return grads;
 }
 

@@ -11,9 +11,10 @@
 // group of weights, which would run a ZeRO-3 gather's backward once per group.)
 //
 // What W needs stays alive until it runs: the kept nodes' saved tensors (a linear's input, the
-// gradient of its output) and the weight branches. The saved tensors of every other node of the
-// graph are released when B returns, so between B and W a micro-batch holds its weight-gradient
-// state, not its activations.
+// gradient of its output) and the weight branches. Every other node of the graph gives its saved
+// tensors back as soon as it has run in B (as a backward that frees its graph does), so between B
+// and W a micro-batch holds its weight-gradient state, not its activations (without fused
+// attention, not the score matrices).
 //
 // Recomputation (ops.h recompute) runs an inner backward inside its node's backward: under a split
 // B it splits that inner graph into the same work (defer_recompute_weight_grads()).
