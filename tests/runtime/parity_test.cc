@@ -99,6 +99,43 @@ TEST(RuntimeParity, Pipeline2GpipeUneven) {
   expect_parity(uniform(tiny_llama(), 2, 2, strat(1, 1), {1, 3}, Schedule::kGpipe, 8, 4), "pp2_gpipe");
 }
 
+// Interleaved 1F1B: two model chunks per device group (virtual stages g and g + 2), transfers
+// round the ring of groups.
+TEST(RuntimeParity, Pipeline2Interleaved2) {
+  expect_parity(uniform(tiny_gpt(), 2, 2, strat(1, 1), {1, 1, 1, 1}, Schedule::kInterleaved, 8, 4), "pp2_vp2");
+}
+
+// Three chunks of uneven sizes, 8 micro-batches (two rounds of the schedule's groups of pp).
+TEST(RuntimeParity, Pipeline2Interleaved3Uneven) {
+  expect_parity(uniform(tiny_llama(7), 2, 2, strat(1, 1), {2, 1, 1, 1, 1, 1}, Schedule::kInterleaved, 8, 8),
+                "pp2_vp3");
+}
+// With data parallelism: ZeRO-1 reduces each chunk's buckets during that chunk's last backward;
+// ZeRO-2 each chunk's on every backward of it (1 KiB buckets).
+TEST(RuntimeParity, Pipeline2Interleaved2Zero1Dp2SmallBuckets) {
+  expect_parity(uniform(tiny_gpt(), 4, 2, strat(1, 2, 1, false, 1), {1, 1, 1, 1}, Schedule::kInterleaved, 8, 4),
+                "pp2_vp2_zero1", kSmallBuckets);
+}
+TEST(RuntimeParity, Pipeline2Interleaved2Zero2Dp2SmallBuckets) {
+  expect_parity(uniform(tiny_llama(), 4, 2, strat(1, 2, 1, false, 2), {1, 1, 1, 1}, Schedule::kInterleaved, 8, 4),
+                "pp2_vp2_zero2", kSmallBuckets);
+}
+TEST(RuntimeParity, Pipeline2Interleaved2Zero3Dp2) {
+  expect_parity(uniform(tiny_gpt(), 4, 2, strat(1, 2, 1, false, 3), {1, 1, 1, 1}, Schedule::kInterleaved, 8, 4),
+                "pp2_vp2_zero3");
+}
+TEST(RuntimeParity, Pipeline2Interleaved2Tp2SpRecomputeFull) {
+  expect_parity(
+      uniform(tiny_llama(), 4, 2, strat(2, 1, 1, true, 0, Recompute::kFull), {1, 1, 1, 1}, Schedule::kInterleaved, 8, 4),
+      "pp2_vp2_tp2sp_rc");
+}
+// Chunks whose layers differ: virtual stage 1 runs tp 2, the others dp 2 (re-distributed).
+TEST(RuntimeParity, Pipeline2Interleaved2MixedLayouts) {
+  const LayerStrategy tp = strat(2, 1), dp = strat(1, 2);
+  expect_parity(make_plan(tiny_gpt(), 4, 2, Schedule::kInterleaved, dp, {{dp}, {tp}, {dp}, {dp}}, 8, 4),
+                "pp2_vp2_mixed");
+}
+
 // ZB-H1: each backward split into the input-gradient pass and the weight-gradient pass, the latter
 // postponed (weft/runtime/schedule.h); the weights' gradients must be those of one process.
 TEST(RuntimeParity, Pipeline2ZeroBubbleH1Uneven) {

@@ -75,10 +75,10 @@ class FakeStage : public PipelineStage {
   bool first_stage() const override { return first_; }
   bool last_stage() const override { return last_; }
   at::Tensor input(int k) override { return at::full({2}, k + 1.0f); }
-  at::Tensor input_buffer() override { return at::empty({2}); }
-  at::Tensor forward(const at::Tensor& x) override { return x * w; }
+  at::Tensor input_buffer(int) override { return at::empty({2}); }
+  at::Tensor forward(const at::Tensor& x, int) override { return x * w; }
   at::Tensor loss(const at::Tensor& y, int) override { return y.sum(); }
-  void begin_backward(bool last) override { lasts.push_back(last); }
+  void begin_backward(bool last, int) override { lasts.push_back(last); }
   void end_backward() override { ++ended; }
   void begin_input_grad() override { before_b = grad_sum(); }
   void end_input_grad() override {
@@ -104,8 +104,8 @@ TEST_P(PipelineExecutor, TwoStagesGiveTheLossAndGradientsOfOneModel) {
   FakeComm c0(mb, 0), c1(mb, 1);
   FakeStage s0(true, false, 2.0f), s1(false, true, 3.0f);
   double loss0 = -1, loss1 = -1;
-  std::thread t0([&] { loss0 = run_pipeline_step(pipeline_actions(GetParam(), 2, 0, m), s0, {&c0, -1, 1}, divisor); });
-  std::thread t1([&] { loss1 = run_pipeline_step(pipeline_actions(GetParam(), 2, 1, m), s1, {&c1, 0, -1}, divisor); });
+  std::thread t0([&] { loss0 = run_pipeline_step(pipeline_actions(GetParam(), 2, 0, m), s0, {&c0, -1, 1, 0, 2}, divisor); });
+  std::thread t1([&] { loss1 = run_pipeline_step(pipeline_actions(GetParam(), 2, 1, m), s1, {&c1, 0, -1, 1, 2}, divisor); });
   t0.join();
   t1.join();
 

@@ -142,6 +142,12 @@ std::vector<int> kv_replica_group(int rank, int stage_size, int pp, const LayerS
   return {tpg.begin() + t / per * per, tpg.begin() + (t / per + 1) * per};
 }
 
+namespace {
+// Model chunks per device group: vp under the interleaved schedule, else 1 (plan.h: stage s runs
+// on device group s % pp).
+int chunks(const Plan& p) { return std::max(1, static_cast<int>(p.stages.size()) / std::max(1, p.train.pp)); }
+}  // namespace
+
 std::vector<std::vector<int>> process_groups(const Plan& p) {
   const int world = p.world_size();
   const int S = p.devices_per_stage();
@@ -163,8 +169,11 @@ std::vector<std::vector<int>> process_groups(const Plan& p) {
     std::vector<int> stage;
     for (int j = 0; j < S; ++j) stage.push_back(g * S + j);
     out.push_back(stage);
-    const Stage& st = p.stages[g];
-    for (int i = 0; i < st.num_layers(); ++i) add_strategy(st.layers[i], g, kv_heads(p.model.layer(st.first_layer + i)));
+    for (int c = 0; c < chunks(p); ++c) {
+      const Stage& st = p.stages[g + c * pp];
+      for (int i = 0; i < st.num_layers(); ++i)
+        add_strategy(st.layers[i], g, kv_heads(p.model.layer(st.first_layer + i)));
+    }
     if (g == 0 || g == pp - 1) add_strategy(p.embedding, g, 0);
   }
   if (p.model.tied_embeddings && pp > 1)
@@ -181,7 +190,8 @@ std::vector<std::vector<int>> grad_groups(const Plan& p) {
     for (int j = 0; j < S; ++j) out.push_back(shard_group(stage * S + j, S, pp, s));
   };
   for (int g = 0; g < pp; ++g) {
-    for (const LayerStrategy& s : p.stages[g].layers) add(s, g);
+    for (int c = 0; c < chunks(p); ++c)
+      for (const LayerStrategy& s : p.stages[g + c * pp].layers) add(s, g);
     if (g == 0 || g == pp - 1) add(p.embedding, g);
   }
   return out;
@@ -225,25 +235,31 @@ std::vector<UnitSpec> unit_specs(const Plan& p, int rank) {
       out.push_back(w.finish(emb.zero, shard_group(rank, S, pp, emb)));
     }
   }
-  const Stage& st = p.stages[stage];
-  for (int i = 0; i < st.num_layers(); ++i) {
-    const int li = st.first_layer + i;
-    const LayerStrategy& s = st.layers[i];
-    UnitBuilder b("layers." + std::to_string(li));
-    add_layer_params(b, m, li, s.tp, coords_of(rank, S, s).tp);
-    out.push_back(b.finish(s.zero, shard_group(rank, S, pp, s)));
+  for (int c = 0; c < chunks(p); ++c) {
+    const Stage& st = p.stages[stage + c * pp];
+    for (int i = 0; i < st.num_layers(); ++i) {
+      const int li = st.first_layer + i;
+      const LayerStrategy& s = st.layers[i];
+      UnitBuilder b("layers." + std::to_string(li));
+      add_layer_params(b, m, li, s.tp, coords_of(rank, S, s).tp);
+      out.push_back(b.finish(s.zero, shard_group(rank, S, pp, s)));
+      out.back().chunk = c;
+    }
   }
   if (last) {
+    const int lc = chunks(p) - 1;
     UnitBuilder b("head");
     b.add("head.norm.weight", {H}, -1, 0, 0, false, eco.tp == 0, -1);
     if (norm_bias) b.add("head.norm.bias", {H}, -1, 0, 0, false, eco.tp == 0, 0);
     if (!m.tied_embeddings) b.add("head.lm_head", {V, H}, 0, vstart, vlen, true, true, kInitStd);
     out.push_back(b.finish(emb.zero, shard_group(rank, S, pp, emb)));
+    out.back().chunk = lc;
     if (tied_across) {
       UnitBuilder w("wte_copy");
       w.add("embed.wte", {V, H}, 0, vstart, vlen, true, false, kInitStd);
       w.u.tied_ranks = tied_pair;
       out.push_back(w.finish(emb.zero, shard_group(rank, S, pp, emb)));
+      out.back().chunk = lc;
     }
   }
   return out;
@@ -253,10 +269,15 @@ std::vector<ParamSpec> model_params(const Plan& p) {
   std::vector<ParamSpec> out;
   std::set<std::string> seen;  // a tied table's copy on the last stage is the same tensor
   const int S = p.devices_per_stage();
-  for (int st = 0; st < p.train.pp; ++st)
-    for (UnitSpec& u : unit_specs(p, st * S))
-      for (ParamSpec& ps : u.params)
-        if (seen.insert(ps.name).second) out.push_back(std::move(ps));
+  const int pp = p.train.pp;
+  // Units in model order: by virtual stage (g + chunk * pp), in each in forward order.
+  std::vector<std::pair<int, UnitSpec>> units;
+  for (int g = 0; g < pp; ++g)
+    for (UnitSpec& u : unit_specs(p, g * S)) units.emplace_back(g + u.chunk * pp, std::move(u));
+  std::stable_sort(units.begin(), units.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+  for (auto& [stage, u] : units)
+    for (ParamSpec& ps : u.params)
+      if (seen.insert(ps.name).second) out.push_back(std::move(ps));
   return out;
 }
 

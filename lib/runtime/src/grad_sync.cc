@@ -67,14 +67,14 @@ GradSync::~GradSync() {
   for (size_t i = 0; i < accumulators_.size(); ++i) accumulators_[i]->del_post_hook(hook_keys_[i]);
 }
 
-void GradSync::begin_backward(bool last) {
+void GradSync::begin_backward(bool last, int chunk) {
   last_ = last;
   in_backward_ = true;
   order_.clear();
   next_ = 0;
   for (size_t i = 0; i < buckets_.size(); ++i) {
     Bucket& b = buckets_[i];
-    b.active = last || b.unit->spec.zero == 2;
+    b.active = (chunk < 0 || b.unit->spec.chunk == chunk) && (last || b.unit->spec.zero == 2);
     b.arrived = 0;
     b.launched = false;
     if (!b.active) continue;

@@ -121,9 +121,13 @@ Model::Model(const Plan& p, int rank, GroupSet& groups, uint64_t seed, at::Devic
   emb_tp_ = &groups.get(group_of(rank, S_, pp, p.embedding, Axis::kTp));
   layouts_.push_back(layout_of(p.embedding, S_));
   emb_layout_ = &layouts_.back();
-  if (stage_ > 0) {
-    layouts_.push_back(layout_of(p.stages[stage_ - 1].layers.back(), S_));
-    prev_layout_ = &layouts_.back();
+  chunks_ = std::max(1, static_cast<int>(p.stages.size()) / pp);
+  for (int c = 0; c < chunks_; ++c) {
+    const int vs = stage_ + c * pp;
+    prev_layouts_.push_back(nullptr);
+    if (vs == 0) continue;
+    layouts_.push_back(layout_of(p.stages[vs - 1].layers.back(), S_));
+    prev_layouts_.back() = &layouts_.back();
   }
   {
     const int64_t V = p.model.vocab;
@@ -190,9 +194,11 @@ Model::Model(const Plan& p, int rank, GroupSet& groups, uint64_t seed, at::Devic
     units_.push_back(std::move(u));
   }
 
-  const Stage& st = p.stages[stage_];
+  for (int c = 0; c < chunks_; ++c) {
+  const Stage& st = p.stages[stage_ + c * pp];
   for (int i = 0; i < st.num_layers(); ++i) {
     LayerCtx L;
+    L.chunk = c;
     L.index = st.first_layer + i;
     L.st = st.layers[i];
     L.co = coords_of(rank, S_, L.st);
@@ -212,6 +218,7 @@ Model::Model(const Plan& p, int rank, GroupSet& groups, uint64_t seed, at::Devic
       if (units_[k].spec.name == name) L.unit = static_cast<int>(k);
     layers_.push_back(L);
   }
+  }
 }
 
 Unit* Model::find_unit(const std::string& name) {
@@ -220,8 +227,16 @@ Unit* Model::find_unit(const std::string& name) {
   return nullptr;
 }
 
-const ActivationLayout& Model::input_layout() const { return first_stage() ? *emb_layout_ : *prev_layout_; }
-const ActivationLayout& Model::output_layout() const { return *layers_.back().layout; }
+const ActivationLayout& Model::input_layout(int chunk) const {
+  const ActivationLayout* prev = prev_layouts_.at(chunk);
+  return prev ? *prev : *emb_layout_;
+}
+const ActivationLayout& Model::output_layout(int chunk) const {
+  const ActivationLayout* out = nullptr;
+  for (const LayerCtx& L : layers_)
+    if (L.chunk == chunk) out = L.layout;
+  return out ? *out : input_layout(chunk);
+}
 
 namespace {
 
@@ -239,8 +254,8 @@ std::pair<int64_t, int64_t> batch_rows(const Plan& p, int parts, int idx) {
 
 }  // namespace
 
-std::vector<int64_t> Model::input_shape() const {
-  const ActivationLayout& l = input_layout();
+std::vector<int64_t> Model::input_shape(int chunk) const {
+  const ActivationLayout& l = input_layout(chunk);
   const int64_t rows = batch_rows(plan_, l.batch_parts, l.batch_idx[stage_comm_->rank()]).second;
   return {rows, plan_.train.seq / l.seq_parts, plan_.model.hidden};
 }
@@ -345,9 +360,10 @@ at::Tensor Model::embed(const at::Tensor& tokens) {
   return x;
 }
 
-at::Tensor Model::forward_layers(at::Tensor x) {
-  const ActivationLayout* cur = &input_layout();
+at::Tensor Model::forward_layers(at::Tensor x, int chunk) {
+  const ActivationLayout* cur = &input_layout(chunk);
   for (const LayerCtx& L : layers_) {
+    if (L.chunk != chunk) continue;
     x = redistribute(x, *stage_comm_, *cur, *L.layout);
     if (L.st.recompute == Recompute::kFull) {
       const LayerCtx* lp = &L;
@@ -510,7 +526,7 @@ at::Tensor Model::layer_forward(const LayerCtx& L, const at::Tensor& x0, bool re
 at::Tensor Model::head_loss(const at::Tensor& x_in, const at::Tensor& targets) {
   const LayerStrategy& e = plan_.embedding;
   const bool tp = e.tp > 1, sp = e.sp && tp;
-  at::Tensor x = redistribute(x_in, *stage_comm_, output_layout(), *emb_layout_);
+  at::Tensor x = redistribute(x_in, *stage_comm_, output_layout(chunks_ - 1), *emb_layout_);
   Unit* head = find_unit("head");
   at::Tensor head_full, table_full;
   std::vector<at::Tensor> w = head->weights(&head_full);

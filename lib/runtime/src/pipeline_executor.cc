@@ -11,87 +11,101 @@ namespace weft::runtime {
 double run_pipeline_step(const std::vector<PipeAction>& actions, PipelineStage& stage, const StageLinks& links,
                          double loss_divisor) {
   Comm& comm = *links.comm;
-  // Where the gradients are final: the step's last backward, or its last weight-gradient pass
-  // (on the first stage an input-gradient pass runs the whole backward, see below).
-  size_t last_backward = 0;
+  const int chunks = std::max(1, stage.chunks());
   int m = 0;
+  for (const PipeAction& a : actions) m = std::max(m, a.micro_batch + 1);
+  // Chunk c is virtual stage vs(c); it takes the embedding's output on the first virtual stage
+  // and ends in the loss on the last.
+  auto vs = [&](int c) { return links.group + c * links.groups; };
+  auto first = [&](int c) { return stage.first_stage() && c == 0; };
+  auto last = [&](int c) { return stage.last_stage() && c == chunks - 1; };
+  // Per chunk, where its gradients are final: its step's last backward, or its last
+  // weight-gradient pass (on the first virtual stage an input-gradient pass runs the whole
+  // backward, see below).
+  std::vector<size_t> last_backward(chunks, 0);
   for (size_t i = 0; i < actions.size(); ++i) {
-    const PipeAction::Kind k = actions[i].kind;
-    const bool whole = k == PipeAction::kBackward || (k == PipeAction::kInputGrad && stage.first_stage());
-    if (whole || (k == PipeAction::kWeightGrad && !stage.first_stage())) last_backward = i;
-    m = std::max(m, actions[i].micro_batch + 1);
+    const PipeAction& a = actions[i];
+    const bool whole = a.kind == PipeAction::kBackward || (a.kind == PipeAction::kInputGrad && first(a.chunk));
+    if (whole || (a.kind == PipeAction::kWeightGrad && !first(a.chunk))) last_backward[a.chunk] = i;
   }
-  std::vector<at::Tensor> xin(m), yout(m);
-  std::vector<WeightGradWork> pending(m);
+  const size_t slots = static_cast<size_t>(chunks) * m;
+  std::vector<at::Tensor> xin(slots), yout(slots);
+  std::vector<WeightGradWork> pending(slots);
   std::vector<Pending> sends;
   double loss_sum = 0;
-  // The gradient of micro-batch k's output: from the loss on the last stage, else received.
-  auto output_grad = [&](int k) {
-    if (stage.last_stage()) return at::Tensor();
-    at::Tensor dy = at::empty(yout[k].sizes(), yout[k].options());
-    comm.recv(dy, links.next, 2 * k + 1);
+  // Transfers across the boundary after virtual stage s: activations of micro-batch k with tag
+  // 2 (s m + k), their gradient with that + 1.
+  auto tag = [&](int boundary, int k) { return 2 * (boundary * m + k); };
+  // The gradient of the output of (c, k): from the loss on the last virtual stage, else received.
+  auto output_grad = [&](int c, int k) {
+    if (last(c)) return at::Tensor();
+    const at::Tensor& y = yout[c * m + k];
+    at::Tensor dy = at::empty(y.sizes(), y.options());
+    comm.recv(dy, links.next, tag(vs(c), k) + 1);
     return dy;
   };
-  auto send_input_grad = [&](int k, const at::Tensor& g) {
-    sends.push_back(comm.send(g.defined() ? g : at::zeros_like(xin[k]), links.prev, 2 * k + 1));
+  auto send_input_grad = [&](int c, int k, const at::Tensor& g) {
+    const at::Tensor& x = xin[c * m + k];
+    sends.push_back(comm.send(g.defined() ? g : at::zeros_like(x), links.prev, tag(vs(c) - 1, k) + 1));
   };
   for (size_t ai = 0; ai < actions.size(); ++ai) {
     const PipeAction& a = actions[ai];
-    const int k = a.micro_batch;
+    const int k = a.micro_batch, c = a.chunk;
+    const size_t i = static_cast<size_t>(c) * m + k;
     switch (a.kind) {
       case PipeAction::kForward: {
         at::Tensor x;
-        if (stage.first_stage()) {
+        if (first(c)) {
           x = stage.input(k);
         } else {
-          x = stage.input_buffer();
-          comm.recv(x, links.prev, 2 * k);
+          x = stage.input_buffer(c);
+          comm.recv(x, links.prev, tag(vs(c) - 1, k));
           x.requires_grad_(true);
-          xin[k] = x;
+          xin[i] = x;
         }
-        at::Tensor y = stage.forward(x);
-        if (stage.last_stage()) {
+        at::Tensor y = stage.forward(x, c);
+        if (last(c)) {
           at::Tensor l = stage.loss(y, k);
           loss_sum += l.item<double>();
-          yout[k] = l / loss_divisor;
+          yout[i] = l / loss_divisor;
         } else {
-          sends.push_back(comm.send(y.detach(), links.next, 2 * k));
-          yout[k] = y;
+          sends.push_back(comm.send(y.detach(), links.next, tag(vs(c), k)));
+          yout[i] = y;
         }
         break;
       }
       case PipeAction::kInputGrad:
-        if (!stage.first_stage()) {
-          // B: the input's gradient alone; the weights' gradients wait in pending[k] for W.
+        if (!first(c)) {
+          // B: the input's gradient alone; the weights' gradients wait in pending[i] for W.
           stage.begin_input_grad();
-          const at::Tensor dy = output_grad(k);
-          const std::vector<at::Tensor> gx = backward_inputs({yout[k]}, {dy}, {xin[k]}, pending[k]);
-          send_input_grad(k, gx[0]);
-          xin[k] = at::Tensor();
-          yout[k] = at::Tensor();
+          const at::Tensor dy = output_grad(c, k);
+          const std::vector<at::Tensor> gx = backward_inputs({yout[i]}, {dy}, {xin[i]}, pending[i]);
+          send_input_grad(c, k, gx[0]);
+          xin[i] = at::Tensor();
+          yout[i] = at::Tensor();
           stage.end_input_grad();
           break;
         }
-        // The first stage sends no gradient: nothing waits for its B, which runs the whole backward
-        // (its W follows at once in a zero-bubble schedule, and does nothing).
+        // The first virtual stage sends no gradient: nothing waits for its B, which runs the whole
+        // backward (its W follows at once in a zero-bubble schedule, and does nothing).
         [[fallthrough]];
       case PipeAction::kBackward: {
-        stage.begin_backward(ai == last_backward);
-        const at::Tensor dy = output_grad(k);
+        stage.begin_backward(ai == last_backward[c], c);
+        const at::Tensor dy = output_grad(c, k);
         if (dy.defined())
-          torch::autograd::backward({yout[k]}, {dy});
+          torch::autograd::backward({yout[i]}, {dy});
         else
-          yout[k].backward();
-        if (!stage.first_stage()) send_input_grad(k, xin[k].grad());
-        xin[k] = at::Tensor();
-        yout[k] = at::Tensor();
+          yout[i].backward();
+        if (!first(c)) send_input_grad(c, k, xin[i].grad());
+        xin[i] = at::Tensor();
+        yout[i] = at::Tensor();
         stage.end_backward();
         break;
       }
       case PipeAction::kWeightGrad:
-        if (stage.first_stage()) break;
-        stage.begin_backward(ai == last_backward);
-        pending[k].run();
+        if (first(c)) break;
+        stage.begin_backward(ai == last_backward[c], c);
+        pending[i].run();
         stage.end_backward();
         break;
     }

@@ -9,12 +9,13 @@
 
 namespace weft::runtime {
 
-std::vector<PipeAction> pipeline_actions(Schedule s, int stages, int stage, int m) {
-  WEFT_ASSERT(stages >= 1 && stage >= 0 && stage < stages && m >= 1,
+std::vector<PipeAction> pipeline_actions(Schedule s, int stages, int stage, int m, int vp) {
+  WEFT_ASSERT(stages >= 1 && stage >= 0 && stage < stages && m >= 1 && vp >= 1 &&
+                  (vp == 1 || s == Schedule::kInterleaved),
               "pipeline_actions: bad stage " + std::to_string(stage) + " of " + std::to_string(stages) + " with " +
                   std::to_string(m) + " micro-batches");
   std::vector<PipeAction> out;
-  out.reserve(3 * m);
+  out.reserve(3 * m * vp);
   switch (s) {
     case Schedule::kGpipe:
       for (int i = 0; i < m; ++i) out.push_back({PipeAction::kForward, i});
@@ -47,9 +48,27 @@ std::vector<PipeAction> pipeline_actions(Schedule s, int stages, int stage, int 
       while (w < m) out.push_back({PipeAction::kWeightGrad, w++});
       return out;
     }
-    case Schedule::kInterleaved: break;
+    case Schedule::kInterleaved: {
+      WEFT_ASSERT(vp >= 1 && m % stages == 0, "pipeline_actions: the interleaved schedule needs m (" +
+                                                   std::to_string(m) + ") a multiple of the stages (" +
+                                                   std::to_string(stages) + ")");
+      const int total = m * vp;
+      auto nth = [&](int k, bool fwd) {
+        int chunk = (k / stages) % vp;
+        if (!fwd) chunk = vp - 1 - chunk;
+        return PipeAction{fwd ? PipeAction::kForward : PipeAction::kBackward, (k / (stages * vp)) * stages + k % stages,
+                          chunk};
+      };
+      const int warm = m == stages ? total : std::min(total, (stages - stage - 1) * 2 + (vp - 1) * stages);
+      for (int k = 0; k < warm; ++k) out.push_back(nth(k, true));
+      for (int k = 0; k < total - warm; ++k) {
+        out.push_back(nth(warm + k, true));
+        out.push_back(nth(k, false));
+      }
+      for (int k = total - warm; k < total; ++k) out.push_back(nth(k, false));
+      return out;
+    }
   }
-  WEFT_ASSERT(false, "pipeline_actions: the interleaved schedule is not supported by the runtime");
   return out;
 }
 

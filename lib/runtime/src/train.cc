@@ -159,13 +159,14 @@ class TrainStage : public PipelineStage {
 
   bool first_stage() const override { return m_.first_stage(); }
   bool last_stage() const override { return m_.last_stage(); }
+  int chunks() const override { return m_.chunks(); }
   at::Tensor input(int k) override { return m_.embed(batch(k, false)); }
-  at::Tensor input_buffer() override {
-    return at::empty(m_.input_shape(), at::TensorOptions().dtype(m_.compute_dtype()).device(m_.device()));
+  at::Tensor input_buffer(int chunk) override {
+    return at::empty(m_.input_shape(chunk), at::TensorOptions().dtype(m_.compute_dtype()).device(m_.device()));
   }
-  at::Tensor forward(const at::Tensor& x) override { return m_.forward_layers(x); }
+  at::Tensor forward(const at::Tensor& x, int chunk) override { return m_.forward_layers(x, chunk); }
   at::Tensor loss(const at::Tensor& y, int k) override { return m_.head_loss(y, batch(k, true)); }
-  void begin_backward(bool last) override { opt_.begin_backward(last); }
+  void begin_backward(bool last, int chunk) override { opt_.begin_backward(last, chunk); }
   void end_backward() override { opt_.after_backward(); }
 
  private:
@@ -201,14 +202,15 @@ class TimedStage : public PipelineStage {
 
   bool first_stage() const override { return s_.first_stage(); }
   bool last_stage() const override { return s_.last_stage(); }
+  int chunks() const override { return s_.chunks(); }
   at::Tensor input(int k) override { return timed([&] { return s_.input(k); }); }
-  at::Tensor input_buffer() override { return s_.input_buffer(); }
-  at::Tensor forward(const at::Tensor& x) override { return timed([&] { return s_.forward(x); }); }
+  at::Tensor input_buffer(int chunk) override { return s_.input_buffer(chunk); }
+  at::Tensor forward(const at::Tensor& x, int chunk) override { return timed([&] { return s_.forward(x, chunk); }); }
   at::Tensor loss(const at::Tensor& y, int k) override { return timed([&] { return s_.loss(y, k); }); }
-  void begin_backward(bool last) override {
+  void begin_backward(bool last, int chunk) override {
     t0_ = Clock::now();
     c0_ = comm_blocked_s();
-    s_.begin_backward(last);
+    s_.begin_backward(last, chunk);
   }
   void begin_input_grad() override {
     t0_ = Clock::now();
@@ -242,6 +244,19 @@ class TimedStage : public PipelineStage {
   double c0_ = 0;
   double work_ = 0;  // own compute since the last backward pass ended (less the time blocked in collectives)
 };
+
+// This rank's pipeline neighbours on the world group: the same position in the previous and the
+// next device group, round a ring when device groups hold several model chunks (interleaved).
+StageLinks stage_links(Comm& world, const Plan& plan, int rank) {
+  const int S = plan.devices_per_stage(), pp = plan.train.pp;
+  const int g = rank / S, j = rank % S;
+  StageLinks l{&world, (g - 1) * S + j, (g + 1) * S + j, g, pp};
+  if (static_cast<int>(plan.stages.size()) > pp) {
+    l.prev = ((g + pp - 1) % pp) * S + j;
+    l.next = ((g + 1) % pp) * S + j;
+  }
+  return l;
+}
 
 struct StepResult {
   double loss = 0, norm = 0;
@@ -542,7 +557,8 @@ Status train(const TrainOptions& given) {
   }
 
   const LrSchedule lrs = lr_schedule(o);
-  auto actions = pipeline_actions(plan.train.schedule, plan.train.pp, model->stage(), plan.train.micro_batches);
+  auto actions =
+      pipeline_actions(plan.train.schedule, plan.train.pp, model->stage(), plan.train.micro_batches, model->chunks());
   auto stage_ptr = std::make_unique<TrainStage>(*model, *opt, *data, plan);
   // Each rank's compute as the plan expects it (the straggler check and --adapt compare with it).
   std::vector<double> expected;
@@ -550,7 +566,7 @@ Status train(const TrainOptions& given) {
   Adapter adapter(AdaptOptions{o.straggler_margin, o.straggler_steps, o.adapt_min_gain}, env.world);
   // A plan made for slow ranks (weft plan --straggler) gives them less work: calibrate on it first.
   if (plan.devices && !plan.devices->cluster.slowdown.empty()) adapter.switched(plan.devices->cluster.slowdown);
-  StageLinks links{&world, rank - plan.devices_per_stage(), rank + plan.devices_per_stage()};
+  StageLinks links = stage_links(world, plan, rank);
   Totals tot;
   const auto run_start = Clock::now();
   try {
@@ -693,13 +709,14 @@ Status train(const TrainOptions& given) {
                 opt = job.opt.get();
                 load_state(*model, next_state, "adapt: rank " + std::to_string(rank) + "'s new state");
                 opt->set_step_count(opt_steps);
-                links = StageLinks{&world, rank - plan.devices_per_stage(), rank + plan.devices_per_stage()};
+                links = stage_links(world, plan, rank);
                 moved_s = seconds_since(t_move);
               } else {
                 plan.train = r.plan.train;
                 plan.devices = r.plan.devices;
               }
-              actions = pipeline_actions(plan.train.schedule, plan.train.pp, model->stage(), plan.train.micro_batches);
+              actions = pipeline_actions(plan.train.schedule, plan.train.pp, model->stage(), plan.train.micro_batches,
+                                         model->chunks());
               stage_ptr = std::make_unique<TrainStage>(*model, *opt, *data, plan);
               expected = o.adapt_hooks.expected(plan);
               ++tot.switches;

@@ -60,10 +60,10 @@ class VarlenStage : public PipelineStage {
   bool first_stage() const override { return true; }
   bool last_stage() const override { return true; }
   at::Tensor input(int k) override;
-  at::Tensor input_buffer() override { return {}; }
-  at::Tensor forward(const at::Tensor& x) override { return m_.forward_layers(x); }
+  at::Tensor input_buffer(int) override { return {}; }
+  at::Tensor forward(const at::Tensor& x, int) override { return m_.forward_layers(x); }
   at::Tensor loss(const at::Tensor& y, int k) override;
-  void begin_backward(bool last) override { opt_.begin_backward(last); }
+  void begin_backward(bool last, int) override { opt_.begin_backward(last); }
   void end_backward() override { opt_.after_backward(); }
 
  private:

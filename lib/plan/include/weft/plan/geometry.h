@@ -89,9 +89,13 @@ struct UnitSpec {
   std::vector<int> tied_ranks;       // non-empty for "wte" / "wte_copy" when the table is tied across stages
   int64_t numel = 0;                 // sum of params
   int64_t padded = 0;                // numel rounded up to a multiple of the sync group size
+  int chunk = 0;                     // model chunk (interleaved schedule: virtual stage g + chunk * pp
+                                     // of device group g); the embedding's units sit with the first
+                                     // chunk, the head's with the last
 };
 
-// The units rank `rank` holds under the plan, in forward order, without allocating anything (every
+// The units rank `rank` holds under the plan, in forward order (chunk by chunk under the interleaved
+// schedule), without allocating anything (every
 // rank can compute every other rank's units; consolidating a checkpoint uses that). Initialisation
 // scales are GPT-2 / Megatron's: normal(0, 0.02), output projections 0.02 / sqrt(2 L), the learned
 // position table 0.01, norms ones, biases zeros.

@@ -51,8 +51,10 @@ class GradSync {
   GradSync(const GradSync&) = delete;
   GradSync& operator=(const GradSync&) = delete;
 
-  // Before each micro-batch's backward; `last`: the step's last backward on this stage.
-  void begin_backward(bool last);
+  // Before each micro-batch's backward of model chunk `chunk` (-1: of every unit); `last`: the
+  // step's last backward of that chunk on this stage. Only the buckets of the chunk's units take
+  // part (under the interleaved schedule a backward reaches one chunk).
+  void begin_backward(bool last, int chunk = -1);
   // After each backward returned: launches the buckets the hooks did not, in order. After an
   // earlier micro-batch it also waits for zero-2 reductions of the micro-batch before it (at most
   // two micro-batches' staging buffers are alive).

@@ -79,6 +79,7 @@ struct LayerCtx {
   Comm* kvrep = nullptr;             // tp ranks holding the same key/value heads (tp > kv heads)
   const ActivationLayout* layout = nullptr;
   int unit = 0;
+  int chunk = 0;                     // model chunk (interleaved: virtual stage stage + chunk * pp)
   int64_t heads_local = 0, kv_local = 0, ffn_local = 0;
 };
 
@@ -106,14 +107,19 @@ class Model {
   // The dtype of activations (what flows between layers and stages).
   at::ScalarType compute_dtype() const { return compute_; }
 
+  // Whether this rank's device group holds the first virtual stage (the embedding) / the last (the
+  // head and loss). Under the interleaved schedule a device group holds `chunks()` model chunks,
+  // chunk c being virtual stage stage() + c * pp.
   bool first_stage() const { return stage_ == 0; }
   bool last_stage() const { return stage_ == plan_.train.pp - 1; }
   int stage() const { return stage_; }
-  // Activation layout this stage receives / sends between stages (the previous / own last layer).
-  const ActivationLayout& input_layout() const;
-  const ActivationLayout& output_layout() const;
-  // Shape of the activation block received from the previous stage for one micro-batch.
-  std::vector<int64_t> input_shape() const;
+  int chunks() const { return chunks_; }
+  // Activation layout chunk c receives / sends between stages (the previous virtual stage's / its
+  // own last layer).
+  const ActivationLayout& input_layout(int chunk = 0) const;
+  const ActivationLayout& output_layout(int chunk = 0) const;
+  // Shape of the activation block chunk c receives from the previous virtual stage, one micro-batch.
+  std::vector<int64_t> input_shape(int chunk = 0) const;
   TokenBlock token_block() const;
 
   // Packed documents (docs/varlen.md): doc_ids [b, seq] numbers the document of every token of this
@@ -131,8 +137,8 @@ class Model {
   Status set_sequence_group(Comm* group);
   // First stage: tokens [b, t] of this rank's token block -> hidden states in the input layout.
   at::Tensor embed(const at::Tensor& tokens);
-  // This stage's layers: from input_layout() to output_layout().
-  at::Tensor forward_layers(at::Tensor x);
+  // The layers of model chunk c: from input_layout(c) to output_layout(c).
+  at::Tensor forward_layers(at::Tensor x, int chunk = 0);
   // Last stage: the summed token losses of this rank's targets [b, t] (identical over tp); with
   // packed documents, targets < 0 (padding, a document's last token) count nothing.
   at::Tensor head_loss(const at::Tensor& x, const at::Tensor& targets);
@@ -160,7 +166,9 @@ class Model {
   std::vector<LayerCtx> layers_;
   std::deque<ActivationLayout> layouts_;       // stable addresses (ops keep pointers)
   const ActivationLayout* emb_layout_ = nullptr;
-  const ActivationLayout* prev_layout_ = nullptr;  // the previous stage's output layout
+  std::vector<const ActivationLayout*> prev_layouts_;  // per chunk: the previous virtual stage's
+                                                      // output layout (nullptr: the first)
+  int chunks_ = 1;
   RankCoords emb_co_;
   Comm* emb_tp_ = nullptr;
   Comm* stage_comm_ = nullptr;

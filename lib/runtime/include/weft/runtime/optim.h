@@ -34,7 +34,7 @@ class Optimizer {
   void zero_grad();
   // Around each micro-batch's backward on this stage; `last`: the step's last backward here. The
   // data-parallel reduction runs during (and right after) these backward passes.
-  void begin_backward(bool last) { grad_sync_->begin_backward(last); }
+  void begin_backward(bool last, int chunk = -1) { grad_sync_->begin_backward(last, chunk); }
   void after_backward() { grad_sync_->end_backward(); }
   // After the last micro-batch: waits for the data-parallel reduction; the tied-table sum.
   void sync_grads();

@@ -3,8 +3,8 @@
 // transfers between neighbouring stages. It knows nothing of the model: what a stage computes comes
 // through PipelineStage, and the transfers go through a Comm, so both can be fakes in a test.
 //
-// Transfers of micro-batch k: the activations from stage s to s + 1 have tag 2k, their gradient
-// from s + 1 back to s has tag 2k + 1. Sends are asynchronous and receives block, which every
+// Transfers of micro-batch k: the activations from virtual stage s to s + 1 have tag 2 (s m + k)
+// (m micro-batches), their gradient from s + 1 back to s has tag 2 (s m + k) + 1. Sends are asynchronous and receives block, which every
 // schedule of pipeline_actions() allows without deadlock.
 // Internal API of the runtime (needs libtorch), like comm.h.
 #pragma once
@@ -26,18 +26,21 @@ class PipelineStage {
   virtual ~PipelineStage() = default;
   virtual bool first_stage() const = 0;
   virtual bool last_stage() const = 0;
+  // Model chunks of the stage (the interleaved schedule's virtual stages group + c * groups, see
+  // StageLinks); first_stage() concerns chunk 0, last_stage() the last chunk.
+  virtual int chunks() const { return 1; }
   // First stage: the hidden states that micro-batch k's tokens enter the layers with.
   virtual at::Tensor input(int k) = 0;
-  // Other stages: an empty tensor of the shape, dtype and device of the activations received.
-  virtual at::Tensor input_buffer() = 0;
-  // The stage's layers.
-  virtual at::Tensor forward(const at::Tensor& x) = 0;
+  // Other stages: an empty tensor of the shape, dtype and device of the activations chunk c receives.
+  virtual at::Tensor input_buffer(int chunk) = 0;
+  // The layers of chunk c.
+  virtual at::Tensor forward(const at::Tensor& x, int chunk) = 0;
   // Last stage: the summed token losses of micro-batch k for the layers' output y (a scalar).
   virtual at::Tensor loss(const at::Tensor& y, int k) = 0;
-  // Around each backward pass; `last`: the step's last backward pass on this stage. Under a
-  // zero-bubble schedule they bracket the weight-gradient passes (W), where the weights receive
-  // their gradients, and the whole backward of the first stage.
-  virtual void begin_backward(bool last) = 0;
+  // Around each backward pass of chunk c; `last`: the step's last backward pass of that chunk on
+  // this stage. Under a zero-bubble schedule they bracket the weight-gradient passes (W), where the
+  // weights receive their gradients, and the whole backward of the first stage.
+  virtual void begin_backward(bool last, int chunk) = 0;
   virtual void end_backward() = 0;
   // Around an input-gradient pass (B) of a zero-bubble schedule, which gives no weight a gradient.
   virtual void begin_input_grad() {}
@@ -45,10 +48,14 @@ class PipelineStage {
 };
 
 // Where a stage's transfers go: `comm` carries them; `prev` and `next` are the ranks in comm of
-// this rank's peers on the previous and the next stage (unused on the first / last stage).
+// this rank's peers on the previous and the next stage (unused on the first / last stage; with
+// several chunks the previous and next device groups round a ring: chunk c's input comes from
+// the last group's chunk c - 1). This stage is device group `group` of `groups`; chunk c is
+// virtual stage group + c * groups.
 struct StageLinks {
   Comm* comm = nullptr;
   int prev = -1, next = -1;
+  int group = 0, groups = 1;
 };
 
 // Runs `actions` (one step of this stage) and waits for its sends. Forward of micro-batch k: the

@@ -14,6 +14,7 @@ struct PipeAction {
   // kWeightGrad (W), the gradients of the weights, which nothing waits for until the step ends.
   enum Kind { kForward, kBackward, kInputGrad, kWeightGrad } kind = kForward;
   int micro_batch = 0;
+  int chunk = 0;  // model chunk (interleaved schedule): virtual stage stage + chunk * stages
   bool operator==(const PipeAction&) const = default;
 };
 
@@ -27,10 +28,15 @@ struct PipeAction {
 //          right after B(i)), then after each cool-down B, then every W still pending (ZB-H1 of
 //          Qi et al., "Zero Bubble Pipeline Parallelism", ICLR'24: stage s holds the W state of at
 //          most s micro-batches beyond 1F1B's stages - s in flight).
+//   interleaved (vp model chunks per stage, Narayanan et al. 2021, in Megatron-LM's order): the
+//          k-th forward works on chunk (k / stages) % vp and micro-batch (k / (stages * vp)) *
+//          stages + k % stages, backwards walk the chunks in reverse; (stages - stage - 1) * 2 +
+//          (vp - 1) * stages warm-up forwards (all of them when m == stages), then one forward one
+//          backward, then the rest. m must be a multiple of stages.
 // Every stage's sequence is deadlock-free when sends are asynchronous and receives block.
-// Preconditions (WEFT_ASSERT): 0 <= stage < stages, m >= 1, and not the interleaved schedule, which
-// callers refuse earlier (check_supported).
-std::vector<PipeAction> pipeline_actions(Schedule s, int stages, int stage, int m);
+// Preconditions (WEFT_ASSERT): 0 <= stage < stages, m >= 1; vp >= 1, > 1 only (and then
+// m % stages == 0) with the interleaved schedule.
+std::vector<PipeAction> pipeline_actions(Schedule s, int stages, int stage, int m, int vp = 1);
 
 // Largest number of micro-batches a stage holds state of at once under the schedule: a forward
 // takes one, a backward or a weight-gradient pass gives it back (an input-gradient pass keeps what
