@@ -244,6 +244,8 @@ LayerCost CalibratedCostModel::layer(const LayerContext& ctx, const LayerStrateg
   lt.bwd = bwd;
   lt.grad_sync = grad_sync;
   lt.recompute = recompute;
+  // The weight-gradient share of the backward: the analytic model's, scaled as the backward is.
+  lt.wgrad = a.bwd.value() > 0 ? a.wgrad.value() * bwd / a.bwd.value() : 0.0;
   lt.tp = tp_f + tp_b + (s.recompute == Recompute::kFull ? tp_f : 0.0);
   lt.ulysses = 2 * uly + (s.recompute == Recompute::kFull ? uly : 0.0);
   lt.cp = cp_comm;

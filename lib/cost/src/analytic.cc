@@ -66,6 +66,8 @@ LayerCost assemble(const LayerStrategy& s, const AnalyticOptions& opt, int micro
   lt.bwd = bwd;
   lt.grad_sync = grad_sync;
   lt.recompute = recompute;
+  // The W pass's GPU time as priced: its share of a host-bound or ZeRO-slowed backward stays in B.
+  lt.wgrad = b.wgrad;
   lt.tp = f.tp + b.tp;
   lt.ulysses = f.uly + b.uly;
   lt.cp = f.cp + b.cp;
