@@ -271,7 +271,15 @@ LayerCost CalibratedCostModel::layer(const LayerContext& ctx, const LayerStrateg
   // parameter), measured activations times the micro-batches in flight
   out.memory = a.memory;
   if (mp_) rescale_states(out.memory, mp_->runtime.state_bytes_per_param, tr.dtype);
-  if (m.measured) out.memory.activations = Bytes(m.act * micro_batches_in_flight(tr, ctx.stage));
+  if (m.measured) {
+    // The W state a zero-bubble schedule keeps is not profiled: the analytic model's.
+    ActivationOptions ao;
+    ao.samples = tr.pipeline_micro_batch() / safe(s.dp);
+    ao.seq = tr.seq;
+    ao.elem_bytes = dtype_bytes(wire_dtype(tr));
+    out.memory.activations = Bytes(m.act * micro_batches_in_flight(tr, ctx.stage)) +
+                             weight_grad_state_bytes(L, s, ao) * pending_weight_grads(tr, ctx.stage);
+  }
   return out;
 }
 

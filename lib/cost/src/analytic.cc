@@ -129,7 +129,8 @@ LayerCost AnalyticCostModel::layer(const LayerContext& ctx, const LayerStrategy&
   mem.weights = Bytes(sd.weights * dense_local + se.weights * expert_local);
   mem.grads = Bytes(sd.grads * dense_local + se.grads * expert_local);
   mem.optimizer = Bytes(sd.optimizer * dense_local + se.optimizer * expert_local);
-  mem.activations = layer_activation_bytes(L, s, lc.activations) * micro_batches_in_flight(tr, ctx.stage);
+  mem.activations = layer_activation_bytes(L, s, lc.activations) * micro_batches_in_flight(tr, ctx.stage) +
+                    weight_grad_state_bytes(L, s, lc.activations) * pending_weight_grads(tr, ctx.stage);
   // ZeRO >= 2 holds one layer's gradient (and ZeRO-3 two layers' gathered weights) in full while
   // it runs, once per device: each layer carries its share over the layers of its device group.
   const double per_device_layers = std::max(1.0, static_cast<double>(ctx.model->num_layers()) / std::max(1, tr.pp));
