@@ -242,7 +242,9 @@ StepCost AnalyticCostModel::step(const TrainSettings& train, const std::vector<S
   // every forward, backward and send of every stage and micro-batch in the order the schedule
   // prescribes, then each device group's gradient syncs (overlapping its last backwards when
   // enabled) and its optimizer update. For equal stages that is the textbook
-  // (m + p - 1) * T of GPipe and 1F1B and m * T + (p - 1) * T / v interleaved.
+  // (m + p - 1) * T of GPipe and 1F1B, m * T + (p - 1) * T / v interleaved, and
+  // m * T + (p - 1) * (T_F + T_B - T_W) ZB-H1 (B and W of the backward split, StageSums::wgrad).
+  // A ZB-H1 backward's B and W both count in the busy time below (bwd = B + W).
   StepCost out;
   const int n = static_cast<int>(stages.size());
   if (n == 0) return out;
