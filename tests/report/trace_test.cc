@@ -185,7 +185,9 @@ TEST(Trace, ZbH1ShowsWeightGradientEvents) {
     }
   EXPECT_EQ(w, (std::map<std::string, int>{{"W0", 2}, {"W1", 2}, {"W2", 2}, {"W3", 2}}));
   const std::string text = simulation_text(sim.value(), 0, 4);
-  EXPECT_NE(text.find("last W ends    of busy: W"), std::string::npos) << text;
+  EXPECT_NE(text.find("last W ends     W time"), std::string::npos) << text;
+  std::stringstream lines(text);
+  for (std::string line; std::getline(lines, line);) EXPECT_LE(line.size(), 80u) << line;
   EXPECT_NE(text.find("16.00 ms"), std::string::npos) << text;
   const Json js = simulation_json(sim.value(), 0);
   EXPECT_EQ(js["schedule"], "zb-h1");

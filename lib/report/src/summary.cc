@@ -34,7 +34,7 @@ std::string simulation_text(const Simulation& sim, double predicted, int per_sta
   // ZB-H1: the compute ends with the last weight-gradient pass (W), whose time is listed.
   const bool zb = sp.schedule == Schedule::kZbH1;
   const std::vector<double> wgrad = weight_grad_time(sim);
-  o += zb ? "\nstage  ranks          busy         bubble   bubble%   last W ends    of busy: W\n"
+  o += zb ? "\nstage  ranks          busy         bubble   bubble%      last W ends     W time\n"
           : "\nstage  ranks          busy         bubble   bubble%   last backward ends\n";
   for (int g = 0; g < sp.pp; ++g) {
     std::string ranks = per_stage > 0 ? std::to_string(g * per_stage) + "-" + std::to_string((g + 1) * per_stage - 1) : "-";
@@ -44,7 +44,7 @@ std::string simulation_text(const Simulation& sim, double predicted, int per_sta
                   end > 0 ? 100.0 * sim.bubble_s[g] / end : 0.0, svg::dur(end).c_str());
     o += buf;
     if (zb) {
-      std::snprintf(buf, sizeof buf, "  %12s", svg::dur(wgrad[g]).c_str());
+      std::snprintf(buf, sizeof buf, " %10s", svg::dur(wgrad[g]).c_str());
       o += buf;
     }
     o += "\n";
