@@ -106,7 +106,7 @@ struct PlanFlags {
   std::string galvatron_out;  // --galvatron-out FILE: the best plan as a Galvatron strategy
   std::string dtype;                 // --dtype; empty: default_dtype(gpu)
   std::vector<int> pp;                // --pp 1,2,4: pipeline degrees to consider (default all)
-  std::vector<std::string> schedules; // --schedule gpipe,1f1b,interleaved (default all)
+  std::vector<std::string> schedules; // --schedule gpipe,1f1b,interleaved,zb-h1 (default all)
   int max_tp = 0;                     // --max-tp (default: GPUs per node)
   bool uniform = false;               // --uniform: one strategy for every layer
   bool all_strategies = false;        // --all-strategies: not only what weft's runtime runs
@@ -620,9 +620,9 @@ void register_plan_commands(CLI::App& app) {
     cmd->add_option("--pp,--pipeline-model-parallel-size", fl->pp,
                     "Pipeline degrees to consider, e.g. 1,2,4 (default: all that divide)")
         ->delimiter(',');
-    cmd->add_option("--schedule", fl->schedules, "Pipeline schedules to consider: gpipe,1f1b,interleaved (default: all)")
+    cmd->add_option("--schedule", fl->schedules, "Pipeline schedules to consider: gpipe,1f1b,interleaved,zb-h1 (default: all; zb-h1 splits each backward into its input- and weight-gradient passes)")
         ->delimiter(',')
-        ->check(CLI::IsMember({"gpipe", "1f1b", "interleaved"}));
+        ->check(CLI::IsMember({"gpipe", "1f1b", "interleaved", "zb-h1"}));
     cmd->add_option("--max-tp", fl->max_tp, "Largest tensor-parallel degree (default: GPUs per node)");
     cmd->add_flag("--uniform", fl->uniform, "One strategy for every layer (Megatron-style), no per-layer mix");
     cmd->add_flag("--all-strategies", fl->all_strategies,
@@ -663,8 +663,8 @@ void register_plan_commands(CLI::App& app) {
         ->check(CLI::IsMember({"none", "selective", "full"}))
         ->capture_default_str();
     cmd->add_flag("--sequence-parallel", fl->sequence_parallel, "Megatron sequence parallelism on the tp group");
-    cmd->add_option("--schedule", fl->schedule, "gpipe, 1f1b or interleaved (default: 1f1b, interleaved if vp > 1)")
-        ->check(CLI::IsMember({"gpipe", "1f1b", "interleaved"}));
+    cmd->add_option("--schedule", fl->schedule, "gpipe, 1f1b, interleaved or zb-h1 (default: 1f1b, interleaved if vp > 1)")
+        ->check(CLI::IsMember({"gpipe", "1f1b", "interleaved", "zb-h1"}));
     cmd->add_option("--dtype", fl->dtype, "Compute dtype (default bf16, fp16 on a GPU without bf16)")
         ->check(CLI::IsMember({"fp32", "bf16", "fp16", "fp8"}));
     cmd->add_option("--format", fl->format, "Output on stdout: table or json")

@@ -104,6 +104,17 @@ TEST(Calibrated, LayerUsesTheMeasuredFigures) {
   EXPECT_TRUE(cm.coverage(p).empty()) << cm.coverage(p).front();
 }
 
+// The weight-gradient share of the measured backward is the analytic model's share: bwd 20 ms
+// measured, so wgrad = 20 ms * analytic wgrad / analytic bwd.
+TEST(Calibrated, WgradScalesWithTheBackward) {
+  const Plan p = dp_plan();
+  CalibratedCostModel cm(hw_profile(), layers_profile(), p.model, p.cluster);
+  const LayerCost c = cm.layer(layer_ctx(p, 0), p.stages[0].layers[0]);
+  const LayerCost a = cm.analytic().layer(layer_ctx(p, 0), p.stages[0].layers[0]);
+  ASSERT_GT(a.wgrad.value(), 0);
+  EXPECT_NEAR(c.wgrad.value(), 0.020 * a.wgrad.value() / a.bwd.value(), 1e-15);
+}
+
 TEST(Calibrated, ZeroOneAndRecomputeUseTheirTables) {
   const Plan p = dp_plan(1, Recompute::kFull);
   CalibratedCostModel cm(hw_profile(), layers_profile(), p.model, p.cluster);

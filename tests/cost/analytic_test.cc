@@ -465,5 +465,46 @@ TEST(AnalyticUtilisation, HfuAddsWhatRecomputeReruns) {
   EXPECT_NEAR(e.hfu / e.mfu, (model + extra) / model, 1e-12);
 }
 
+// ZB-H1 memory: device group g holds 1F1B's activations plus g micro-batches' W state
+// (weight_grad_state_bytes). Llama-2-7B, tp 2, one sample of 4096 tokens, bf16; per token:
+// attention 4096 + 12288/2 + 4096/2 + 4096 = 16384, SwiGLU FFN 4096 + 2*11008/2 + 11008/2 + 4096
+// = 24704; 41088 * 4096 * 2 = 336,592,896 bytes per micro-batch. Group 0 keeps none.
+TEST(AnalyticMemory, ZbH1KeepsWeightGradStateOnLaterGroups) {
+  Bench s("llama-2-7b", "a100-80gb");
+  s.train.pp = 4;
+  const AnalyticCostModel cm;
+  auto activations = [&](Schedule sch, int stage) {
+    s.train.schedule = sch;
+    return cm.layer(s.layer(0, stage, 4), strat(2, 1)).memory.activations.value();
+  };
+  EXPECT_DOUBLE_EQ(activations(Schedule::kZbH1, 0), activations(Schedule::k1F1B, 0));
+  EXPECT_NEAR(activations(Schedule::kZbH1, 3) - activations(Schedule::k1F1B, 3), 3 * 336592896.0, 1.0);
+  EXPECT_NEAR(activations(Schedule::kZbH1, 1) - activations(Schedule::k1F1B, 1), 1 * 336592896.0, 1.0);
+}
+
+// The deferrable part of the backward is the dW = X^T dY GEMM of each linear layer (tokens x
+// tokens reduction), here Llama-2-7B at tp 2 with one sample of 4096 tokens; with a non-fused
+// gradient accumulation its pass over the gradients joins it.
+TEST(AnalyticCompute, WgradIsTheWeightGradientGemms) {
+  Bench s("llama-2-7b", "a100-80gb");
+  AnalyticOptions o;
+  o.fused_grad_accumulation = true;
+  const AnalyticCostModel cm(o);
+  const LayerCost c = cm.layer(s.layer(0), strat(2, 1));
+  const KernelModel km(s.cluster.gpu, DType::kBf16, o.compute_time_scale);
+  const double tok = 4096, h = 4096, q = 4096, kv = 4096, ff = 11008, t = 2;
+  const double dw = km.gemm(h, (q + 2 * kv) / t, tok).value() + km.gemm(q / t, h, tok).value() +
+                    km.gemm(h, 2 * ff / t, tok).value() + km.gemm(ff / t, h, tok).value();
+  EXPECT_NEAR(c.wgrad.value(), dw, 1e-12);
+  EXPECT_GT(c.wgrad.value(), 0.2 * c.bwd.value());
+  EXPECT_LT(c.wgrad.value(), 0.5 * c.bwd.value());
+  o.fused_grad_accumulation = false;
+  const LayerCost unfused = AnalyticCostModel(o).layer(s.layer(0), strat(2, 1));
+  EXPECT_NEAR((unfused.wgrad - c.wgrad).value(), (unfused.bwd - c.bwd).value(), 1e-12);
+  EXPECT_GT((unfused.wgrad - c.wgrad).value(), 0);
+  // Stage extras run their backward whole in B.
+  EXPECT_EQ(cm.stage_extra(s.stage(0, 1), strat(2, 1)).wgrad.value(), 0);
+}
+
 }  // namespace
 }  // namespace weft

@@ -113,5 +113,47 @@ TEST(InFlight, Schedules) {
   EXPECT_DOUBLE_EQ(micro_batches_in_flight(t, 3), 5.0 / 2);
 }
 
+// ZB-H1's W state per layer and micro-batch: h 1024, 16 heads of 64 (MHA), GELU FFN 4096, one
+// sample of 1024 tokens in 2-byte elements. Per token with tp 2: attention h + (q + 2kv)/t + q/t
+// + h = 1024 + 1536 + 512 + 1024 = 4096; FFN h + ff/t + ff/t + h = 1024 + 2048 + 2048 + 1024 = 6144;
+// 10240 * 1024 * 2 = 20,971,520 bytes. Sequence parallelism splits the four h terms by t:
+// (3072 + 5120) * 2048 = 16,777,216; cp 2 halves the tokens.
+TEST(WeightGradState, ByHand) {
+  const LayerShape l = testing::dense_shape(1024, 16, 16);
+  ActivationOptions o;
+  o.samples = 1;
+  o.seq = 1024;
+  o.elem_bytes = 2;
+  LayerStrategy st{.tp = 2};
+  EXPECT_DOUBLE_EQ(weight_grad_state_bytes(l, st, o).value(), 20971520.0);
+  st.sp = true;
+  EXPECT_DOUBLE_EQ(weight_grad_state_bytes(l, st, o).value(), 16777216.0);
+  st.sp = false;
+  st.cp = 2;
+  EXPECT_DOUBLE_EQ(weight_grad_state_bytes(l, st, o).value(), 20971520.0 / 2);
+  // SwiGLU of 2816: gate and up gradients 2 * 2816 / 2, down input 2816 / 2: FFN 1024 + 2816 +
+  // 1408 + 1024 = 6272 per token.
+  const LayerShape sw = testing::swiglu_shape(1024, 16, 16, 2816);
+  EXPECT_DOUBLE_EQ(weight_grad_state_bytes(sw, LayerStrategy{.tp = 2}, o).value(), (4096.0 + 6272) * 1024 * 2);
+}
+
+// ZB-H1 device group g keeps up to min(g, m - 1) micro-batches' W state; 1F1B's in-flight count.
+TEST(InFlight, ZbH1PendingWeightGrads) {
+  TrainSettings t;
+  t.pp = 4;
+  t.micro_batches = 8;
+  t.schedule = Schedule::kZbH1;
+  EXPECT_EQ(micro_batches_in_flight(t, 0), 4);
+  EXPECT_EQ(micro_batches_in_flight(t, 3), 1);
+  EXPECT_EQ(pending_weight_grads(t, 0), 0);
+  EXPECT_EQ(pending_weight_grads(t, 1), 1);
+  EXPECT_EQ(pending_weight_grads(t, 3), 3);
+  t.micro_batches = 2;
+  EXPECT_EQ(pending_weight_grads(t, 3), 1);
+  t.micro_batches = 8;
+  t.schedule = Schedule::k1F1B;
+  EXPECT_EQ(pending_weight_grads(t, 3), 0);
+}
+
 }  // namespace
 }  // namespace weft

@@ -4,6 +4,7 @@
 
 #include <map>
 #include <random>
+#include <string>
 #include <tuple>
 
 #include "pipeline_forms.h"
@@ -301,6 +302,168 @@ TEST(Schedule, RejectsBadInput) {
   auto r5 = simulate_schedule(spec(Schedule::k1F1B, 1, 1), {timing(-1, 2)});
   ASSERT_FALSE(r5.ok());
   EXPECT_NE(r5.error().message.find("stages[0].fwd: negative duration"), std::string::npos);
+}
+
+// --- ZB-H1 (Qi et al., "Zero Bubble Pipeline Parallelism", ICLR'24) --------------------------------
+
+StageTiming zb_timing(double f, double b, double w, double rc = 0) {
+  StageTiming t = timing(f, b + w, 0, 0, 0, rc);  // bwd = B + W
+  t.wgrad = sec(w);
+  return t;
+}
+
+// The op sequence of each device group: "F0 F1 B0 W0 ...", from the recorded events.
+std::vector<std::string> ops_by_group(const Simulation& sim) {
+  std::vector<std::string> out(sim.spec.pp);
+  for (const auto& e : sim.events) {
+    const char* k = e.kind == EventKind::kForward ? "F" : e.kind == EventKind::kBackward ? "B"
+                    : e.kind == EventKind::kWeightGrad ? "W" : nullptr;
+    if (!k) continue;
+    std::string& o = out[e.device_group];
+    o += (o.empty() ? "" : " ") + std::string(k) + std::to_string(e.micro_batch);
+  }
+  return out;
+}
+
+// Equal stages, T_F = T_B = T_W = 1, no p2p, sync or optimizer: 1F1B takes (m + p - 1) * 3, ZB-H1
+// 3m + (p - 1)(T_F + T_B - T_W) = 3m + p - 1 (the paper's table 1 bubble). The order of
+// schedule.cc meets the closed form exactly for every m >= p checked, e.g. p = 4, m = 8: 35 -> 27
+// (1F1B 33). With T_B = 2, T_W = 0.5: m * 3.5 + (p - 1) * 2.5.
+TEST(ScheduleZbH1, EqualStagesMatchClosedForm) {
+  for (int p : {2, 4, 8})
+    for (int m : {p, 2 * p, 3 * p}) {
+      const std::vector<StageTiming> st(p, zb_timing(1, 1, 1));
+      EXPECT_DOUBLE_EQ(sim_ok(spec(Schedule::k1F1B, p, m), st).makespan_s, (m + p - 1) * 3.0) << p << " " << m;
+      EXPECT_DOUBLE_EQ(sim_ok(spec(Schedule::kZbH1, p, m), st).makespan_s, 3.0 * m + (p - 1)) << p << " " << m;
+      const std::vector<StageTiming> uneven(p, zb_timing(1, 2, 0.5));
+      EXPECT_DOUBLE_EQ(sim_ok(spec(Schedule::kZbH1, p, m), uneven).makespan_s, 3.5 * m + 2.5 * (p - 1))
+          << p << " " << m;
+    }
+  // Spot values of the same: p = 4, m = 8 and p = 8, m = 8.
+  EXPECT_DOUBLE_EQ(sim_ok(spec(Schedule::kZbH1, 4, 8), std::vector<StageTiming>(4, zb_timing(1, 1, 1))).makespan_s, 27);
+  EXPECT_DOUBLE_EQ(sim_ok(spec(Schedule::kZbH1, 8, 8), std::vector<StageTiming>(8, zb_timing(1, 1, 1))).makespan_s, 31);
+}
+
+// The order of each device group for p = 4, m = 8: group g warms up with 3 - g forwards, and its W
+// passes lag their B by g micro-batches (none on group 0), the lagging ones run at the end.
+TEST(ScheduleZbH1, OrderPerDeviceGroup) {
+  const Simulation sim = sim_ok(spec(Schedule::kZbH1, 4, 8), std::vector<StageTiming>(4, zb_timing(1, 1, 1)));
+  EXPECT_EQ(ops_by_group(sim),
+            (std::vector<std::string>{
+                "F0 F1 F2 F3 B0 W0 F4 B1 W1 F5 B2 W2 F6 B3 W3 F7 B4 W4 B5 W5 B6 W6 B7 W7",
+                "F0 F1 F2 B0 F3 B1 W0 F4 B2 W1 F5 B3 W2 F6 B4 W3 F7 B5 W4 B6 W5 B7 W6 W7",
+                "F0 F1 B0 F2 B1 F3 B2 W0 F4 B3 W1 F5 B4 W2 F6 B5 W3 F7 B6 W4 B7 W5 W6 W7",
+                "F0 B0 F1 B1 F2 B2 F3 B3 W0 F4 B4 W1 F5 B5 W2 F6 B6 W3 F7 B7 W4 W5 W6 W7"}));
+  // 1F1B's order is the same without the W.
+  const Simulation one = sim_ok(spec(Schedule::k1F1B, 4, 8), std::vector<StageTiming>(4, zb_timing(1, 1, 1)));
+  EXPECT_EQ(ops_by_group(one)[3], "F0 B0 F1 B1 F2 B2 F3 B3 F4 B4 F5 B5 F6 B6 F7 B7");
+}
+
+// B is bwd - wgrad after the recompute, and sends the gradient; W sends nothing. pp = 2, m = 1,
+// f 1, bwd 3 (recompute 0.5, B 1.5, W 1), p2p 1 per stage (0.5 per send):
+//   dev1: F0[1.5,2.5] send[2.5,3] R0[3,3.5] B0[3.5,5] send[5,5.5] W0[5.5,6.5]
+//   dev0: F0[0,1] send[1,1.5]  R0[5.5,6] B0[6,7.5] send[7.5,8] W0[8,9]
+TEST(ScheduleZbH1, BackwardSplitAndSends) {
+  std::vector<StageTiming> st(2, zb_timing(1, 2, 1, 0.5));
+  for (auto& t : st) t.p2p = sec(1);
+  const Simulation sim = sim_ok(spec(Schedule::kZbH1, 2, 1), st);
+  using Row = std::tuple<EventKind, int, double, double>;  // kind, device group, start, end
+  std::vector<Row> rows;
+  for (const auto& e : sim.events) rows.emplace_back(e.kind, e.device_group, e.start_s, e.end_s);
+  const auto F = EventKind::kForward, B = EventKind::kBackward, R = EventKind::kRecompute,
+             W = EventKind::kWeightGrad, P = EventKind::kP2p;
+  EXPECT_EQ(rows, (std::vector<Row>{{F, 0, 0, 1}, {P, 0, 1, 1.5}, {R, 0, 5.5, 6}, {B, 0, 6, 7.5}, {P, 0, 7.5, 8},
+                                    {W, 0, 8, 9}, {F, 1, 1.5, 2.5}, {P, 1, 2.5, 3}, {R, 1, 3, 3.5}, {B, 1, 3.5, 5},
+                                    {P, 1, 5, 5.5}, {W, 1, 5.5, 6.5}}));
+  EXPECT_DOUBLE_EQ(sim.makespan_s, 9);
+  EXPECT_EQ(std::string(to_string(EventKind::kWeightGrad)), "weight grad");
+  // m = 4: 1F1B takes (m + p - 1)(F + bwd + p2p) = 5 * 5 = 25; ZB-H1 m (F + bwd + p2p) +
+  // (p - 1)(T_F + T_B - T_W) with the sends in T_F and T_B: 20 + (1.5 + 2.5 - 1) = 23.
+  EXPECT_DOUBLE_EQ(sim_ok(spec(Schedule::k1F1B, 2, 4), st).makespan_s, 25);
+  EXPECT_DOUBLE_EQ(sim_ok(spec(Schedule::kZbH1, 2, 4), st).makespan_s, 23);
+}
+
+// The overlapped gradient sync starts with the stage's last W (its gradients are final then), not
+// its last B. pp = 1, m = 2, f 1, B 1, W 1, sync 3, update 0.5: F0[0,1] B0[1,2] W0[2,3] F1[3,4]
+// B1[4,5] W1[5,6]; sync [5, 8], update [8, 8.5]. 1F1B runs B whole: B1[4,6], sync [4,7], update 7.5.
+TEST(ScheduleZbH1, GradSyncStartsAtTheLastW) {
+  StageTiming t = zb_timing(1, 1, 1);
+  t.grad_sync = sec(3);
+  t.optimizer = sec(0.5);
+  const Simulation zb = sim_ok(spec(Schedule::kZbH1, 1, 2), {t});
+  const Simulation one = sim_ok(spec(Schedule::k1F1B, 1, 2), {t});
+  EXPECT_DOUBLE_EQ(zb.makespan_s, 8.5);
+  EXPECT_DOUBLE_EQ(one.makespan_s, 7.5);
+  int syncs = 0;
+  for (const auto& e : zb.events)
+    if (e.kind == EventKind::kGradSync) {
+      ++syncs;
+      EXPECT_DOUBLE_EQ(e.start_s, 5);
+      EXPECT_DOUBLE_EQ(e.end_s, 8);
+    }
+  EXPECT_EQ(syncs, 1);
+}
+
+// Other schedules ignore wgrad: the same events with and without it.
+TEST(ScheduleZbH1, OtherSchedulesIgnoreWgrad) {
+  std::vector<StageTiming> with(4, zb_timing(1, 1, 1, 0.25)), without(4, timing(1, 2, 0, 0, 0, 0.25));
+  for (Schedule s : {Schedule::kGpipe, Schedule::k1F1B}) {
+    const Simulation a = sim_ok(spec(s, 4, 8), with), b = sim_ok(spec(s, 4, 8), without);
+    ASSERT_EQ(a.events.size(), b.events.size()) << to_string(s);
+    for (size_t i = 0; i < a.events.size(); ++i) {
+      EXPECT_EQ(a.events[i].kind, b.events[i].kind);
+      EXPECT_EQ(a.events[i].start_s, b.events[i].start_s);
+      EXPECT_EQ(a.events[i].end_s, b.events[i].end_s);
+    }
+  }
+}
+
+// Random unequal stages: every W runs once, on its stage's device after its own B, and the step
+// is at least the busiest device's work.
+TEST(ScheduleZbH1, RandomStagesRunEachWAfterItsB) {
+  std::mt19937 rng(5);
+  std::uniform_real_distribution<double> U(0.2, 3.0);
+  for (int trial = 0; trial < 20; ++trial) {
+    const int pp = 2 + trial % 5, m = 1 + trial % 9;
+    std::vector<StageTiming> st;
+    for (int s = 0; s < pp; ++s) st.push_back(zb_timing(U(rng), U(rng), U(rng), 0.1));  // B >= 0.1 past the recompute
+    const Simulation sim = sim_ok(spec(Schedule::kZbH1, pp, m), st);
+    std::map<std::pair<int, int>, double> b_end;
+    std::map<std::pair<int, int>, int> w_count;
+    for (const auto& e : sim.events) {
+      if (e.kind == EventKind::kBackward) b_end[{e.stage, e.micro_batch}] = e.end_s;
+      if (e.kind == EventKind::kWeightGrad) {
+        const std::pair<int, int> key{e.stage, e.micro_batch};
+        ++w_count[key];
+        ASSERT_TRUE(b_end.count(key)) << "W before its B";
+        EXPECT_GE(e.start_s + 1e-12, b_end[key]);
+        EXPECT_NEAR(e.duration(), st[e.stage].wgrad.value(), 1e-12);
+      }
+    }
+    EXPECT_EQ(w_count.size(), static_cast<size_t>(pp * m));
+    for (const auto& [k, n] : w_count) EXPECT_EQ(n, 1);
+    for (int g = 0; g < pp; ++g) {
+      EXPECT_NEAR(sim.busy_s[g], m * (st[g].fwd + st[g].bwd).value(), 1e-9);
+      EXPECT_GE(sim.makespan_s + 1e-9, sim.busy_s[g]);
+    }
+  }
+}
+
+TEST(ScheduleZbH1, RejectsWgradBeyondTheBackward) {
+  auto r = simulate_schedule(spec(Schedule::kZbH1, 1, 1), {zb_timing(1, 0.5, 2, 0.5)});
+  ASSERT_TRUE(r.ok());  // bwd 2.5 = recompute 0.5 + 2 W: B is empty but valid
+  StageTiming t = timing(1, 2, 0, 0, 0, 0.5);
+  t.wgrad = sec(1.75);
+  auto bad = simulate_schedule(spec(Schedule::kZbH1, 1, 1), {t});
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.error().message.find("stages[0].wgrad: 1.750000 s exceeds the backward less its recompute (2.000000 - "
+                                     "0.500000 s)"),
+            std::string::npos)
+      << bad.error().message;
+  t.wgrad = sec(-1);
+  auto neg = simulate_schedule(spec(Schedule::kZbH1, 1, 1), {t});
+  ASSERT_FALSE(neg.ok());
+  EXPECT_NE(neg.error().message.find("stages[0].wgrad: negative duration"), std::string::npos);
 }
 
 }  // namespace

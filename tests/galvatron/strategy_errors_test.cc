@@ -128,6 +128,12 @@ TEST(GalvatronStrategy, RefusesWhatGalvatronCannotExpress) {
   p.train.vp = 2;
   EXPECT_NE(export_error(p).find("interleaved"), std::string::npos);
   p = good;
+  p.train.schedule = Schedule::kZbH1;
+  EXPECT_NE(export_error(p).find("train.schedule: zb-h1 (pp=" + std::to_string(p.train.pp) +
+                                 ") has no Galvatron equivalent"),
+            std::string::npos)
+      << export_error(p);
+  p = good;
   p.embedding.recompute = Recompute::kFull;
   EXPECT_NE(export_error(p).find("embedding"), std::string::npos);
   p = good;

@@ -466,5 +466,32 @@ TEST(Export, PlansSearchedForAFrameworkExportToIt) {
   }
 }
 
+// A zb-h1 plan with a pipeline: no export writes it (none of the frameworks runs ZB-H1); each
+// refusal names the field and the framework. Without a pipeline zb-h1 is plain accumulation.
+TEST(Export, ZbH1PlansAreRefusedNamingTheSchedule) {
+  const Plan meg = plan(gpt(8), cluster(2, 8), train(2, 8, 64, Schedule::kZbH1), LayerStrategy{.tp = 4, .dp = 2, .zero = 1});
+  ASSERT_TRUE(validate(meg).ok()) << validate(meg).error().message;
+  auto a = megatron_args(meg);
+  ASSERT_FALSE(a.ok());
+  EXPECT_TRUE(contains(a.error().message, "megatron: train.schedule=zb-h1 (pp=2): Megatron-LM mainline has no "
+                                          "zero-bubble schedule"))
+      << a.error().message;
+  auto d = deepspeed_config(meg, DeepSpeedTarget::kMegatronDeepSpeed);
+  ASSERT_FALSE(d.ok());
+  EXPECT_TRUE(contains(d.error().message, "train.schedule=zb-h1 (pp=2): Megatron-DeepSpeed's pipeline engine runs "
+                                          "1F1B only"))
+      << d.error().message;
+  const Plan titan = plan(llama(8), cluster(2, 8), train(2, 8, 64, Schedule::kZbH1, 1, 4096),
+                          LayerStrategy{.tp = 2, .sp = true, .dp = 4, .zero = 3});
+  ASSERT_TRUE(validate(titan).ok()) << validate(titan).error().message;
+  auto t = torchtitan_config(titan);
+  ASSERT_FALSE(t.ok());
+  EXPECT_TRUE(contains(t.error().message, "torchtitan: train.schedule=zb-h1 (pp=2): torchtitan runs its zero-bubble "
+                                          "schedule (InterleavedZeroBubble) with at least 2 stages per rank"))
+      << t.error().message;
+  const Plan flat = plan(llama(8), cluster(1, 8), train(1, 4, 64, Schedule::kZbH1), LayerStrategy{.dp = 8, .zero = 3});
+  EXPECT_TRUE(torchtitan_config(flat).ok());
+}
+
 }  // namespace
 }  // namespace weft

@@ -125,5 +125,25 @@ TEST(Html, MakeReportInputFromSearchResultFields) {
   EXPECT_EQ(r->cost, &cm);
 }
 
+// A zb-h1 plan draws its weight-gradient passes in their own colour, named in the legend.
+TEST(Html, ZbH1TimelineShowsWeightGradients) {
+  FakeCost cm;
+  ReportInput in = input(cm);
+  in.best.train.schedule = Schedule::kZbH1;
+  auto r = render_html_report(in);
+  ASSERT_TRUE(r.ok()) << r.error().message;
+  const std::string& h = r.value();
+  EXPECT_TRUE(contains(h, "weight gradient (W)"));
+  const size_t a = h.find("<svg id=\"timeline\""), b = h.find("</svg>", a);
+  const std::string tl = h.substr(a, b - a);
+  EXPECT_TRUE(contains(tl, "stage 0: weight grad of micro-batch 3"));
+  EXPECT_EQ(count(tl, "#edc948"), 2 * 4);  // one W per stage and micro-batch
+  // Under 1F1B neither appears.
+  auto plain = render_html_report(input(cm));
+  ASSERT_TRUE(plain.ok());
+  EXPECT_FALSE(contains(plain.value(), "weight gradient (W)"));
+  EXPECT_FALSE(contains(plain.value(), "#edc948"));
+}
+
 }  // namespace
 }  // namespace weft

@@ -54,7 +54,8 @@ inline TrainSettings train(int pp, int m, int global_batch, Schedule s = Schedul
   return TrainSettings{.seq = seq, .global_batch = global_batch, .micro_batches = m, .pp = pp, .vp = vp, .schedule = s};
 }
 
-// Fixed costs: a layer takes 1 ms forward and 2 ms backward (+1 ms recompute when full), syncs its
+// Fixed costs: a layer takes 1 ms forward and 2 ms backward (+1 ms recompute when full; 1 ms of
+// the backward is its weight gradient, which zb-h1 runs as W), syncs its
 // gradients in 0.5 ms and updates in 0.1 ms; it holds 1 GiB weights, 1 GiB grads, 2 GiB optimizer
 // states and 0.5 GiB activations. The first stage adds 0.5 + 1 ms of embedding and 2 GiB "other".
 // A boundary costs 0.25 ms per micro-batch. step() is the bottleneck formula
@@ -67,6 +68,7 @@ class FakeCost : public CostModel {
     const double rc = s.recompute == Recompute::kFull ? 1e-3 : 0;
     c.fwd = ms(1);
     c.bwd = ms(2) + sec(rc);
+    c.wgrad = ms(1);
     c.grad_sync = ms(0.5);
     c.optimizer = ms(0.1);
     c.time.compute = ms(2.4);

@@ -167,5 +167,38 @@ TEST(Summary, TextFitsIn80ColumnsAndJsonCarriesTheFigures) {
   EXPECT_EQ(j["schedule"], "1f1b");
 }
 
+// ZB-H1: the weight-gradient passes are events of their own, "W<micro-batch>" in category
+// "weight grad": pp 2, m 4, 4 layers of 1 ms W per stage -> 8 events of 4 ms. The summary lists
+// each stage's W time (4 x 4 ms) and ends its table with the last W.
+TEST(Trace, ZbH1ShowsWeightGradientEvents) {
+  FakeCost cm;
+  Plan p = plan(gpt(8), cluster(1, 8), train(2, 4, 16, Schedule::kZbH1), LayerStrategy{.tp = 4});
+  auto sim = simulate_plan(p, cm);
+  ASSERT_TRUE(sim.ok()) << sim.error().message;
+  const Json j = chrome_trace(sim.value(), stage_timings(p, cm), TraceInfo{});
+  expect_trace_format(j);
+  std::map<std::string, int> w;
+  for (const auto& e : j["traceEvents"])
+    if (e["ph"] == "X" && e.contains("cat") && e["cat"] == "weight grad") {
+      ++w[e["name"].get<std::string>()];
+      EXPECT_NEAR(e["dur"].get<double>(), 4000.0, 1e-6);
+    }
+  EXPECT_EQ(w, (std::map<std::string, int>{{"W0", 2}, {"W1", 2}, {"W2", 2}, {"W3", 2}}));
+  const std::string text = simulation_text(sim.value(), 0, 4);
+  EXPECT_NE(text.find("last W ends     W time"), std::string::npos) << text;
+  std::stringstream lines(text);
+  for (std::string line; std::getline(lines, line);) EXPECT_LE(line.size(), 80u) << line;
+  EXPECT_NE(text.find("16.00 ms"), std::string::npos) << text;
+  const Json js = simulation_json(sim.value(), 0);
+  EXPECT_EQ(js["schedule"], "zb-h1");
+  EXPECT_NEAR(js["stages"][1]["weight_grad_s"].get<double>(), 16e-3, 1e-12);
+  // 1F1B has no W events and no W column.
+  Plan one = p;
+  one.train.schedule = Schedule::k1F1B;
+  auto s1 = simulate_plan(one, cm);
+  ASSERT_TRUE(s1.ok());
+  EXPECT_FALSE(simulation_json(s1.value(), 0)["stages"][0].contains("weight_grad_s"));
+}
+
 }  // namespace
 }  // namespace weft

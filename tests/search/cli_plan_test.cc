@@ -721,5 +721,33 @@ TEST(CliPlan, MixedAndStragglerBadInputNamesTheFieldAndNumbers) {
   EXPECT_NE(nofit.err.find("GiB per GPU and the smallest devices hold 32.0 GiB"), std::string::npos) << nofit.err;
 }
 
+// --schedule zb-h1 in both commands: `weft estimate` costs it (faster than the same strategy under
+// 1F1B at pp 4), `weft plan --schedule 1f1b,zb-h1` searches it, and a framework without it refuses.
+TEST(CliPlan, ZbH1Schedule) {
+  auto args = with({"estimate"}, k7b);
+  const std::vector<std::string> strategy{"--micro-batch", "1", "--tp", "2", "--pp", "4", "--zero", "1",
+                                          "--format", "json"};
+  CliRun zb = run(with(with(args, strategy), {"--schedule", "zb-h1"}));
+  ASSERT_EQ(zb.code, 0) << zb.err;
+  CliRun one = run(with(with(args, strategy), {"--schedule", "1f1b"}));
+  ASSERT_EQ(one.code, 0) << one.err;
+  EXPECT_LT(Json::parse(zb.out).at("step_time_s").get<double>(), Json::parse(one.out).at("step_time_s").get<double>());
+  CliRun table = run(with(with(args, {"--micro-batch", "1", "--tp", "2", "--pp", "4"}), {"--schedule", "zb-h1"}));
+  ASSERT_EQ(table.code, 0) << table.err;
+  EXPECT_NE(table.out.find("pp4 zb-h1 m"), std::string::npos) << table.out;
+
+  const std::vector<std::string> small{"plan", "--model", "gpt3-1.3b", "--cluster", "a100-80gb", "--gpus", "8",
+                                       "--seq", "2048", "--global-batch", "64", "--format", "json"};
+  CliRun p = run(with(small, {"--pp", "4", "--schedule", "1f1b,zb-h1"}));
+  ASSERT_EQ(p.code, 0) << p.err;
+  EXPECT_EQ(Json::parse(p.out).at("plan").at("train").at("schedule"), "zb-h1");
+  CliRun meg = run(with(small, {"--schedule", "zb-h1", "--framework", "megatron"}));
+  EXPECT_EQ(meg.code, 2);
+  EXPECT_NE(meg.err.find("--schedule: framework megatron has no zb-h1 schedule (Megatron-LM mainline has no "
+                         "zero-bubble schedule)"),
+            std::string::npos)
+      << meg.err;
+}
+
 }  // namespace
 }  // namespace weft::cli

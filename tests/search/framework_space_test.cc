@@ -80,7 +80,7 @@ TEST(FrameworkSpace, WeftIsTheRuntimesRestriction) {
     EXPECT_EQ(o->allow_cp, runtime.allow_cp);
     EXPECT_EQ(o->allow_ulysses, runtime.allow_ulysses);
   }
-  EXPECT_EQ(weft.schedules, (std::vector<Schedule>{Schedule::kGpipe, Schedule::k1F1B}));
+  EXPECT_EQ(weft.schedules, (std::vector<Schedule>{Schedule::kGpipe, Schedule::k1F1B, Schedule::kZbH1}));
   EXPECT_FALSE(weft.allow_cp);
   int accepted = 0, refused = 0;
   for (int tp : {1, 2})

@@ -1,8 +1,12 @@
 // search(): memory limits, nothing-fits, top-k and uniform results, statistics and bad input.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include "test_util.h"
+#include "weft/cost/analytic.h"
 #include "weft/plan/runtime_support.h"
+#include "weft/spec/presets.h"
 
 namespace weft {
 namespace {
@@ -237,8 +241,10 @@ TEST(Search, RuntimeRestrictsTheSpace) {
   const Status bad = restrict_to_runtime(o);
   ASSERT_FALSE(bad.ok());
   EXPECT_EQ(bad.error().message, "--schedule: weft's runtime has no interleaved schedule yet");
-  // A filter set before still applies: both must accept.
+  // A filter set before still applies: both must accept. (torchtitan's restriction lists the
+  // schedules it runs, interleaved among them, which the runtime would refuse: one both run.)
   SearchOptions both;
+  both.schedules = {Schedule::k1F1B};
   ASSERT_TRUE(restrict_to_framework(both, "torchtitan").ok());
   ASSERT_TRUE(restrict_to_runtime(both).ok());
   EXPECT_FALSE(both.accept(LayerStrategy{.ulysses = 2, .dp = 4, .zero = 2}, nullptr));  // torchtitan: no Ulysses
@@ -380,6 +386,88 @@ TEST(Search, IsDeterministic) {
   ASSERT_TRUE(a.ok() && b.ok());
   EXPECT_EQ(a->top, b->top);
   EXPECT_EQ(a->best_uniform, b->best_uniform);
+}
+
+// ZB-H1 in a deep pipeline (Llama-2-7B, pp 8 on 8 A100s, m 8, no recompute), at the same memory
+// budget: the search prefers it to 1F1B, beats the best plan of a search kept to 1F1B, and the same
+// plan under 1F1B is slower by the bubble ZB-H1 fills with weight gradients. Its peak memory is a
+// little higher: the last device group keeps 7 micro-batches' W state (each about one micro-batch
+// of activations here: flash attention, no recompute) besides the LM head's logits.
+TEST(Search, ZbH1WinsInADeepPipelineAtEqualMemory) {
+  auto model = load_model("llama-2-7b");
+  auto cluster = load_cluster("a100-80gb");
+  ASSERT_TRUE(model.ok() && cluster.ok());
+  cluster->nodes = 1;
+  SearchOptions o;
+  o.seq = 4096;
+  o.global_batch = 16;
+  o.pp_degrees = {8};
+  o.micro_batches = {8};
+  o.schedules = {Schedule::k1F1B, Schedule::kZbH1};
+  o.top_k = 4;
+  o.accept = [](const LayerStrategy& s, const LayerShape*) { return s.recompute == Recompute::kNone; };
+  const AnalyticCostModel cm;
+  auto r = search(*model, *cluster, cm, o);
+  ASSERT_TRUE(r.ok()) << r.error().message;
+  ASSERT_FALSE(r->top.empty());
+  const Plan& best = r->top.front();
+  EXPECT_EQ(best.train.schedule, Schedule::kZbH1);
+  Plan twin = best;
+  twin.train.schedule = Schedule::k1F1B;
+  const Estimate zb = estimate(best, cm), one = estimate(twin, cm);
+  EXPECT_TRUE(zb.fits);
+  EXPECT_LT(zb.step_time.value(), 0.97 * one.step_time.value());
+  EXPECT_GT(zb.peak_memory.value(), one.peak_memory.value());
+  EXPECT_LT(zb.peak_memory.value(), 1.05 * one.peak_memory.value());
+  // Every 1F1B plan the search kept is slower than the best, and so is a search kept to 1F1B.
+  for (const Plan& p : r->top)
+    if (p.train.schedule == Schedule::k1F1B) EXPECT_GT(p.predicted.step_time_s, best.predicted.step_time_s);
+  o.schedules = {Schedule::k1F1B};
+  auto r1 = search(*model, *cluster, cm, o);
+  ASSERT_TRUE(r1.ok() && !r1->top.empty());
+  EXPECT_LT(best.predicted.step_time_s, 0.97 * r1->top.front().predicted.step_time_s);
+}
+
+// Frameworks without ZB-H1 refuse it by name; their default space leaves it out; weft runs it.
+TEST(Search, ZbH1OnlyWhereAFrameworkRunsIt) {
+  for (const char* fw : {"megatron", "megatron-deepspeed", "torchtitan", "torchtitan-compile"}) {
+    SearchOptions o;
+    o.schedules = {Schedule::k1F1B, Schedule::kZbH1};
+    const Status bad = restrict_to_framework(o, fw);
+    ASSERT_FALSE(bad.ok()) << fw;
+    EXPECT_NE(bad.error().message.find(std::string("--schedule: framework ") + fw + " has no zb-h1 schedule ("),
+              std::string::npos)
+        << bad.error().message;
+    SearchOptions any;
+    ASSERT_TRUE(restrict_to_framework(any, fw).ok());
+    EXPECT_EQ(std::count(any.schedules.begin(), any.schedules.end(), Schedule::kZbH1), 0) << fw;
+  }
+  SearchOptions titan;
+  titan.schedules = {Schedule::kZbH1};
+  EXPECT_NE(restrict_to_framework(titan, "torchtitan").error().message.find("at least 2 stages per rank"),
+            std::string::npos);
+  SearchOptions weft;
+  weft.schedules = {Schedule::kZbH1};
+  EXPECT_TRUE(restrict_to_framework(weft, "weft").ok());
+
+  // A zb-h1 plan with a pipeline: refused by framework_runs naming the field.
+  Scenario s;
+  s.opt.pp_degrees = {2};
+  s.opt.schedules = {Schedule::kZbH1};
+  const FakeCostModel cm(s.fake);
+  auto r = search(s.model, s.cluster, cm, s.opt);
+  ASSERT_TRUE(r.ok()) << r.error().message;
+  ASSERT_FALSE(r->top.empty());
+  const Plan& p = r->top.front();
+  ASSERT_EQ(p.train.schedule, Schedule::kZbH1);
+  ASSERT_EQ(p.train.pp, 2);
+  const Status meg = framework_runs(p, "megatron");
+  ASSERT_FALSE(meg.ok());
+  EXPECT_NE(meg.error().message.find("train.schedule zb-h1 (Megatron-LM mainline has no zero-bubble schedule): "
+                                     "framework megatron cannot run it"),
+            std::string::npos)
+      << meg.error().message;
+  EXPECT_FALSE(framework_runs(p, "torchtitan").ok());
 }
 
 }  // namespace

@@ -244,6 +244,8 @@ LayerCost CalibratedCostModel::layer(const LayerContext& ctx, const LayerStrateg
   lt.bwd = bwd;
   lt.grad_sync = grad_sync;
   lt.recompute = recompute;
+  // The weight-gradient share of the backward: the analytic model's, scaled as the backward is.
+  lt.wgrad = a.bwd.value() > 0 ? a.wgrad.value() * bwd / a.bwd.value() : 0.0;
   lt.tp = tp_f + tp_b + (s.recompute == Recompute::kFull ? tp_f : 0.0);
   lt.ulysses = 2 * uly + (s.recompute == Recompute::kFull ? uly : 0.0);
   lt.cp = cp_comm;
@@ -269,7 +271,15 @@ LayerCost CalibratedCostModel::layer(const LayerContext& ctx, const LayerStrateg
   // parameter), measured activations times the micro-batches in flight
   out.memory = a.memory;
   if (mp_) rescale_states(out.memory, mp_->runtime.state_bytes_per_param, tr.dtype);
-  if (m.measured) out.memory.activations = Bytes(m.act * micro_batches_in_flight(tr, ctx.stage));
+  if (m.measured) {
+    // The W state a zero-bubble schedule keeps is not profiled: the analytic model's.
+    ActivationOptions ao;
+    ao.samples = tr.pipeline_micro_batch() / safe(s.dp);
+    ao.seq = tr.seq;
+    ao.elem_bytes = dtype_bytes(wire_dtype(tr));
+    out.memory.activations = Bytes(m.act * micro_batches_in_flight(tr, ctx.stage)) +
+                             weight_grad_state_bytes(L, s, ao) * pending_weight_grads(tr, ctx.stage);
+  }
   return out;
 }
 

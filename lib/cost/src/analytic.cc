@@ -66,6 +66,8 @@ LayerCost assemble(const LayerStrategy& s, const AnalyticOptions& opt, int micro
   lt.bwd = bwd;
   lt.grad_sync = grad_sync;
   lt.recompute = recompute;
+  // The W pass's GPU time as priced: its share of a host-bound or ZeRO-slowed backward stays in B.
+  lt.wgrad = b.wgrad;
   lt.tp = f.tp + b.tp;
   lt.ulysses = f.uly + b.uly;
   lt.cp = f.cp + b.cp;
@@ -127,7 +129,8 @@ LayerCost AnalyticCostModel::layer(const LayerContext& ctx, const LayerStrategy&
   mem.weights = Bytes(sd.weights * dense_local + se.weights * expert_local);
   mem.grads = Bytes(sd.grads * dense_local + se.grads * expert_local);
   mem.optimizer = Bytes(sd.optimizer * dense_local + se.optimizer * expert_local);
-  mem.activations = layer_activation_bytes(L, s, lc.activations) * micro_batches_in_flight(tr, ctx.stage);
+  mem.activations = layer_activation_bytes(L, s, lc.activations) * micro_batches_in_flight(tr, ctx.stage) +
+                    weight_grad_state_bytes(L, s, lc.activations) * pending_weight_grads(tr, ctx.stage);
   // ZeRO >= 2 holds one layer's gradient (and ZeRO-3 two layers' gathered weights) in full while
   // it runs, once per device: each layer carries its share over the layers of its device group.
   const double per_device_layers = std::max(1.0, static_cast<double>(ctx.model->num_layers()) / std::max(1, tr.pp));
@@ -239,7 +242,9 @@ StepCost AnalyticCostModel::step(const TrainSettings& train, const std::vector<S
   // every forward, backward and send of every stage and micro-batch in the order the schedule
   // prescribes, then each device group's gradient syncs (overlapping its last backwards when
   // enabled) and its optimizer update. For equal stages that is the textbook
-  // (m + p - 1) * T of GPipe and 1F1B and m * T + (p - 1) * T / v interleaved.
+  // (m + p - 1) * T of GPipe and 1F1B, m * T + (p - 1) * T / v interleaved, and
+  // m * T + (p - 1) * (T_F + T_B - T_W) ZB-H1 (B and W of the backward split, StageSums::wgrad).
+  // A ZB-H1 backward's B and W both count in the busy time below (bwd = B + W).
   StepCost out;
   const int n = static_cast<int>(stages.size());
   if (n == 0) return out;

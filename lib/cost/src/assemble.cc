@@ -13,6 +13,7 @@ LayerCost layer_cost(const LayerTimes& t) {
   LayerCost out;
   out.fwd = Seconds(t.fwd);
   out.bwd = Seconds(t.bwd);
+  out.wgrad = Seconds(std::clamp(t.wgrad, 0.0, std::max(0.0, t.bwd - t.recompute)));
   out.grad_sync = Seconds(t.grad_sync);
   TimeBreakdown& tb = out.time;
   tb.recompute = Seconds(t.recompute);

@@ -44,6 +44,7 @@ std::vector<StageSums> stage_sums(const Plan& p, const CostModel& cm, const std:
       const LayerCost c = cm.layer(lctx, st.layers[i]);
       sum.fwd += c.fwd;
       sum.bwd += c.bwd;
+      sum.wgrad += c.wgrad;
       sum.grad_sync += c.grad_sync;
       sum.optimizer += c.optimizer;
       sum.time += c.time;
@@ -58,6 +59,7 @@ std::vector<StageSums> stage_sums(const Plan& p, const CostModel& cm, const std:
     const LayerCost extra = cm.stage_extra(sctx, p.embedding);
     sum.fwd += extra.fwd;
     sum.bwd += extra.bwd;
+    sum.wgrad += extra.wgrad;
     sum.grad_sync += extra.grad_sync;
     sum.optimizer += extra.optimizer;
     sum.time += extra.time;

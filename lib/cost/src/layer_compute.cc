@@ -101,9 +101,16 @@ double weft_step_bytes(const AnalyticOptions& opt, double e) {
   return 8 + (e < 4 ? 4 + e : 0);
 }
 
+// The backward of a linear layer Y[m,n] = X[m,k] W[k,n]: its input-gradient GEMM
+// dX[m,k] = dY[m,n] W^T and its weight-gradient GEMM dW[k,n] = X^T dY (reduction over m).
+double dx_gemm(const KernelModel& km, double m, double n, double k, double batch = 1) {
+  return km.gemm(m, k, n, batch).value();
+}
+double dw_gemm(const KernelModel& km, double m, double n, double k, double batch = 1) {
+  return km.gemm(k, n, m, batch).value();
+}
 double bwd_gemm(const KernelModel& km, double m, double n, double k, double batch = 1) {
-  // dX[m,k] = dY[m,n] W^T ; dW[k,n] = X^T dY (reduction over m)
-  return km.gemm(m, k, n, batch).value() + km.gemm(k, n, m, batch).value();
+  return dx_gemm(km, m, n, k, batch) + dw_gemm(km, m, n, k, batch);
 }
 
 double seconds(Seconds s) { return s.value(); }
@@ -156,6 +163,7 @@ LayerCompute layer_compute(const LayerContext& ctx, const LayerStrategy& s, cons
   // --- attention projections (§2.1)
   f.gemm += blocks * (seconds(km.gemm(tokens, (q + 2 * kv) / t, h)) + seconds(km.gemm(tokens, h, q / t)));
   b.gemm += blocks * (bwd_gemm(km, tokens, (q + 2 * kv) / t, h) + bwd_gemm(km, tokens, h, q / t));
+  b.wgrad += blocks * (dw_gemm(km, tokens, (q + 2 * kv) / t, h) + dw_gemm(km, tokens, h, q / t));
 
   // --- attention core (§2.2): local heads, local queries, all keys
   const double heads_local = L.heads / (t * u);
@@ -194,6 +202,7 @@ LayerCompute layer_compute(const LayerContext& ctx, const LayerStrategy& s, cons
     if (ff <= 0) return;
     f.gemm += seconds(km.gemm(tokens, in_mats * ff / t, h)) + seconds(km.gemm(tokens, h, ff / t));
     b.gemm += bwd_gemm(km, tokens, in_mats * ff / t, h) + bwd_gemm(km, tokens, h, ff / t);
+    b.wgrad += dw_gemm(km, tokens, in_mats * ff / t, h) + dw_gemm(km, tokens, h, ff / t);
     f.mem += seconds(km.memory(Bytes(act_bytes * tokens * ff / t)));
     b.mem += kElementwiseBackward * seconds(km.memory(Bytes(act_bytes * tokens * ff / t)));
   };
@@ -205,8 +214,10 @@ LayerCompute layer_compute(const LayerContext& ctx, const LayerStrategy& s, cons
     const double per_expert = routed / local;
     f.gemm += seconds(km.gemm(tokens, experts, h));
     b.gemm += bwd_gemm(km, tokens, experts, h);
+    b.wgrad += dw_gemm(km, tokens, experts, h);
     f.gemm += seconds(km.gemm(per_expert, in_mats * ef / t, h, local)) + seconds(km.gemm(per_expert, h, ef / t, local));
     b.gemm += bwd_gemm(km, per_expert, in_mats * ef / t, h, local) + bwd_gemm(km, per_expert, h, ef / t, local);
+    b.wgrad += dw_gemm(km, per_expert, in_mats * ef / t, h, local) + dw_gemm(km, per_expert, h, ef / t, local);
     const double moe_bytes = act_bytes * routed * ef / t + 2 * 2 * e * routed * h + 3 * 4 * tokens * experts;
     f.mem += seconds(km.memory(Bytes(moe_bytes)));
     b.mem += kElementwiseBackward * seconds(km.memory(Bytes(moe_bytes)));
@@ -300,7 +311,11 @@ LayerCompute layer_compute(const LayerContext& ctx, const LayerStrategy& s, cons
                             hp.expert / (s.zero >= 1 ? safe(hp.expert_shard) : 1.0);
   // --- weight-gradient accumulation (§2.3) as its own kernel: read the new gradient and the
   // buffer, write the buffer, per parameter this device holds
-  if (!opt.fused_grad_accumulation) b.mem += seconds(km.memory(Bytes(grad_accumulation_bytes(e) * (hp.dense + hp.expert))));
+  if (!opt.fused_grad_accumulation) {
+    const double accumulate = seconds(km.memory(Bytes(grad_accumulation_bytes(e) * (hp.dense + hp.expert))));
+    b.mem += accumulate;
+    b.wgrad += accumulate;  // runs with the weight gradient it accumulates
+  }
   out.optimizer = km.memory(Bytes((kAdamStateBytes + per_param.grads + per_param.weights) * opt_params +
                                   weft_step_bytes(opt, e) * (hp.dense + hp.expert)));
   out.f = f;

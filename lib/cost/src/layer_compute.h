@@ -18,6 +18,10 @@ inline double safe(int x) { return static_cast<double>(std::max(1, x)); }
 // One forward or backward pass on one device, split by kind (seconds).
 struct Pass {
   double gemm = 0, core = 0, mem = 0;      // GPU compute
+  // Backward only: the part of gemm + mem that computes the weight gradients (the dW = X^T dY GEMM
+  // of every linear layer and the non-fused gradient accumulation), which a zero-bubble schedule
+  // runs as its own W pass (docs/cost-model.md §7). Already counted in gemm and mem.
+  double wgrad = 0;
   double tp = 0, uly = 0, cp = 0, ep = 0;  // exposed communication
   double gpu() const { return gemm + core + mem + tp + uly + cp + ep; }
   double compute() const { return gemm + core + mem; }

@@ -232,4 +232,38 @@ double micro_batches_in_flight(const TrainSettings& t, int stage) {
   return std::min(m, pp - g);
 }
 
+Bytes weight_grad_state_bytes(const LayerShape& s, const LayerStrategy& st, const ActivationOptions& o) {
+  const double t = std::max(1, st.tp), u = std::max(1, st.ulysses), cp = std::max(1, st.cp);
+  const double e = o.elem_bytes;
+  const double h = static_cast<double>(s.hidden);
+  const double q = static_cast<double>(s.heads) * s.head_dim;
+  const double kv = static_cast<double>(s.kv_heads) * s.head_dim;
+  const double tokens = o.samples * o.seq / (u * cp);
+  const double rep = st.sp ? 1.0 / t : 1.0;  // hidden-width tensors: sequence-split with SP
+  const double blocks = s.kind == LayerKind::kCrossDecoder ? 2 : 1;
+  const double in_mats = s.ffn_kind == FfnKind::kSwiglu ? 2 : 1;
+  // Attention: QKV input and output gradient, output projection input and output gradient.
+  const double attn = blocks * (h * rep + (q + 2 * kv) / t + q / t + h * rep);
+  // A dense FFN of width ff over n token rows: its input, the gate/up output gradients, the down
+  // projection's input and output gradient.
+  auto ffn = [&](double rows, double ff) { return rows * (h * rep + in_mats * ff / t + ff / t + h * rep); };
+  double per_layer = tokens * attn;
+  if (s.moe.enabled()) {
+    const double ef = static_cast<double>(s.moe.expert_ffn);
+    per_layer += tokens * (h * rep + s.moe.experts * rep);                       // router
+    per_layer += ffn(tokens * s.moe.top_k, ef);                                   // routed experts
+    if (s.moe.shared_experts > 0) per_layer += ffn(tokens, s.moe.shared_experts * ef);
+  } else {
+    per_layer += ffn(tokens, static_cast<double>(s.ffn));
+  }
+  return Bytes(e * per_layer);
+}
+
+double pending_weight_grads(const TrainSettings& t, int stage) {
+  if (t.schedule != Schedule::kZbH1) return 0;
+  const int m = std::max(1, t.micro_batches);
+  const int pp = std::max(1, t.pp);
+  return std::min(stage % pp, m - 1);
+}
+
 }  // namespace weft

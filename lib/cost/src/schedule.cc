@@ -15,6 +15,7 @@ const char* to_string(EventKind k) {
     case EventKind::kForward: return "forward";
     case EventKind::kBackward: return "backward";
     case EventKind::kRecompute: return "recompute";
+    case EventKind::kWeightGrad: return "weight grad";
     case EventKind::kP2p: return "p2p";
     case EventKind::kGradSync: return "grad sync";
     case EventKind::kOptimizer: return "optimizer";
@@ -24,29 +25,60 @@ const char* to_string(EventKind k) {
 
 namespace {
 
+// F: a forward; B: a backward (under ZB-H1 its input-gradient part only); W: the weight-gradient
+// part a zero-bubble schedule runs on its own.
+enum class OpKind { kF, kB, kW };
+
 struct Op {
-  bool forward = true;
+  OpKind kind = OpKind::kF;
   int stage = 0;
   int micro_batch = 0;
+  bool forward() const { return kind == OpKind::kF; }
 };
+
+constexpr OpKind F = OpKind::kF, B = OpKind::kB, W = OpKind::kW;
+
+// ZB-H1 (Qi et al., "Zero Bubble Pipeline Parallelism", ICLR'24, figure 3; the order weft's runtime
+// executes): 1F1B's order of forwards and input-gradient passes B, each W run after its B in
+// micro-batch order, lagging g micro-batches on device group g: w = min(pp - g - 1, m) warm-up
+// forwards; then for i = 0 .. m-w-1: F(w+i), B(i), and the next pending W once i >= g; then the
+// cool-down B(i), each followed by the next pending W; then every W still pending.
+std::vector<Op> zb_h1_order(int pp, int m, int g) {
+  std::vector<Op> ops;
+  const int warmup = std::min(pp - g - 1, m);
+  int next_w = 0;
+  for (int j = 0; j < warmup; ++j) ops.push_back({F, g, j});
+  for (int i = 0; i < m - warmup; ++i) {
+    ops.push_back({F, g, warmup + i});
+    ops.push_back({B, g, i});
+    if (i >= g) ops.push_back({W, g, next_w++});
+  }
+  for (int j = m - warmup; j < m; ++j) {
+    ops.push_back({B, g, j});
+    ops.push_back({W, g, next_w++});
+  }
+  while (next_w < m) ops.push_back({W, g, next_w++});
+  return ops;
+}
 
 // The order in which device group g runs its forward and backward ops.
 std::vector<Op> device_order(const ScheduleSpec& sp, int g) {
   const int m = sp.micro_batches, pp = sp.pp, vp = sp.vp;
   std::vector<Op> ops;
   if (sp.schedule == Schedule::kGpipe) {
-    for (int j = 0; j < m; ++j) ops.push_back({true, g, j});
-    for (int j = 0; j < m; ++j) ops.push_back({false, g, j});
+    for (int j = 0; j < m; ++j) ops.push_back({F, g, j});
+    for (int j = 0; j < m; ++j) ops.push_back({B, g, j});
     return ops;
   }
+  if (sp.schedule == Schedule::kZbH1) return zb_h1_order(pp, m, g);
   if (sp.schedule == Schedule::k1F1B || vp == 1) {
     const int warmup = std::min(pp - g - 1, m);
-    for (int j = 0; j < warmup; ++j) ops.push_back({true, g, j});
+    for (int j = 0; j < warmup; ++j) ops.push_back({F, g, j});
     for (int i = 0; i < m - warmup; ++i) {
-      ops.push_back({true, g, warmup + i});
-      ops.push_back({false, g, i});
+      ops.push_back({F, g, warmup + i});
+      ops.push_back({B, g, i});
     }
-    for (int j = m - warmup; j < m; ++j) ops.push_back({false, g, j});
+    for (int j = m - warmup; j < m; ++j) ops.push_back({B, g, j});
     return ops;
   }
   // Interleaved 1F1B (Narayanan et al. 2021, as Megatron-LM orders it): the k-th forward of a
@@ -57,7 +89,7 @@ std::vector<Op> device_order(const ScheduleSpec& sp, int g) {
   auto nth = [&](int k, bool fwd) {
     int chunk = (k / pp) % vp;
     if (!fwd) chunk = vp - 1 - chunk;
-    return Op{fwd, chunk * pp + g, (k / (pp * vp)) * pp + k % pp};
+    return Op{fwd ? F : B, chunk * pp + g, (k / (pp * vp)) * pp + k % pp};
   };
   int warmup = (m == pp) ? total : std::min(total, (pp - g - 1) * 2 + (vp - 1) * pp);
   for (int k = 0; k < warmup; ++k) ops.push_back(nth(k, true));
@@ -82,12 +114,15 @@ void check_inputs(const ScheduleSpec& sp, const std::vector<StageTiming>& st) {
   for (size_t s = 0; s < st.size(); ++s) {
     const auto& t = st[s];
     const std::string w = "stages[" + S(s) + "]";
-    for (auto [name, v] : {std::pair{"fwd", t.fwd}, {"bwd", t.bwd}, {"recompute", t.recompute}, {"p2p", t.p2p},
-                           {"grad_sync", t.grad_sync}, {"optimizer", t.optimizer}})
+    for (auto [name, v] : {std::pair{"fwd", t.fwd}, {"bwd", t.bwd}, {"recompute", t.recompute}, {"wgrad", t.wgrad},
+                           {"p2p", t.p2p}, {"grad_sync", t.grad_sync}, {"optimizer", t.optimizer}})
       require(v.value() >= 0, w + "." + name + ": negative duration " + std::to_string(v.value()) + " s");
     require(t.recompute <= t.bwd, w + ".recompute: " + std::to_string(t.recompute.value()) +
                                       " s exceeds the backward it is part of (" + std::to_string(t.bwd.value()) +
                                       " s)");
+    require(t.wgrad <= t.bwd - t.recompute,
+            w + ".wgrad: " + std::to_string(t.wgrad.value()) + " s exceeds the backward less its recompute (" +
+                std::to_string(t.bwd.value()) + " - " + std::to_string(t.recompute.value()) + " s)");
   }
 }
 
@@ -110,8 +145,10 @@ Simulation run(const ScheduleSpec& sp, const std::vector<StageTiming>& st) {
   auto index = [&](bool fwd, int stage, int mb) {
     return (static_cast<size_t>(fwd ? 0 : 1) * nstages + stage) * m + mb;
   };
-  // Start of each stage's last backward (device order), for the overlapped gradient sync.
+  // Start of each stage's last backward (device order), under ZB-H1 of its last W: its gradients
+  // are final during that op, so the overlapped gradient sync may start.
   std::vector<double> last_bwd_start(nstages, 0.0);
+  const bool split_backward = sp.schedule == Schedule::kZbH1;
   std::vector<size_t> next(pp, 0);
   std::vector<double> free_at(pp, 0.0);
   size_t remaining = 0;
@@ -130,7 +167,9 @@ Simulation run(const ScheduleSpec& sp, const std::vector<StageTiming>& st) {
       while (next[g] < order[g].size()) {
         const Op op = order[g][next[g]];
         double ready = 0;
-        if (op.forward) {
+        if (op.kind == OpKind::kW) {
+          // After its own B on this device, which the order puts earlier; nothing to wait for.
+        } else if (op.forward()) {
           if (op.stage > 0) {
             ready = done[index(true, op.stage - 1, op.micro_batch)];
             if (ready < 0) break;
@@ -142,21 +181,31 @@ Simulation run(const ScheduleSpec& sp, const std::vector<StageTiming>& st) {
         }
         const StageTiming& t = st[op.stage];
         double at = std::max(free_at[g], ready);
-        if (op.forward) {
+        if (op.kind == OpKind::kW) {
+          // The weight gradient sends nothing.
+          last_bwd_start[op.stage] = at;
+          free_at[g] = emit(EventKind::kWeightGrad, g, op.stage, op.micro_batch, at, t.wgrad.value());
+          ++next[g];
+          --remaining;
+          progress = true;
+          continue;
+        }
+        if (op.forward()) {
           at = emit(EventKind::kForward, g, op.stage, op.micro_batch, at, t.fwd.value());
         } else {
-          last_bwd_start[op.stage] = at;
+          if (!split_backward) last_bwd_start[op.stage] = at;
+          const Seconds deferred = split_backward ? t.wgrad : Seconds(0);
           at = emit(EventKind::kRecompute, g, op.stage, op.micro_batch, at, t.recompute.value());
-          at = emit(EventKind::kBackward, g, op.stage, op.micro_batch, at, (t.bwd - t.recompute).value());
+          at = emit(EventKind::kBackward, g, op.stage, op.micro_batch, at, (t.bwd - t.recompute - deferred).value());
         }
         if (sp.overlap_p2p) {
           // The transfer runs beside the device's next operation: only the receiver waits for it.
           const double send = t.p2p.value() / 2;
           if (sp.record_events && send > 0) sim.events.push_back({EventKind::kP2p, g, op.stage, op.micro_batch, at, at + send});
-          done[index(op.forward, op.stage, op.micro_batch)] = at + send;
+          done[index(op.forward(), op.stage, op.micro_batch)] = at + send;
         } else {
           at = emit(EventKind::kP2p, g, op.stage, op.micro_batch, at, t.p2p.value() / 2);
-          done[index(op.forward, op.stage, op.micro_batch)] = at;
+          done[index(op.forward(), op.stage, op.micro_batch)] = at;
         }
         free_at[g] = at;
         ++next[g];
@@ -212,6 +261,7 @@ StageTiming stage_timing(const StageSums& s) {
   t.fwd = s.fwd;
   t.bwd = s.bwd;
   t.recompute = std::clamp(s.time.recompute, Seconds(0), s.bwd);
+  t.wgrad = std::clamp(s.wgrad, Seconds(0), s.bwd - t.recompute);
   t.p2p = s.p2p;
   t.grad_sync = s.grad_sync;
   t.optimizer = s.optimizer;

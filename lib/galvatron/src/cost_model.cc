@@ -337,6 +337,7 @@ bool GalvatronCostModel::allowed(const GStrategy& g, const TrainSettings& t, int
     return false;
   };
   if (t.schedule == Schedule::kInterleaved || t.vp != 1) return no("Galvatron has no interleaved schedule");
+  if (t.schedule == Schedule::kZbH1 && t.pp > 1) return no("Galvatron has no zero-bubble (zb-h1) schedule");
   if (t.micro_batches < t.pp) return no("chunks < pp (Galvatron asserts chunks >= pp)");
   if (!opt_.strict_space) return true;
   if (g.tp > 1 && g.megatron_sp != opt_.sequence_parallel)

@@ -173,6 +173,8 @@ Result<Json> export_strategy(const Plan& p) {
     };
     if (t.schedule == Schedule::kInterleaved || t.vp != 1)
       refuse("train.schedule", "interleaved pipelines (vp=" + S(t.vp) + ") have no Galvatron equivalent");
+    if (t.schedule == Schedule::kZbH1 && t.pp > 1)
+      refuse("train.schedule", "zb-h1 (pp=" + S(t.pp) + ") has no Galvatron equivalent (it runs gpipe and 1f1b)");
     bool want_zero2 = false, want_ddp = false, any_cp = false;
     int sp_flag = -1;
     std::string sp_first;

@@ -176,6 +176,10 @@ MegatronArgs megatron_or_throw(const Plan& p) {
   require_embedding_like_layers(p, s, kMeg, kMeg,
                                 "Megatron-LM runs the embedding and LM head on the layers' tensor-parallel group",
                                 "Megatron-LM's distributed optimizer and Megatron FSDP cover all parameters or none");
+  if (p.train.schedule == Schedule::kZbH1 && p.train.pp > 1)
+    refuse_plan(kMeg, "train.schedule=zb-h1 (pp=" + S(p.train.pp) +
+                          "): Megatron-LM mainline has no zero-bubble schedule (it lives in the sail-sg fork), and "
+                          "running this plan as 1F1B would not be the plan the estimate prices");
   std::vector<std::string> rc = megatron_recompute(p);
 
   megatron_model(p, out, r.notes);

@@ -42,6 +42,12 @@ TorchtitanConfig torchtitan_or_throw(const Plan& p, bool compile) {
   require_embedding_like_layers(p, s, kTitan, fw,
                                 "torchtitan shards the embedding and output over the same tensor-parallel mesh",
                                 "torchtitan applies one data-parallel mode to all parameters");
+  // torchtitan builds a multi-stage schedule such as ScheduleInterleavedZeroBubble with at least 2
+  // stages per rank (torchtitan/distributed/pipeline_parallel.py, pipeline_llm); zb-h1 has one.
+  if (p.train.schedule == Schedule::kZbH1 && p.train.pp > 1)
+    refuse_titan(fw, "train.schedule=zb-h1 (pp=" + S(p.train.pp) +
+                         "): torchtitan runs its zero-bubble schedule (InterleavedZeroBubble) with at least 2 stages "
+                         "per rank, and zb-h1 keeps one");
   // training.mixed_precision_param is Literal["bfloat16", "float32"] in the release's job config.
   if (p.train.dtype == DType::kFp16)
     refuse(kTitan, "train.dtype=fp16: torchtitan's training.mixed_precision_param takes bfloat16 or float32 (plan "

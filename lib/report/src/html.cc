@@ -48,6 +48,7 @@ Figures figures_of(const Plan& p, const std::string& name, const CostModel& cm) 
 const char* kForward[2] = {"#4e79a7", "#9fbfdf"};
 const char* kBackward[2] = {"#59a14f", "#a6d49c"};
 const char* kRecompute = "#f28e2b";
+const char* kWeightGrad = "#edc948";  // ZB-H1's deferred weight-gradient passes (W)
 const char* kP2p = "#8c8c8c";
 const char* kOptimizer = "#b07aa1";
 const char* kGradSync = "#e15759";
@@ -185,6 +186,7 @@ std::string timeline_svg(const Figures& f) {
       case EventKind::kForward: color = kForward[chunk % 2]; label = "F"; break;
       case EventKind::kBackward: color = kBackward[chunk % 2]; label = "B"; break;
       case EventKind::kRecompute: color = kRecompute; label = "R"; break;
+      case EventKind::kWeightGrad: color = kWeightGrad; label = "W"; break;
       case EventKind::kP2p: color = kP2p; label = "p2p"; break;
       case EventKind::kOptimizer: color = kOptimizer; label = "optimizer"; break;
       case EventKind::kGradSync: color = kGradSync; label = "grad sync"; break;
@@ -203,7 +205,8 @@ std::string timeline_svg(const Figures& f) {
     }
     std::string extra = e.micro_batch >= 0 ? "data-mb=\"" + S(e.micro_batch) + "\"" : "";
     w.rect(x, y, wd, row, color, title, extra);
-    if ((e.kind == EventKind::kForward || e.kind == EventKind::kBackward) && wd >= 13 && m <= 999)
+    if ((e.kind == EventKind::kForward || e.kind == EventKind::kBackward || e.kind == EventKind::kWeightGrad) &&
+        wd >= 13 && m <= 999)
       w.text(x + wd / 2, y + 17, S(e.micro_batch), "middle", 10, e.kind == EventKind::kForward && chunk % 2 == 0 ? "#fff" : "#123",
              "pointer-events=\"none\"");
     else if (e.kind == EventKind::kOptimizer && wd >= 24)
@@ -532,13 +535,23 @@ std::string render(const ReportInput& in) {
        "time is idle (bubbles); the thin lane under each row is the data-parallel gradient synchronisation. The "
        "dashed line marks the cost model's predicted step time.</p>\n";
   h += timeline_svg(f);
-  h += svg::html_legend({{kForward[0], "forward"},
-                         {kBackward[0], "backward"},
-                         {kRecompute, "recompute"},
-                         {kP2p, "p2p send/recv"},
-                         {kGradSync, "gradient sync"},
-                         {kOptimizer, "optimizer"},
-                         {"#dddddd", "bubble / idle", true}});
+  if (f.sim.spec.schedule == Schedule::kZbH1)
+    h += svg::html_legend({{kForward[0], "forward"},
+                           {kBackward[0], "backward (input gradient, B)"},
+                           {kWeightGrad, "weight gradient (W)"},
+                           {kRecompute, "recompute"},
+                           {kP2p, "p2p send/recv"},
+                           {kGradSync, "gradient sync"},
+                           {kOptimizer, "optimizer"},
+                           {"#dddddd", "bubble / idle", true}});
+  else
+    h += svg::html_legend({{kForward[0], "forward"},
+                           {kBackward[0], "backward"},
+                           {kRecompute, "recompute"},
+                           {kP2p, "p2p send/recv"},
+                           {kGradSync, "gradient sync"},
+                           {kOptimizer, "optimizer"},
+                           {"#dddddd", "bubble / idle", true}});
   if (p.train.vp > 1)
     h += "<p class=\"note\">Interleaved: lighter blocks are the odd virtual stages (model chunks) of a device.</p>\n";
   h += "</section>\n";

@@ -1,10 +1,23 @@
 #include "weft/report/summary.h"
 
 #include <cstdio>
+#include <vector>
 
 #include "svg.h"
 
 namespace weft {
+
+namespace {
+
+// Per device group: the time of its weight-gradient passes (W events; ZB-H1 only).
+std::vector<double> weight_grad_time(const Simulation& sim) {
+  std::vector<double> w(sim.spec.pp, 0.0);
+  for (const ScheduleEvent& e : sim.events)
+    if (e.kind == EventKind::kWeightGrad) w[e.device_group] += e.duration();
+  return w;
+}
+
+}  // namespace
 
 std::string simulation_text(const Simulation& sim, double predicted, int per_stage) {
   const auto& sp = sim.spec;
@@ -18,27 +31,39 @@ std::string simulation_text(const Simulation& sim, double predicted, int per_sta
                   svg::dur(predicted).c_str(), 100.0 * (sim.makespan_s - predicted) / predicted);
     o += buf;
   }
-  o += "\nstage  ranks          busy         bubble   bubble%   last backward ends\n";
+  // ZB-H1: the compute ends with the last weight-gradient pass (W), whose time is listed.
+  const bool zb = sp.schedule == Schedule::kZbH1;
+  const std::vector<double> wgrad = weight_grad_time(sim);
+  o += zb ? "\nstage  ranks          busy         bubble   bubble%      last W ends     W time\n"
+          : "\nstage  ranks          busy         bubble   bubble%   last backward ends\n";
   for (int g = 0; g < sp.pp; ++g) {
     std::string ranks = per_stage > 0 ? std::to_string(g * per_stage) + "-" + std::to_string((g + 1) * per_stage - 1) : "-";
     const double end = sim.compute_end_s[g];
-    std::snprintf(buf, sizeof buf, "%5d  %-12s %10s  %12s  %7.1f%%  %12s\n", g, ranks.c_str(),
+    std::snprintf(buf, sizeof buf, "%5d  %-12s %10s  %12s  %7.1f%%  %12s", g, ranks.c_str(),
                   svg::dur(sim.busy_s[g]).c_str(), svg::dur(sim.bubble_s[g]).c_str(),
                   end > 0 ? 100.0 * sim.bubble_s[g] / end : 0.0, svg::dur(end).c_str());
     o += buf;
+    if (zb) {
+      std::snprintf(buf, sizeof buf, " %10s", svg::dur(wgrad[g]).c_str());
+      o += buf;
+    }
+    o += "\n";
   }
   return o;
 }
 
 Json simulation_json(const Simulation& sim, double predicted) {
   Json stages = Json::array();
+  const std::vector<double> wgrad = weight_grad_time(sim);
   for (int g = 0; g < sim.spec.pp; ++g) {
     const double end = sim.compute_end_s[g];
-    stages.push_back(Json{{"stage", g},
-                          {"busy_s", sim.busy_s[g]},
-                          {"bubble_s", sim.bubble_s[g]},
-                          {"bubble_fraction", end > 0 ? sim.bubble_s[g] / end : 0.0},
-                          {"compute_end_s", end}});
+    Json st{{"stage", g},
+            {"busy_s", sim.busy_s[g]},
+            {"bubble_s", sim.bubble_s[g]},
+            {"bubble_fraction", end > 0 ? sim.bubble_s[g] / end : 0.0},
+            {"compute_end_s", end}};
+    if (sim.spec.schedule == Schedule::kZbH1) st["weight_grad_s"] = wgrad[g];
+    stages.push_back(std::move(st));
   }
   return Json{{"schedule", to_string(sim.spec.schedule)},
               {"pp", sim.spec.pp},

@@ -58,6 +58,7 @@ std::string event_name(const ScheduleEvent& e) {
     case EventKind::kForward: return "F" + mb;
     case EventKind::kBackward: return "B" + mb;
     case EventKind::kRecompute: return "R" + mb;
+    case EventKind::kWeightGrad: return "W" + mb;
     case EventKind::kP2p: return "p2p " + mb;
     case EventKind::kGradSync: return "grad sync stage " + std::to_string(e.stage);
     case EventKind::kOptimizer: return "optimizer";

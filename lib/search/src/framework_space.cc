@@ -34,11 +34,36 @@ std::string refusal(Framework f, const LayerStrategy& s) {
   return "";
 }
 
+// Why framework f has no ZB-H1 schedule (empty: it has; weft's runtime answers for itself).
+//  - Megatron-LM: no zero-bubble schedule in mainline (it lives in the sail-sg fork);
+//  - Megatron-DeepSpeed: 1F1B only (its PipelineEngine's TrainSchedule);
+//  - torchtitan: torch.distributed.pipelining's ScheduleInterleavedZeroBubble is a
+//    PipelineScheduleMulti (pytorch/pytorch torch/distributed/pipelining/schedules.py), and
+//    torchtitan builds multi-stage schedules with at least 2 stages per rank ("Multi-stage schedule
+//    requires at least 2 stages per rank", pytorch/torchtitan torchtitan/distributed/
+//    pipeline_parallel.py, pipeline_llm, read at commit 02ef790c); ZB-H1 runs one stage per rank.
+std::string zb_refusal(Framework f) {
+  switch (f) {
+    case Framework::kMegatron: return "Megatron-LM mainline has no zero-bubble schedule";
+    case Framework::kMegatronDeepSpeed: return "Megatron-DeepSpeed runs 1F1B only";
+    case Framework::kTorchtitan:
+    case Framework::kTorchtitanCompile:
+      return "torchtitan runs its zero-bubble schedule (ScheduleInterleavedZeroBubble) with at least 2 stages per "
+             "rank, and zb-h1 has one";
+    case Framework::kWeft: return "";
+  }
+  return "";
+}
+
 }  // namespace
 
 Status restrict_to_framework(SearchOptions& opt, Framework f) {
   if (f == Framework::kWeft) return restrict_to_runtime(opt);
   const bool titan = f == Framework::kTorchtitan || f == Framework::kTorchtitanCompile;
+  for (Schedule s : opt.schedules)
+    if (s == Schedule::kZbH1)
+      return Error{ErrorKind::kBadInput, std::string("--schedule: framework ") + to_string(f) +
+                                             " has no zb-h1 schedule (" + zb_refusal(f) + ")"};
   opt.layerwise = false;
   // Megatron splits the layers evenly over the stages (its exports allow no other split but a
   // different first or last stage); torchtitan takes any split points.
@@ -51,6 +76,8 @@ Status restrict_to_framework(SearchOptions& opt, Framework f) {
     opt.schedules = {Schedule::k1F1B};
     opt.allow_cp = false;
   }
+  // The default space less zb-h1, which no framework but weft runs.
+  if (opt.schedules.empty()) opt.schedules = {Schedule::kGpipe, Schedule::k1F1B, Schedule::kInterleaved};
   if (titan) opt.allow_ulysses = false;
   opt.accept = [f](const LayerStrategy& s, const LayerShape*) { return refusal(f, s).empty(); };
   return Status{};
@@ -69,6 +96,8 @@ Status framework_runs(const Plan& p, Framework f) {
   };
   if (f == Framework::kMegatronDeepSpeed && p.train.pp > 1 && p.train.schedule != Schedule::k1F1B)
     return fail(std::string("schedule ") + to_string(p.train.schedule));
+  if (p.train.pp > 1 && p.train.schedule == Schedule::kZbH1)
+    return fail("train.schedule zb-h1 (" + zb_refusal(f) + ")");
   const std::optional<LayerStrategy> one = p.uniform_strategy();
   if (!one) {
     // Name the first layer that differs from layer 0 (the expert degree aside).
@@ -94,12 +123,13 @@ Status framework_runs(const Plan& p, const std::string& name) {
 }
 
 Status restrict_to_runtime(SearchOptions& opt) {
-  // The schedules the runtime has (weft/plan/runtime_support.h): gpipe and 1f1b, no interleaving.
+  // The schedules the runtime has (weft/plan/runtime_support.h): gpipe, 1f1b and zb-h1, no
+  // interleaving.
   for (Schedule s : opt.schedules)
     if (!runtime_runs_schedule(s))
       return Error{ErrorKind::kBadInput,
                    std::string("--schedule: weft's runtime has no ") + to_string(s) + " schedule yet"};
-  if (opt.schedules.empty()) opt.schedules = {Schedule::kGpipe, Schedule::k1F1B};
+  if (opt.schedules.empty()) opt.schedules = {Schedule::kGpipe, Schedule::k1F1B, Schedule::kZbH1};
   opt.allow_cp = false;
   // No cp and no ep on any layer or the embedding; a filter set before (a framework's) still applies.
   auto before = std::move(opt.accept);

@@ -176,9 +176,10 @@ ReplicaCost replica_cost(const Plan& p, const Units& u, const CostModel& cm, int
     if (f == 1.0) continue;
     rc.sums[s].fwd = rc.sums[s].fwd * f;
     rc.sums[s].bwd = rc.sums[s].bwd * f;
+    rc.sums[s].wgrad = rc.sums[s].wgrad * f;
   }
   if (share == 0)
-    for (StageSums& ss : rc.sums) ss.fwd = ss.bwd = ss.p2p = Seconds(0);
+    for (StageSums& ss : rc.sums) ss.fwd = ss.bwd = ss.wgrad = ss.p2p = Seconds(0);
   rc.step = cm.step(q.train, rc.sums);
   rc.group_mem.assign(u.pp, Bytes(0));
   rc.budget.assign(u.pp, Bytes(0));

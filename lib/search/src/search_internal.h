@@ -136,8 +136,13 @@ class Pool {
 // backward, plus the per-step work spread over the m micro-batches -- the optimizer step and the
 // part of the gradient reduction that its own backward cannot hide.
 double objective_time(const LayerCost& c, int m);
-// J for per-stage (non-interleaved) costs, or per device group costs with vp virtual stages.
+// J for per-stage (non-interleaved) costs, or per device group costs with vp virtual stages. A
+// zb-h1 configuration is ranked as 1F1B (its bubble (pp - 1)(F + B - W) is at most 1F1B's
+// (pp - 1)(F + B + W)); estimate() re-ranks the kept plans with the simulated schedule.
 double objective(const std::vector<double>& group_cost, int m, int vp);
+// How many times a device group's per-micro-batch work the lower bounds on J count: m + (pp - 1) / vp,
+// or m for zb-h1, whose bubble the per-layer tables cannot bound from below.
+double pipeline_weight(const PipelineConfig& c);
 StageContext stage_context(const Problem& pb, const Work& w, int pos);
 
 // Candidates, costs at the probe positions, embedding candidates of configuration w.cfg. False if

@@ -29,7 +29,8 @@ std::vector<PipelineConfig> pipeline_configs(const ModelSpec& model, const Clust
   for (int pp : opt.pp_degrees.empty() ? divisors(world) : opt.pp_degrees)
     if (pp >= 1 && world % pp == 0 && pp <= L) pps.push_back(pp);
   std::vector<Schedule> scheds = opt.schedules.empty()
-                                     ? std::vector<Schedule>{Schedule::kGpipe, Schedule::k1F1B, Schedule::kInterleaved}
+                                     ? std::vector<Schedule>{Schedule::kGpipe, Schedule::k1F1B, Schedule::kInterleaved,
+                                                             Schedule::kZbH1}
                                      : opt.schedules;
   std::vector<int> ms;
   for (int m : opt.micro_batches.empty() ? divisors(B) : opt.micro_batches)
@@ -39,12 +40,14 @@ std::vector<PipelineConfig> pipeline_configs(const ModelSpec& model, const Clust
 
   std::vector<PipelineConfig> out;
   for (int pp : pps) {
-    for (Schedule sched : {Schedule::kGpipe, Schedule::k1F1B, Schedule::kInterleaved}) {
+    for (Schedule sched : {Schedule::kGpipe, Schedule::k1F1B, Schedule::kInterleaved, Schedule::kZbH1}) {
       if (!contains(scheds, sched)) continue;
       if (pp == 1) {
         // No pipeline: one schedule. Keep 1F1B if searched, else the first non-interleaved one.
         const bool keep = sched == Schedule::k1F1B ||
-                          (sched == Schedule::kGpipe && !contains(scheds, Schedule::k1F1B));
+                          (sched == Schedule::kGpipe && !contains(scheds, Schedule::k1F1B)) ||
+                          (sched == Schedule::kZbH1 && !contains(scheds, Schedule::k1F1B) &&
+                           !contains(scheds, Schedule::kGpipe));
         if (!keep) {
           log.add(kRuleNoPipeline, static_cast<long long>(ms.size()));
           continue;

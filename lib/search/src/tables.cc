@@ -141,6 +141,13 @@ double objective_time(const LayerCost& c, int m) {
   return c.fwd.value() + c.bwd.value() + (exposed + c.optimizer.value()) / m;
 }
 
+double pipeline_weight(const PipelineConfig& c) {
+  // ZB-H1's bubble is (pp - 1)(T_F + T_B - T_W) >= 0 (Qi et al. 2024, table 1), which the per-layer
+  // times here cannot bound from below without the W share: only the m micro-batches of work count.
+  if (c.schedule == Schedule::kZbH1) return c.m;
+  return c.m + (c.pp - 1.0) / c.vp;
+}
+
 double objective(const std::vector<double>& group_cost, int m, int vp) {
   double mx = 0, sum = 0;
   for (double c : group_cost) mx = std::max(mx, c), sum += c;
@@ -302,7 +309,7 @@ void lower_bound(const Problem& pb, Work& w) {
   if (sum_min_mem + sum_min_extra > pb.budget * w.cfg.pp || avail < min_layer_mem) w.memory_infeasible = true;
   const double min_u = *std::min_element(ts.begin(), ts.end());
   const double n = static_cast<double>(pb.L) / w.cfg.pp;
-  const double weight = w.cfg.m + (w.cfg.pp - 1.0) / w.cfg.vp;
+  const double weight = pipeline_weight(w.cfg);
   w.lb_time = weight * n * min_u;
   const TimeMemoryHull phi(xs, ts);
   w.lb = weight * (n * phi(avail / n));

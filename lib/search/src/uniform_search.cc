@@ -70,7 +70,7 @@ void uniform_config(const Problem& pb, Tally& t, Work& w, Pool& pool) {
   while (!w.groups[g0].cands) ++g0;
   const auto& c0 = *w.groups[g0].cands;
   const std::vector<int> sizes = even_stage_sizes(pb.L, P);
-  const double weight = (w.cfg.m + (pp - 1.0) / w.cfg.vp) * (static_cast<double>(pb.L) / pp);
+  const double weight = pipeline_weight(w.cfg) * (static_cast<double>(pb.L) / pp);
   EmbeddingExtras extras(pb, w);
   for (size_t c = 0; c < c0.size(); ++c) {
     const std::vector<int> gi = indices_in_groups(pb, w, c0[c]);

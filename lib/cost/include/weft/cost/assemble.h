@@ -17,6 +17,7 @@ struct LayerTimes {
   double fwd = 0, bwd = 0;   // forward; backward with its recompute
   double grad_sync = 0;      // per step: the gradient reduction (overlappable)
   double recompute = 0;      // part of bwd re-running forward work
+  double wgrad = 0;          // part of bwd computing weight gradients (LayerCost::wgrad)
   double tp = 0, ulysses = 0, cp = 0, ep = 0;  // exposed communication by parallelism, fwd + bwd
   double zero3_gather = 0;   // exposed part of ZeRO's per-micro-batch traffic
   double reduce_per_micro_batch = 0;  // ZeRO-2/3 gradient reduce-scatter (in dp_comm, x micro-batches)

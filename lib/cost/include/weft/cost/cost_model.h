@@ -40,6 +40,11 @@ struct LayerContext : StageContext {
 struct LayerCost {
   Seconds fwd;                 // one micro-batch forward, compute + exposed communication
   Seconds bwd;                 // one micro-batch backward (+ recompute), compute + exposed communication
+  // Part of bwd that a zero-bubble schedule can defer (its W pass, docs/cost-model.md §7): the
+  // weight-gradient GEMMs dW = X^T dY of the layer's linears and the non-fused gradient accumulation,
+  // 0 <= wgrad <= bwd - time.recompute. Stage extras (embedding, LM head, loss) keep 0: their
+  // backward runs whole in B.
+  Seconds wgrad;
   Seconds grad_sync;           // per step: gradient reduction (overlappable with backward)
   Seconds optimizer;           // per step: optimizer update of the local shard
   TimeBreakdown time;          // per micro-batch detail of fwd+bwd; dp_comm/optimizer per step
@@ -57,6 +62,7 @@ struct LayerCost {
 // Per-stage sums the pipeline model combines.
 struct StageSums {
   Seconds fwd, bwd;            // per micro-batch
+  Seconds wgrad;               // per micro-batch: the deferrable part of bwd (LayerCost::wgrad)
   Seconds grad_sync, optimizer;// per step
   Seconds p2p;                 // per micro-batch send+recv at this stage's boundaries
   TimeBreakdown time;          // per micro-batch

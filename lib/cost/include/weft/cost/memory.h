@@ -189,4 +189,22 @@ Bytes layer_activation_bytes(const LayerShape& s, const LayerStrategy& st, const
 //   so this returns that count / v per chunk (Narayanan et al. 2021, section 2.2.2).
 double micro_batches_in_flight(const TrainSettings& t, int stage);
 
+// What a zero-bubble schedule keeps of one layer for one micro-batch whose input-gradient pass (B)
+// ran but whose weight-gradient pass (W) did not: the input of every linear layer and the gradient
+// of its output, the two operands of dW = X^T dY (the M_W of Qi et al., "Zero Bubble Pipeline
+// Parallelism", ICLR'24, section 3). Per token: the QKV projection's input (h) and output gradient
+// ((q + 2kv)/t), the output projection's input (q/t) and output gradient (h), the FFN's input (h)
+// and output gradients (gate and up: 2ff/t for SwiGLU, ff/t else), the down projection's input
+// (ff/t) and output gradient (h); a MoE FFN counts its router (input h, gradient of the expert
+// logits) and its experts over the routed token copies (top_k per token) plus the shared experts.
+// Tensors of hidden width are split over the sequence by cp * ulysses (* tp with sequence
+// parallelism), those of the heads or the FFN width by tp; elements of o.elem_bytes (the
+// activation dtype; an fp8 run keeps these in 16 bits too, priced the same).
+Bytes weight_grad_state_bytes(const LayerShape& s, const LayerStrategy& st, const ActivationOptions& o);
+
+// Micro-batches whose W state (weight_grad_state_bytes) a device group holds at its peak besides
+// micro_batches_in_flight: ZB-H1 defers the W of device group g by g micro-batches, so up to
+// min(g, m - 1) of them wait; 0 on group 0 and under every other schedule.
+double pending_weight_grads(const TrainSettings& t, int stage);
+
 }  // namespace weft

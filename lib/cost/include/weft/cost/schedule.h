@@ -8,21 +8,27 @@
 //  - device group g (0..pp-1) runs virtual stages g, g+pp, ..., g+(vp-1)*pp, one operation at a
 //    time, in the order the schedule prescribes (GPipe: all forwards then all backwards; 1F1B:
 //    pp-g-1 warm-up forwards, then one forward / one backward, then the cool-down backwards;
-//    interleaved 1F1B: Megatron-LM's order over groups of pp micro-batches and the vp chunks);
+//    interleaved 1F1B: Megatron-LM's order over groups of pp micro-batches and the vp chunks;
+//    ZB-H1: 1F1B's order with each backward split into B and W, the W of group g lagging its B by
+//    g micro-batches, schedule.cc zb_h1_order);
 //  - a forward op is F (fwd) then a send block of p2p/2; a backward op is the recomputed forward
 //    (recompute), the rest of the backward (bwd - recompute), then a send block of p2p/2. Transfers
-//    are blocking: they occupy the device, as StageSums::p2p is busy time of the stage;
+//    are blocking: they occupy the device, as StageSums::p2p is busy time of the stage. Under ZB-H1
+//    the backward op B is bwd - wgrad (recompute first) and its send; W (wgrad) sends nothing;
 //  - F(s, j) waits for F(s-1, j) including its send; B(s, j) waits for B(s+1, j) including its send,
 //    the last stage's B(s, j) for its own F(s, j);
 //  - a stage's gradient synchronisation runs on the device's communication stream. With overlap it
-//    starts when the stage's last backward starts (its gradients are final during that backward);
+//    starts when the stage's last backward starts (its gradients are final during that backward;
+//    under ZB-H1 when its last W starts);
 //    without, when the device's last backward ends. Syncs of one device run one after another.
 //    The backward compute that hides a sync runs slower (AnalyticOptions::overlap_slowdown, the
 //    cost model's overlap coefficient): the device's update is delayed by (slowdown - 1) times
 //    the hidden part, as the analytic model counts it;
 //  - the optimizer update runs once per device after its compute and all its syncs.
 // The makespan is the end of the last optimizer update. For equal stages it equals the textbook
-// (m + pp - 1) * (fwd + bwd + p2p) of GPipe and 1F1B plus the exposed sync and the update.
+// (m + pp - 1) * (fwd + bwd + p2p) of GPipe and 1F1B plus the exposed sync and the update; ZB-H1's
+// compute ends at m * (fwd + bwd) + (pp - 1) * (fwd + bwd - 2 * wgrad) without p2p, i.e. the
+// (p - 1)(T_F + T_B - T_W) bubble of the ZB paper with T_B = bwd - wgrad, T_W = wgrad.
 #pragma once
 
 #include <string>
@@ -42,6 +48,8 @@ struct StageTiming {
   Seconds fwd;             // forward, exposed communication included
   Seconds bwd;             // backward, recompute included
   Seconds recompute;       // the recomputed-forward part of bwd (0 <= recompute <= bwd)
+  Seconds wgrad;           // the weight-gradient part of bwd a zero-bubble schedule defers
+                           // (0 <= wgrad <= bwd - recompute); ignored by the other schedules
   Seconds p2p;             // send+recv at this stage's boundaries, forward + backward
   Seconds grad_sync;       // per step: gradient reduction of this stage's parameters
   Seconds optimizer;       // per step: update of this stage's parameter shard
@@ -66,6 +74,7 @@ enum class EventKind {
   kForward,
   kBackward,
   kRecompute,
+  kWeightGrad, // ZB-H1's W: the deferred weight-gradient part of a backward
   kP2p,        // send of activations (after a forward) or gradients (after a backward); blocking
                // unless ScheduleSpec::overlap_p2p
   kGradSync,   // on the device's communication stream
@@ -95,7 +104,8 @@ struct Simulation {
 };
 
 // Lays out one step. Errors (kBadInput) name the field: stage count != pp*vp, m < 1, negative or
-// inconsistent durations (recompute > bwd), vp > 1 without the interleaved schedule.
+// inconsistent durations (recompute > bwd, wgrad > bwd - recompute), vp > 1 without the
+// interleaved schedule.
 Result<Simulation> simulate_schedule(const ScheduleSpec& spec, const std::vector<StageTiming>& stages);
 
 // One stage's sums as simulator timings, the recompute part taken from its breakdown.
