@@ -319,7 +319,7 @@ void run_plan(const PlanFlags& f) {
     runtime_only = true;
     notes.push_back(
         "searched only what weft's runtime (weft train) runs: no context parallelism (cp), no expert "
-        "parallelism (ep), no interleaved schedule; --all-strategies searches those too (for planning "
+        "parallelism (ep); --all-strategies searches those too (for planning "
         "only), --framework NAME plans for another framework");
   }
   // Progress: only on a terminal, and only once the search has run for half a second.
@@ -627,7 +627,7 @@ void register_plan_commands(CLI::App& app) {
     cmd->add_flag("--uniform", fl->uniform, "One strategy for every layer (Megatron-style), no per-layer mix");
     cmd->add_flag("--all-strategies", fl->all_strategies,
                   "Without --framework: search everything the cost model knows, also what weft's runtime "
-                  "cannot run yet (cp, ep, interleaved); for planning only");
+                  "cannot run yet (cp, ep); for planning only");
     cmd->add_flag("--galvatron-space", fl->galvatron_space,
                   "Search only Galvatron's space (even stages, its strategy set, 1F1B, fixed global batch)");
     cmd->add_option("--out", fl->out, "Write the best plan to this file (plan.json)");

@@ -309,7 +309,7 @@ TEST(CliPlan, WithoutFrameworkKeepsToWeftsRuntime) {
   const std::vector<std::string> longseq{"plan", "--model", "llama-2-7b", "--cluster", "a100-80gb", "--gpus", "16",
                                          "--seq", "131072", "--global-batch", "16"};
   const std::string kept_note = "searched only what weft's runtime (weft train) runs: no context parallelism (cp), no "
-                                "expert parallelism (ep), no interleaved schedule; --all-strategies searches those "
+                                "expert parallelism (ep); --all-strategies searches those "
                                 "too (for planning only), --framework NAME plans for another framework";
   CliRun r = run(with(longseq, {"--format", "json"}));
   ASSERT_EQ(r.code, 0) << r.err;
@@ -333,7 +333,7 @@ TEST(CliPlan, WithoutFrameworkKeepsToWeftsRuntime) {
   EXPECT_NE(table.out.find("note: searched only what weft's runtime (weft train) runs: no context\n"),
             std::string::npos)
       << table.out;
-  EXPECT_NE(table.out.find("--all-strategies searches those too"), std::string::npos) << table.out;
+  EXPECT_NE(table.out.find("--all-strategies searches"), std::string::npos) << table.out;
   for (size_t start = 0, end; start < table.out.size(); start = end + 1) {
     end = table.out.find('\n', start);
     if (end == std::string::npos) end = table.out.size();
@@ -361,18 +361,15 @@ TEST(CliPlan, WithoutFrameworkKeepsToWeftsRuntime) {
   EXPECT_EQ(Json::parse(short_all.out).at("notes")[0].get<std::string>(),
             "--all-strategies: searched everything the cost model knows; the best plan also runs on weft's runtime");
 
-  // An interleaved schedule asked for is refused, saying how to plan it anyway; --all-strategies
-  // searches it.
-  CliRun inter = run(with(with({"plan"}, k7b), {"--schedule", "interleaved"}));
-  EXPECT_EQ(inter.code, 2);
-  EXPECT_NE(inter.err.find("--schedule: weft's runtime has no interleaved schedule yet; --all-strategies searches "
-                           "it anyway"),
-            std::string::npos)
-      << inter.err;
-  CliRun inter_all = run(with(with({"plan"}, k7b), {"--schedule", "interleaved", "--pp", "2", "--all-strategies",
-                                                    "--format", "json"}));
-  ASSERT_EQ(inter_all.code, 0) << inter_all.err;
-  EXPECT_EQ(Json::parse(inter_all.out).at("plan").at("train").at("schedule"), "interleaved");
+  // The interleaved schedule runs on weft's runtime: asked for, it is planned without
+  // --all-strategies, and the plan runs there.
+  CliRun inter = run(with(with({"plan"}, k7b), {"--schedule", "interleaved", "--pp", "2", "--format", "json"}));
+  ASSERT_EQ(inter.code, 0) << inter.err;
+  const Json ij = Json::parse(inter.out);
+  EXPECT_EQ(ij.at("plan").at("train").at("schedule"), "interleaved");
+  auto inter_plan = plan_from_json(ij.at("plan"));
+  ASSERT_TRUE(inter_plan.ok()) << inter_plan.error().message;
+  EXPECT_TRUE(runtime_supports(*inter_plan).ok()) << runtime_supports(*inter_plan).error().message;
 
   // A named framework decides the space: no note, and --all-strategies is not used with it.
   CliRun fw = run(with(with({"plan"}, k7b), {"--framework", "megatron", "--format", "json"}));
@@ -410,15 +407,20 @@ TEST(CliEstimate, NotesWhatTheRuntimeCannotRun) {
   ASSERT_EQ(cp.code, 0) << cp.err;
   EXPECT_NE(cp.out.find("note: weft train cannot run this plan yet (plan: embedding.cp: context"), std::string::npos)
       << cp.out;
+  CliRun ep = run(with(base, {"--micro-batch", "1", "--tp", "1", "--pp", "1", "--cp", "2", "--zero", "3", "--format",
+                              "json"}));
+  ASSERT_EQ(ep.code, 0) << ep.err;
+  const Json jv = Json::parse(ep.out);
+  ASSERT_EQ(jv.at("notes").size(), 1u);
+  EXPECT_NE(jv.at("notes")[0].get<std::string>().find("weft train cannot run this plan yet (plan: "),
+            std::string::npos)
+      << jv.at("notes")[0];
+  EXPECT_NE(ep.err.find("weft: note: weft train cannot run this plan yet"), std::string::npos) << ep.err;
+  // The interleaved schedule runs there: no note.
   CliRun vp = run(with(base, {"--micro-batch", "1", "--tp", "1", "--pp", "2", "--vp", "2", "--zero", "1", "--format",
                               "json"}));
   ASSERT_EQ(vp.code, 0) << vp.err;
-  const Json jv = Json::parse(vp.out);
-  ASSERT_EQ(jv.at("notes").size(), 1u);
-  EXPECT_EQ(jv.at("notes")[0].get<std::string>(),
-            "weft train cannot run this plan yet (plan: train.schedule: the interleaved schedule (vp=2) is not "
-            "supported by the weft runtime yet; use gpipe or 1f1b); the estimate is for planning only");
-  EXPECT_NE(vp.err.find("weft: note: weft train cannot run this plan yet"), std::string::npos) << vp.err;
+  EXPECT_FALSE(Json::parse(vp.out).contains("notes"));
   // What the runtime runs: no note; with --framework, that framework's rules instead.
   CliRun ok = run(with(base, {"--micro-batch", "1", "--tp", "1", "--pp", "1", "--zero", "1", "--format", "json"}));
   ASSERT_EQ(ok.code, 0) << ok.err;

@@ -14,8 +14,6 @@ std::string runtime_strategy_refusal(const LayerStrategy& s) {
   return {};
 }
 
-std::string runtime_schedule_refusal(Schedule, int) { return {}; }
-
 Status runtime_runs_model(const ModelSpec& m) {
   if (m.position == PositionKind::kRelative)
     return Error{ErrorKind::kBadInput, "model.position: relative position biases are not supported by the weft "
@@ -39,8 +37,6 @@ Status runtime_runs_model(const ModelSpec& m) {
 Status runtime_supports(const Plan& p) {
   Status v = validate(p);
   if (!v.ok()) return v.error().with_context("plan");
-  if (const std::string why = runtime_schedule_refusal(p.train.schedule, p.train.vp); !why.empty())
-    return Error{ErrorKind::kBadInput, "plan: " + why};
   if (Status m = runtime_runs_model(p.model); !m.ok()) return m.error().with_context("plan");
   if (const std::string why = runtime_strategy_refusal(p.embedding); !why.empty())
     return Error{ErrorKind::kBadInput, "plan: embedding." + why};

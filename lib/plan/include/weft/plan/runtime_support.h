@@ -3,10 +3,10 @@
 // it when a plan is meant for weft's runtime, docs/search.md "weft's runtime") share one rule.
 //
 // The runtime runs every combination of tp, sp, ulysses, dp, ZeRO 0-3, recompute and a pipeline
-// (gpipe or 1f1b, uneven stages, a different layout per layer) for models of decoder layers of one
-// hidden width with learned or rotary positions. It does not run yet: context parallelism (cp > 1),
-// expert parallelism (ep > 1), the interleaved schedule (vp > 1), MoE layers, encoder and
-// cross-attention layers, relative position biases.
+// under every schedule (gpipe, 1f1b, interleaved with any vp, zb-h1; uneven stages, a different
+// layout per layer) for models of decoder layers of one hidden width with learned or rotary
+// positions. It does not run yet: context parallelism (cp > 1), expert parallelism (ep > 1), MoE
+// layers, encoder and cross-attention layers, relative position biases.
 #pragma once
 
 #include <string>
@@ -23,11 +23,6 @@ namespace weft {
 // empty when it can. Only cp and ep matter: every other field is run.
 std::string runtime_strategy_refusal(const LayerStrategy& s);
 inline bool runtime_runs_strategy(const LayerStrategy& s) { return runtime_strategy_refusal(s).empty(); }
-
-// Why the runtime cannot run pipeline schedule `s` with `vp` virtual stages per device group, as
-// "train.schedule: reason"; empty when it can (gpipe and 1f1b with vp = 1).
-std::string runtime_schedule_refusal(Schedule s, int vp);
-inline bool runtime_runs_schedule(Schedule s, int vp = 1) { return runtime_schedule_refusal(s, vp).empty(); }
 
 // Whether the runtime can run model m at all, whatever the strategy: an error (kBadInput) naming
 // the field or the layer, "model.position: ..." or "model layer 3: MoE layers (8 experts) ...".
