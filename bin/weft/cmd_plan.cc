@@ -108,6 +108,7 @@ struct PlanFlags {
   std::vector<int> pp;                // --pp 1,2,4: pipeline degrees to consider (default all)
   std::vector<std::string> schedules; // --schedule gpipe,1f1b,interleaved,zb-h1 (default all)
   int max_tp = 0;                     // --max-tp (default: GPUs per node)
+  std::vector<int> cp, ulysses, vp;   // --cp 1,8, --ulysses 8, --vp 2: the layers' degrees to consider
   bool uniform = false;               // --uniform: one strategy for every layer
   bool all_strategies = false;        // --all-strategies: not only what weft's runtime runs
   // A distribution of document lengths instead of one --seq (docs/varlen.md).
@@ -286,6 +287,9 @@ void run_plan(const PlanFlags& f) {
   opt.pp_degrees = f.pp;
   for (const std::string& s : f.schedules) opt.schedules.push_back(unwrap(schedule_from_string(s)));
   opt.max_tp = f.max_tp;
+  opt.cp_degrees = f.cp;
+  opt.ulysses_degrees = f.ulysses;
+  opt.vp_degrees = f.vp;
   opt.layerwise = !f.uniform;
   check(validate(opt, in.model, in.cluster));
   if (f.galvatron_space) {
@@ -311,6 +315,12 @@ void run_plan(const PlanFlags& f) {
     notes.push_back("weft train cannot run " + in.model.name + " yet: " + model_runs.error().message +
                     "; searched every strategy the cost model knows (planning only)");
   } else if (!f.all_strategies) {
+    for (int cp : f.cp)
+      if (cp > 1)
+        fail(Error{ErrorKind::kBadInput, "--cp " + std::to_string(cp) +
+                                             ": weft train runs no context parallelism yet; --all-strategies plans "
+                                             "with it anyway (for planning only), --framework NAME plans for another "
+                                             "framework"});
     Status st = restrict_to_runtime(opt);
     if (!st.ok())
       fail(Error{ErrorKind::kBadInput, st.error().message +
@@ -624,6 +634,16 @@ void register_plan_commands(CLI::App& app) {
         ->delimiter(',')
         ->check(CLI::IsMember({"gpipe", "1f1b", "interleaved", "zb-h1"}));
     cmd->add_option("--max-tp", fl->max_tp, "Largest tensor-parallel degree (default: GPUs per node)");
+    cmd->add_option("--cp,--context-parallel-size", fl->cp,
+                    "Context-parallel (ring attention) degrees the layers may take, e.g. 1,8 (default: those the "
+                    "rules allow; weft train runs no context parallelism yet: with cp > 1 add --all-strategies or "
+                    "--framework)")
+        ->delimiter(',');
+    cmd->add_option("--ulysses", fl->ulysses, "Ulysses sequence-parallel degrees the layers may take, e.g. 1,8")
+        ->delimiter(',');
+    cmd->add_option("--vp,--num-virtual-stages-per-pipeline-rank", fl->vp,
+                    "Virtual stages per device group the interleaved schedule may take, e.g. 2 (default: 2 to 4)")
+        ->delimiter(',');
     cmd->add_flag("--uniform", fl->uniform, "One strategy for every layer (Megatron-style), no per-layer mix");
     cmd->add_flag("--all-strategies", fl->all_strategies,
                   "Without --framework: search everything the cost model knows, also what weft's runtime "

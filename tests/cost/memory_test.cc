@@ -125,16 +125,18 @@ TEST(WeightGradState, ByHand) {
   o.seq = 1024;
   o.elem_bytes = 2;
   LayerStrategy st{.tp = 2};
-  EXPECT_DOUBLE_EQ(weight_grad_state_bytes(l, st, o).value(), 20971520.0);
+  // The two norms' inputs and output gradients: 4 * 1024 per token (halved with SP).
+  EXPECT_DOUBLE_EQ(weight_grad_state_bytes(l, st, o).value(), 20971520.0 + 4 * 1024 * 1024 * 2);
   st.sp = true;
-  EXPECT_DOUBLE_EQ(weight_grad_state_bytes(l, st, o).value(), 16777216.0);
+  EXPECT_DOUBLE_EQ(weight_grad_state_bytes(l, st, o).value(), 16777216.0 + 2 * 1024 * 1024 * 2);
   st.sp = false;
   st.cp = 2;
-  EXPECT_DOUBLE_EQ(weight_grad_state_bytes(l, st, o).value(), 20971520.0 / 2);
+  EXPECT_DOUBLE_EQ(weight_grad_state_bytes(l, st, o).value(), (20971520.0 + 4 * 1024 * 1024 * 2) / 2);
   // SwiGLU of 2816: gate and up gradients 2 * 2816 / 2, down input 2816 / 2: FFN 1024 + 2816 +
   // 1408 + 1024 = 6272 per token.
   const LayerShape sw = testing::swiglu_shape(1024, 16, 16, 2816);
-  EXPECT_DOUBLE_EQ(weight_grad_state_bytes(sw, LayerStrategy{.tp = 2}, o).value(), (4096.0 + 6272) * 1024 * 2);
+  EXPECT_DOUBLE_EQ(weight_grad_state_bytes(sw, LayerStrategy{.tp = 2}, o).value(),
+                   (4096.0 + 6272 + 4096) * 1024 * 2);
 }
 
 // ZB-H1 device group g keeps up to min(g, m - 1) micro-batches' W state; 1F1B's in-flight count.

@@ -753,3 +753,51 @@ TEST(CliPlan, ZbH1Schedule) {
 
 }  // namespace
 }  // namespace weft::cli
+
+namespace weft::cli {
+namespace {
+
+// --cp, --ulysses and --vp (relied on): the layers' degrees and the interleaving depth to consider.
+TEST(CliPlan, DegreesTheUserLists) {
+  const std::vector<std::string> longseq{"plan", "--model", "llama-3-70b", "--cluster", "h100-80gb", "--gpus", "64",
+                                         "--seq", "131072", "--global-batch", "64"};
+  // weft train has no context parallelism: asked for, it is an error saying how to plan it anyway.
+  CliRun refused = run(with(longseq, {"--cp", "8"}));
+  EXPECT_EQ(refused.code, 2);
+  EXPECT_NE(refused.err.find("--cp 8: weft train runs no context parallelism yet; --all-strategies"), std::string::npos)
+      << refused.err;
+  // For planning: every layer takes the listed degrees, even where the rules would fill Ulysses
+  // first (here Ulysses 8 is what fills the 64 heads over tp 1) or keep cp for longer sequences.
+  CliRun r = run(with(longseq, {"--cp", "8", "--ulysses", "8", "--all-strategies", "--format", "json"}));
+  ASSERT_EQ(r.code, 0) << r.err;
+  auto p = plan_from_json(Json::parse(r.out).at("plan"));
+  ASSERT_TRUE(p.ok()) << p.error().message;
+  for (int i = 0; i < p->model.num_layers(); ++i) {
+    EXPECT_EQ(p->layer_strategy(i).cp, 8) << "layer " << i;
+    EXPECT_EQ(p->layer_strategy(i).ulysses, 8) << "layer " << i;
+  }
+  CliRun shortseq = run(with(with({"plan"}, k7b), {"--cp", "2", "--all-strategies", "--format", "json"}));
+  ASSERT_EQ(shortseq.code, 0) << shortseq.err;
+  auto ps = plan_from_json(Json::parse(shortseq.out).at("plan"));
+  ASSERT_TRUE(ps.ok());
+  EXPECT_EQ(ps->layer_strategy(0).cp, 2);
+
+  // --schedule interleaved --vp 2: two virtual stages per device group, a plan weft train runs.
+  CliRun v = run(with(with({"plan"}, k7b), {"--schedule", "interleaved", "--vp", "2", "--format", "json"}));
+  ASSERT_EQ(v.code, 0) << v.err;
+  auto pv = plan_from_json(Json::parse(v.out).at("plan"));
+  ASSERT_TRUE(pv.ok());
+  EXPECT_EQ(pv->train.schedule, Schedule::kInterleaved);
+  EXPECT_EQ(pv->train.vp, 2);
+  EXPECT_EQ(static_cast<int>(pv->stages.size()), 2 * pv->train.pp);
+  EXPECT_TRUE(runtime_supports(*pv).ok());
+
+  for (const char* flag : {"--cp", "--ulysses", "--vp"}) {
+    CliRun bad = run(with(with({"plan"}, k7b), {flag, "0"}));
+    EXPECT_EQ(bad.code, 2) << flag;
+    EXPECT_NE(bad.err.find(std::string(flag) + ": must be >= 1, got 0"), std::string::npos) << bad.err;
+  }
+}
+
+}  // namespace
+}  // namespace weft::cli

@@ -169,7 +169,7 @@ LayerCost AnalyticCostModel::stage_extra(const StageContext& ctx, const LayerStr
     out.memory.grads = Bytes(sb.grads * ec.params);
     out.memory.optimizer = Bytes(sb.optimizer * ec.params);
   }
-  out.memory.activations = Bytes(ec.saved);
+  out.memory.activations = Bytes(ec.saved + ec.weight_grad_state * pending_weight_grads(tr, ctx.stage));
   out.memory.transient = Bytes(ec.logits);
   // §5.1 ZeRO-3 gathers the LM head for the loss, which peaks with every layer's activations
   // still held; the embedding is gathered only at the two ends of the step.

@@ -405,6 +405,10 @@ EdgeCompute edge_compute(const StageContext& ctx, const LayerStrategy& emb, cons
     }
     // the final norm's input (and an eager RMSNorm's own copy)
     out.saved += (e + (eager_rms ? eager_rms_norm_copy_bytes(opt, e) : 0.0)) * norm_tokens * h;
+    // What a zero-bubble W of the head waits with (weft/cost/memory.h weight_grad_state_bytes): the
+    // final norm's input and output gradient, the head GEMM's input, the logits' gradient (fp32 in
+    // weft's own loss).
+    out.weight_grad_state = 2 * e * norm_tokens * h + e * tokens * h + (opt.loss_in_fp32 ? e : 4.0) * local_logits;
     out.ops_f += 25;
     out.fns_f += 3 + (emb.tp > 1 ? 2 : 0);
   }

@@ -43,6 +43,9 @@ struct EdgeCompute {
   double ops_f = 0, fns_f = 0;   // eager operators and Python autograd Functions, forward
   double logits = 0;             // bytes of the logits and the loss's copies, one micro-batch
   double saved = 0;              // bytes saved for backward (dropout mask already x in flight)
+  double weight_grad_state = 0;  // last stage: bytes a zero-bubble W of one micro-batch waits with
+                                 // (the final norm's input and output gradient, the LM head's input
+                                 // and the logits' gradient)
   double params = 0;             // parameters held (edge_param_buckets, one bucket)
   Seconds optimizer;             // per step: Adam over the local shard of them (§6)
 };

@@ -247,7 +247,10 @@ Bytes weight_grad_state_bytes(const LayerShape& s, const LayerStrategy& st, cons
   // A dense FFN of width ff over n token rows: its input, the gate/up output gradients, the down
   // projection's input and output gradient.
   auto ffn = [&](double rows, double ff) { return rows * (h * rep + in_mats * ff / t + ff / t + h * rep); };
-  double per_layer = tokens * attn;
+  // weft's split backward keeps every node that leads to a weight, the norms' scales too: each norm
+  // (one before each attention block, one before the FFN) keeps its input and output gradient.
+  const double norms = 2 * (blocks + 1) * h * rep;
+  double per_layer = tokens * (attn + norms);
   if (s.moe.enabled()) {
     const double ef = static_cast<double>(s.moe.expert_ffn);
     per_layer += tokens * (h * rep + s.moe.experts * rep);                       // router

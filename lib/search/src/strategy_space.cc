@@ -58,6 +58,10 @@ std::vector<PipelineConfig> pipeline_configs(const ModelSpec& model, const Clust
         vps.clear();
         for (int v = 2; pp * v <= L; ++v) {
           if (L % (pp * v) != 0) continue;
+          if (!opt.vp_degrees.empty()) {
+            if (std::find(opt.vp_degrees.begin(), opt.vp_degrees.end(), v) != opt.vp_degrees.end()) vps.push_back(v);
+            continue;
+          }
           if (v > opt.max_vp) {
             log.add(kRuleInterleaveDepth, static_cast<long long>(ms.size()));
             continue;
@@ -186,15 +190,24 @@ bool tp_above_max(const Space& sp, const LayerStrategy& s) { return s.tp > sp.tp
 bool ulysses_switched_off(const Space& sp, const LayerStrategy& s) {
   return s.ulysses > 1 && !sp.opt->allow_ulysses;
 }
+bool listed(const std::vector<int>& list, int d) {
+  return list.empty() || std::find(list.begin(), list.end(), d) != list.end();
+}
+// --ulysses / --cp: the layers' degrees the user lists (the embedding's Ulysses degree stays free).
+bool ulysses_not_listed(const Space& sp, const LayerStrategy& s) {
+  return sp.shape && !listed(sp.opt->ulysses_degrees, s.ulysses);
+}
+bool cp_not_listed(const Space& sp, const LayerStrategy& s) { return sp.shape && !listed(sp.opt->cp_degrees, s.cp); }
 bool short_sequence_across_nodes(const Space& sp, const LayerStrategy& s) {
   return sp.opt->seq < sp.opt->long_seq && s.tp * s.ulysses > sp.gpn;
 }
 bool cp_switched_off(const Space& sp, const LayerStrategy& s) { return s.cp > 1 && !sp.opt->allow_cp; }
 bool cp_at_short_sequence(const Space& sp, const LayerStrategy& s) {
-  return s.cp > 1 && sp.opt->seq < sp.opt->long_seq;
+  return s.cp > 1 && sp.opt->seq < sp.opt->long_seq && sp.opt->cp_degrees.empty();
 }
 bool cp_before_ulysses_fills(const Space& sp, const LayerStrategy& s) {
-  return s.cp > 1 && s.ulysses < ulysses_fill(sp, s.tp);
+  return s.cp > 1 && s.ulysses < ulysses_fill(sp, s.tp) && sp.opt->ulysses_degrees.empty() &&
+         sp.opt->cp_degrees.empty();
 }
 bool zero_without_shards(const Space&, const LayerStrategy& s) { return s.zero > 0 && s.shard_group() == 1; }
 bool zero3_switched_off(const Space& sp, const LayerStrategy& s) { return s.zero == 3 && !sp.opt->allow_zero3; }
@@ -206,15 +219,17 @@ struct Rule {
 };
 
 // Every rule in the order it is asked; a strategy is counted under the first that removes it.
-constexpr std::array<Rule, 16> kRules{{
+constexpr std::array<Rule, 18> kRules{{
     {kRuleTpInNode, StrategyField::kTp, tp_across_nodes},
     {kRuleOptions, StrategyField::kTp, tp_above_max},
     {nullptr, StrategyField::kTp, nullptr},
     {nullptr, StrategyField::kSp, nullptr},
     {kRuleOptions, StrategyField::kUlysses, ulysses_switched_off},
+    {kRuleOptions, StrategyField::kUlysses, ulysses_not_listed},
     {nullptr, StrategyField::kUlysses, nullptr},
     {kRuleSeqShardInNode, StrategyField::kUlysses, short_sequence_across_nodes},
     {kRuleOptions, StrategyField::kCp, cp_switched_off},
+    {kRuleOptions, StrategyField::kCp, cp_not_listed},
     {nullptr, StrategyField::kCp, nullptr},
     {kRuleSeqShardInNode, StrategyField::kCp, cp_at_short_sequence},
     {kRuleUlyssesFirst, StrategyField::kCp, cp_before_ulysses_fills},

@@ -24,6 +24,9 @@ Status validate(const SearchOptions& opt, const ModelSpec& model, const ClusterS
   if (!(opt.memory_step_mib > 0)) return bad("memory_step_mib: must be positive");
   if (model.position == PositionKind::kLearned && model.max_seq > 0 && opt.seq > model.max_seq)
     return bad("seq: " + S(opt.seq) + " exceeds the model's learned position table of " + S(model.max_seq));
+  for (auto [name, list] : {std::pair{"--cp", &opt.cp_degrees}, {"--ulysses", &opt.ulysses_degrees}, {"--vp", &opt.vp_degrees}})
+    for (int d : *list)
+      if (d < 1) return bad(std::string(name) + ": must be >= 1, got " + S(d));
   for (int m : opt.micro_batches)
     if (m < 1 || opt.global_batch % m != 0)
       return bad("micro_batches: " + S(m) + " does not divide global batch " + S(opt.global_batch));

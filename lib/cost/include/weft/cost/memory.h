@@ -196,8 +196,9 @@ double micro_batches_in_flight(const TrainSettings& t, int stage);
 // ((q + 2kv)/t), the output projection's input (q/t) and output gradient (h), the FFN's input (h)
 // and output gradients (gate and up: 2ff/t for SwiGLU, ff/t else), the down projection's input
 // (ff/t) and output gradient (h); a MoE FFN counts its router (input h, gradient of the expert
-// logits) and its experts over the routed token copies (top_k per token) plus the shared experts.
-// Tensors of hidden width are split over the sequence by cp * ulysses (* tp with sequence
+// logits) and its experts over the routed token copies (top_k per token) plus the shared experts;
+// each norm (before each attention block and the FFN) its input and output gradient (h each: weft's
+// split backward defers the norms' scales too). Tensors of hidden width are split over the sequence by cp * ulysses (* tp with sequence
 // parallelism), those of the heads or the FFN width by tp; elements of o.elem_bytes (the
 // activation dtype; an fp8 run keeps these in 16 bits too, priced the same).
 Bytes weight_grad_state_bytes(const LayerShape& s, const LayerStrategy& st, const ActivationOptions& o);

@@ -30,7 +30,8 @@ inline constexpr const char* kRuleUlyssesFirst = "ulysses-before-cp";
 // exact. ZeRO 1-3 shard over dp*ulysses*cp ranks; over a group of one they are DDP. Only zero = 0 is
 // kept for such layouts.
 inline constexpr const char* kRuleZeroNeedsShards = "zero-needs-shards";
-// user restriction: SearchOptions::allow_ulysses / allow_cp / allow_zero3 / max_tp switched off.
+// user restriction: SearchOptions::allow_ulysses / allow_cp / allow_zero3 / max_tp switched off, a
+// layer degree outside cp_degrees / ulysses_degrees (--cp, --ulysses).
 inline constexpr const char* kRuleOptions = "options";
 // user restriction: galvatron::restrict_to_galvatron (weft/galvatron/search.h), a
 // SearchOptions::restrictions entry: Galvatron's strategy set (DDP, ZeRO-2 or ZeRO-3; tp or Ulysses,

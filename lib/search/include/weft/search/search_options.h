@@ -39,6 +39,11 @@ struct SearchOptions {
   std::vector<Schedule> schedules;         // default: gpipe, 1f1b, interleaved, zb-h1
   std::vector<int> micro_batches;          // m values; default: divisors of the batch that make sense
   int max_tp = 0;                          // default: GPUs per node
+  // Degrees the layers may take (empty: all the rules allow). A listed cp degree is considered at
+  // any sequence length, and either list lifts the rule that fills Ulysses before cp (the user
+  // chose); the embedding's Ulysses degree stays free. vp_degrees: virtual stages of the
+  // interleaved schedule (default 2 .. max_vp).
+  std::vector<int> cp_degrees, ulysses_degrees, vp_degrees;
   bool allow_ulysses = true, allow_cp = true, allow_zero3 = true;
   // Further filter on candidate strategies (a layer of `shape`, or the embedding when null); empty
   // = accept all. Each refused candidate counts under rule "options". restrict_to_framework() and
@@ -79,7 +84,9 @@ struct SearchOptions {
 //   seq, global_batch > 0; top_k >= 1 ("top: must be >= 1, got 0"); memory_step_mib > 0;
 //   seq          at most a learned position table ("seq: 4096 exceeds the model's learned
 //                position table of 2048");
-//   micro_batches each divides global_batch.
+//   micro_batches each divides global_batch;
+//   cp_degrees, ulysses_degrees, vp_degrees each >= 1 ("--cp: must be >= 1, got 0"), vp dividing
+//                the layers by at least one listed or possible pp ("--vp: 5 virtual stages ...").
 // search() runs these checks too; a caller validates first to report them before any other work
 // (restricting the space, loading files).
 Status validate(const SearchOptions& opt, const ModelSpec& model, const ClusterSpec& cluster);
