@@ -142,9 +142,8 @@ double objective_time(const LayerCost& c, int m) {
 }
 
 double pipeline_weight(const PipelineConfig& c) {
-  // ZB-H1's bubble is (pp - 1)(T_F + T_B - T_W) >= 0 (Qi et al. 2024, table 1), which the per-layer
-  // times here cannot bound from below without the W share: only the m micro-batches of work count.
-  if (c.schedule == Schedule::kZbH1) return c.m;
+  // The bounds bound the search's objective J, which for ZB-H1 is 1F1B's (its real, smaller bubble
+  // is estimate()'s to price when the kept plans are re-ranked), so the same weight holds.
   return c.m + (c.pp - 1.0) / c.vp;
 }
 
