@@ -8,6 +8,7 @@
 
 #include <cmath>
 #include <numeric>
+#include <optional>
 
 #include "rt_util.h"
 #include "weft/cost/analytic.h"
@@ -24,6 +25,9 @@ struct Case {
   int gpus;
   int seq;
   int global_batch;
+  // As `weft plan --schedule S --pp P` (none: every schedule and degree the search considers).
+  std::optional<Schedule> schedule = std::nullopt;
+  int pp = 0;
 };
 
 // The search's best plan for the case, as `weft plan` makes it for weft train.
@@ -38,6 +42,8 @@ Plan planned(const Case& c) {
   SearchOptions o;
   o.seq = c.seq;
   o.global_batch = c.global_batch;
+  if (c.schedule) o.schedules = {*c.schedule};
+  if (c.pp > 0) o.pp_degrees = {c.pp};
   EXPECT_TRUE(restrict_to_runtime(o).ok());
   const AnalyticCostModel cm{AnalyticOptions{}};
   auto r = search(*m, cluster, cm, o);
@@ -83,7 +89,9 @@ std::string describe(const Plan& p) {
            std::to_string(l.dp) + "/z" + std::to_string(l.zero) +
            (l.recompute == Recompute::kFull ? "/rc" : l.recompute == Recompute::kSelective ? "/sel" : "");
   };
-  std::string s = "pp " + std::to_string(p.train.pp) + " m " + std::to_string(p.train.micro_batches) + ":";
+  std::string s = "pp " + std::to_string(p.train.pp) + " " + to_string(p.train.schedule) +
+                  (p.train.vp > 1 ? " vp " + std::to_string(p.train.vp) : "") + " m " +
+                  std::to_string(p.train.micro_batches) + ":";
   for (const Stage& st : p.stages) {
     s += " [";
     for (size_t i = 0; i < st.layers.size();) {
@@ -136,9 +144,13 @@ INSTANTIATE_TEST_SUITE_P(Searched, PlannedPlans,
                                            Case{"gpt3-1.3b", "a100-40gb", 4, 2048, 256},
                                            Case{"llama-2-13b", "a100-40gb", 8, 4096, 256},
                                            Case{"mistral-7b", "h100-80gb", 8, 32768, 64},
-                                           Case{"qwen2-7b", "h100-80gb", 8, 8192, 128}),
+                                           Case{"qwen2-7b", "h100-80gb", 8, 8192, 128},
+                                           // The schedules the search's best plans above do not pick.
+                                           Case{"llama-2-13b", "a100-40gb", 8, 4096, 256, Schedule::kZbH1, 4},
+                                           Case{"gpt3-1.3b", "a100-40gb", 4, 2048, 256, Schedule::kInterleaved, 2}),
                          [](const ::testing::TestParamInfo<Case>& i) {
                            std::string n = i.param.model;
+                           if (i.param.schedule) n += std::string("_") + to_string(*i.param.schedule);
                            for (char& ch : n)
                              if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
                            return n;
