@@ -7,6 +7,7 @@
 #include "weft/core/assert.h"
 #include "weft/core/format.h"
 #include "weft/cost/estimate.h"
+#include "weft/plan/pipeline_order.h"
 
 namespace weft {
 
@@ -38,66 +39,15 @@ struct Op {
 
 constexpr OpKind F = OpKind::kF, B = OpKind::kB, W = OpKind::kW;
 
-// ZB-H1 (Qi et al., "Zero Bubble Pipeline Parallelism", ICLR'24, figure 3; the order weft's runtime
-// executes): 1F1B's order of forwards and input-gradient passes B, each W run after its B in
-// micro-batch order, lagging g micro-batches on device group g: w = min(pp - g - 1, m) warm-up
-// forwards; then for i = 0 .. m-w-1: F(w+i), B(i), and the next pending W once i >= g; then the
-// cool-down B(i), each followed by the next pending W; then every W still pending.
-std::vector<Op> zb_h1_order(int pp, int m, int g) {
-  std::vector<Op> ops;
-  const int warmup = std::min(pp - g - 1, m);
-  int next_w = 0;
-  for (int j = 0; j < warmup; ++j) ops.push_back({F, g, j});
-  for (int i = 0; i < m - warmup; ++i) {
-    ops.push_back({F, g, warmup + i});
-    ops.push_back({B, g, i});
-    if (i >= g) ops.push_back({W, g, next_w++});
-  }
-  for (int j = m - warmup; j < m; ++j) {
-    ops.push_back({B, g, j});
-    ops.push_back({W, g, next_w++});
-  }
-  while (next_w < m) ops.push_back({W, g, next_w++});
-  return ops;
-}
-
-// The order in which device group g runs its forward and backward ops.
+// The order in which device group g runs its ops: the runtime's (weft/plan/pipeline_order.h), chunk
+// c of the group being virtual stage g + c * pp. GPipe and 1F1B run whole backwards (B here, with
+// no W); ZB-H1 runs input-gradient passes (B) and weight-gradient passes (W).
 std::vector<Op> device_order(const ScheduleSpec& sp, int g) {
-  const int m = sp.micro_batches, pp = sp.pp, vp = sp.vp;
   std::vector<Op> ops;
-  if (sp.schedule == Schedule::kGpipe) {
-    for (int j = 0; j < m; ++j) ops.push_back({F, g, j});
-    for (int j = 0; j < m; ++j) ops.push_back({B, g, j});
-    return ops;
+  for (const PipeAction& a : pipeline_actions(sp.schedule, sp.pp, g, sp.micro_batches, sp.vp)) {
+    const OpKind k = a.kind == PipeAction::kForward ? F : a.kind == PipeAction::kWeightGrad ? W : B;
+    ops.push_back({k, g + a.chunk * sp.pp, a.micro_batch});
   }
-  if (sp.schedule == Schedule::kZbH1) return zb_h1_order(pp, m, g);
-  if (sp.schedule == Schedule::k1F1B || vp == 1) {
-    const int warmup = std::min(pp - g - 1, m);
-    for (int j = 0; j < warmup; ++j) ops.push_back({F, g, j});
-    for (int i = 0; i < m - warmup; ++i) {
-      ops.push_back({F, g, warmup + i});
-      ops.push_back({B, g, i});
-    }
-    for (int j = m - warmup; j < m; ++j) ops.push_back({B, g, j});
-    return ops;
-  }
-  // Interleaved 1F1B (Narayanan et al. 2021, as Megatron-LM orders it): the k-th forward of a
-  // device works on chunk (k / pp) % vp and micro-batch (k / (pp*vp)) * pp + k % pp; backwards walk
-  // the chunks in reverse. Warm-up: (pp - g - 1) * 2 + (vp - 1) * pp forwards, or all of them when
-  // m == pp.
-  const int total = m * vp;
-  auto nth = [&](int k, bool fwd) {
-    int chunk = (k / pp) % vp;
-    if (!fwd) chunk = vp - 1 - chunk;
-    return Op{fwd ? F : B, chunk * pp + g, (k / (pp * vp)) * pp + k % pp};
-  };
-  int warmup = (m == pp) ? total : std::min(total, (pp - g - 1) * 2 + (vp - 1) * pp);
-  for (int k = 0; k < warmup; ++k) ops.push_back(nth(k, true));
-  for (int k = 0; k < total - warmup; ++k) {
-    ops.push_back(nth(warmup + k, true));
-    ops.push_back(nth(k, false));
-  }
-  for (int k = total - warmup; k < total; ++k) ops.push_back(nth(k, false));
   return ops;
 }
 
@@ -109,6 +59,9 @@ void check_inputs(const ScheduleSpec& sp, const std::vector<StageTiming>& st) {
   require(sp.micro_batches >= 1, "schedule.micro_batches: must be >= 1, got " + S(sp.micro_batches));
   require(sp.vp == 1 || sp.schedule == Schedule::kInterleaved,
           "schedule.vp: " + S(sp.vp) + " virtual stages need the interleaved schedule");
+  require(sp.vp == 1 || sp.micro_batches % sp.pp == 0,
+          "schedule.micro_batches: the interleaved schedule needs a multiple of pp=" + S(sp.pp) + ", got " +
+              S(sp.micro_batches));
   require(st.size() == static_cast<size_t>(sp.pp) * sp.vp,
           "stages: " + S(st.size()) + " stage timings but pp*vp = " + S(sp.pp * sp.vp));
   for (size_t s = 0; s < st.size(); ++s) {

@@ -6,11 +6,12 @@
 //
 // Model of one step (all durations from the cost model, per stage):
 //  - device group g (0..pp-1) runs virtual stages g, g+pp, ..., g+(vp-1)*pp, one operation at a
-//    time, in the order the schedule prescribes (GPipe: all forwards then all backwards; 1F1B:
+//    time, in the order the schedule prescribes, the order the runtime executes
+//    (weft/plan/pipeline_order.h: GPipe: all forwards then all backwards; 1F1B:
 //    pp-g-1 warm-up forwards, then one forward / one backward, then the cool-down backwards;
 //    interleaved 1F1B: Megatron-LM's order over groups of pp micro-batches and the vp chunks;
 //    ZB-H1: 1F1B's order with each backward split into B and W, the W of group g lagging its B by
-//    g micro-batches, schedule.cc zb_h1_order);
+//    g micro-batches);
 //  - a forward op is F (fwd) then a send block of p2p/2; a backward op is the recomputed forward
 //    (recompute), the rest of the backward (bwd - recompute), then a send block of p2p/2. Transfers
 //    are blocking: they occupy the device, as StageSums::p2p is busy time of the stage. Under ZB-H1

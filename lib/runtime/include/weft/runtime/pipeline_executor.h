@@ -1,5 +1,5 @@
 // The pipeline executor: runs one training step's forward and backward passes of one stage in the
-// order of its schedule (weft/runtime/schedule.h pipeline_actions), with the point-to-point
+// order of its schedule (weft/plan/pipeline_order.h pipeline_actions), with the point-to-point
 // transfers between neighbouring stages. It knows nothing of the model: what a stage computes comes
 // through PipelineStage, and the transfers go through a Comm, so both can be fakes in a test.
 //
@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "weft/runtime/comm.h"
-#include "weft/runtime/schedule.h"
+#include "weft/plan/pipeline_order.h"
 
 namespace weft::runtime {
 

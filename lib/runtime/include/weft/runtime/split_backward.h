@@ -1,5 +1,5 @@
 // A backward pass split into its input-gradient part (B) and its weight-gradient part (W), for the
-// zero-bubble schedules (weft/runtime/schedule.h, zb-h1). Any autograd graph works, not only
+// zero-bubble schedules (weft/plan/pipeline_order.h, zb-h1). Any autograd graph works, not only
 // layers written for it: B runs the engine towards the inputs alone, so every node computes only
 // the outputs that lead there (a matmul's dX, not its dW); at each node where a branch towards
 // the weights leaves that path (a matmul reading a weight, a norm's scale) a pre-hook keeps the
