@@ -6,6 +6,8 @@
 
 #include <algorithm>
 #include <set>
+#include <string>
+#include <tuple>
 #include <vector>
 
 namespace weft {
@@ -131,6 +133,69 @@ TEST(PipelineSchedule, BadArgumentsAreInvariantFailures) {
   EXPECT_DEATH(pipeline_actions(Schedule::k1F1B, 2, 2, 4), "bad stage 2 of 2");
   EXPECT_DEATH(pipeline_actions(Schedule::k1F1B, 2, 0, 0), "with 0 micro-batches");
 }
+
+
+// Every stage runs its actions in order against the pipeline's dependencies (a forward after the
+// previous virtual stage's, a backward after its forward and the next virtual stage's backward, a
+// weight-gradient pass after its backward): every schedule runs to the end, each pass of each
+// virtual stage and micro-batch once. This is what the runtime's blocking receives need.
+bool runs_to_the_end(Schedule s, int p, int m, int vp, std::string* why) {
+  const int V = p * vp;
+  const bool split = s == Schedule::kZbH1;
+  std::vector<std::vector<PipeAction>> acts(p);
+  size_t total = 0;
+  for (int g = 0; g < p; ++g) total += (acts[g] = pipeline_actions(s, p, g, m, vp)).size();
+  if (total != static_cast<size_t>((split ? 3 : 2) * V * m)) {
+    *why = "total " + std::to_string(total);
+    return false;
+  }
+  std::set<std::tuple<int, int, int>> done;  // (0 F / 1 B / 2 W, virtual stage, micro-batch)
+  std::vector<size_t> next(p, 0);
+  for (bool progress = true; progress;) {
+    progress = false;
+    for (int g = 0; g < p; ++g)
+      for (; next[g] < acts[g].size(); ++next[g], progress = true) {
+        const PipeAction& a = acts[g][next[g]];
+        const int vs = g + a.chunk * p, k = a.micro_batch;  // chunk c of group g: virtual stage g + c p
+        int kind = 0;
+        bool ready = true;
+        if (a.kind == PipeAction::kForward) {
+          ready = vs == 0 || done.count({0, vs - 1, k});
+        } else if (a.kind == PipeAction::kWeightGrad) {
+          kind = 2;
+          ready = done.count({1, vs, k}) > 0;
+        } else {
+          kind = 1;
+          ready = done.count({0, vs, k}) && (vs == V - 1 || done.count({1, vs + 1, k}));
+        }
+        if (!ready) break;
+        if (!done.insert({kind, vs, k}).second) {
+          *why = "a pass ran twice";
+          return false;
+        }
+      }
+  }
+  for (int g = 0; g < p; ++g)
+    if (next[g] != acts[g].size()) {
+      *why = "stage " + std::to_string(g) + " stalls at action " + std::to_string(next[g]);
+      return false;
+    }
+  return true;
+}
+
+TEST(PipelineSchedule, EveryScheduleRunsToTheEnd) {
+  for (int p = 1; p <= 6; ++p)
+    for (int m = 1; m <= 3 * p; ++m) {
+      std::string why;
+      for (Schedule s : {Schedule::kGpipe, Schedule::k1F1B, Schedule::kZbH1})
+        EXPECT_TRUE(runs_to_the_end(s, p, m, 1, &why)) << to_string(s) << " p " << p << " m " << m << ": " << why;
+      if (m % p == 0)
+        for (int vp = 2; vp <= 3; ++vp)
+          EXPECT_TRUE(runs_to_the_end(Schedule::kInterleaved, p, m, vp, &why))
+              << "interleaved vp " << vp << " p " << p << " m " << m << ": " << why;
+    }
+}
+
 
 }  // namespace
 }  // namespace weft
