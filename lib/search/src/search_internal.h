@@ -140,8 +140,8 @@ double objective_time(const LayerCost& c, int m);
 // zb-h1 configuration is ranked as 1F1B (its bubble (pp - 1)(F + B - W) is at most 1F1B's
 // (pp - 1)(F + B + W)); estimate() re-ranks the kept plans with the simulated schedule.
 double objective(const std::vector<double>& group_cost, int m, int vp);
-// How many times a device group's per-micro-batch work the lower bounds on J count: m + (pp - 1) / vp,
-// or m for zb-h1, whose bubble the per-layer tables cannot bound from below.
+// How many times a device group's per-micro-batch work the lower bounds on J count: m + (pp - 1) / vp
+// (zb-h1 too: its J is 1F1B's).
 double pipeline_weight(const PipelineConfig& c);
 StageContext stage_context(const Problem& pb, const Work& w, int pos);
 

@@ -16,7 +16,12 @@ std::vector<int> divisors(int n) {
   return out;
 }
 
-bool contains(const std::vector<Schedule>& v, Schedule s) { return std::find(v.begin(), v.end(), s) != v.end(); }
+template <class T>
+bool contains(const std::vector<T>& v, const T& x) {
+  return std::find(v.begin(), v.end(), x) != v.end();
+}
+// An option's list of allowed values: empty allows every value.
+bool listed(const std::vector<int>& list, int d) { return list.empty() || contains(list, d); }
 
 }  // namespace
 
@@ -59,7 +64,7 @@ std::vector<PipelineConfig> pipeline_configs(const ModelSpec& model, const Clust
         for (int v = 2; pp * v <= L; ++v) {
           if (L % (pp * v) != 0) continue;
           if (!opt.vp_degrees.empty()) {
-            if (std::find(opt.vp_degrees.begin(), opt.vp_degrees.end(), v) != opt.vp_degrees.end()) vps.push_back(v);
+            if (contains(opt.vp_degrees, v)) vps.push_back(v);
             continue;
           }
           if (v > opt.max_vp) {
@@ -189,9 +194,6 @@ bool tp_across_nodes(const Space& sp, const LayerStrategy& s) { return s.tp > sp
 bool tp_above_max(const Space& sp, const LayerStrategy& s) { return s.tp > sp.tp_cap; }
 bool ulysses_switched_off(const Space& sp, const LayerStrategy& s) {
   return s.ulysses > 1 && !sp.opt->allow_ulysses;
-}
-bool listed(const std::vector<int>& list, int d) {
-  return list.empty() || std::find(list.begin(), list.end(), d) != list.end();
 }
 // --ulysses / --cp: the layers' degrees the user lists (the embedding's Ulysses degree stays free).
 bool ulysses_not_listed(const Space& sp, const LayerStrategy& s) {

@@ -85,8 +85,7 @@ struct SearchOptions {
 //   seq          at most a learned position table ("seq: 4096 exceeds the model's learned
 //                position table of 2048");
 //   micro_batches each divides global_batch;
-//   cp_degrees, ulysses_degrees, vp_degrees each >= 1 ("--cp: must be >= 1, got 0"), vp dividing
-//                the layers by at least one listed or possible pp ("--vp: 5 virtual stages ...").
+//   cp_degrees, ulysses_degrees, vp_degrees each >= 1 ("--cp: must be >= 1, got 0").
 // search() runs these checks too; a caller validates first to report them before any other work
 // (restricting the space, loading files).
 Status validate(const SearchOptions& opt, const ModelSpec& model, const ClusterSpec& cluster);
