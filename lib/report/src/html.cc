@@ -535,23 +535,17 @@ std::string render(const ReportInput& in) {
        "time is idle (bubbles); the thin lane under each row is the data-parallel gradient synchronisation. The "
        "dashed line marks the cost model's predicted step time.</p>\n";
   h += timeline_svg(f);
-  if (f.sim.spec.schedule == Schedule::kZbH1)
-    h += svg::html_legend({{kForward[0], "forward"},
-                           {kBackward[0], "backward (input gradient, B)"},
-                           {kWeightGrad, "weight gradient (W)"},
-                           {kRecompute, "recompute"},
-                           {kP2p, "p2p send/recv"},
-                           {kGradSync, "gradient sync"},
-                           {kOptimizer, "optimizer"},
-                           {"#dddddd", "bubble / idle", true}});
-  else
-    h += svg::html_legend({{kForward[0], "forward"},
-                           {kBackward[0], "backward"},
-                           {kRecompute, "recompute"},
-                           {kP2p, "p2p send/recv"},
-                           {kGradSync, "gradient sync"},
-                           {kOptimizer, "optimizer"},
-                           {"#dddddd", "bubble / idle", true}});
+  // ZB-H1 splits each backward: its input-gradient passes and, on their own, its weight-gradient passes.
+  const bool zb = f.sim.spec.schedule == Schedule::kZbH1;
+  std::vector<svg::LegendItem> legend{{kForward[0], "forward"},
+                                      {kBackward[0], zb ? "backward (input gradient, B)" : "backward"}};
+  if (zb) legend.push_back({kWeightGrad, "weight gradient (W)"});
+  legend.insert(legend.end(), {{kRecompute, "recompute"},
+                               {kP2p, "p2p send/recv"},
+                               {kGradSync, "gradient sync"},
+                               {kOptimizer, "optimizer"},
+                               {"#dddddd", "bubble / idle", true}});
+  h += svg::html_legend(legend);
   if (p.train.vp > 1)
     h += "<p class=\"note\">Interleaved: lighter blocks are the odd virtual stages (model chunks) of a device.</p>\n";
   h += "</section>\n";
