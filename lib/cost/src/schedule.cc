@@ -26,28 +26,21 @@ const char* to_string(EventKind k) {
 
 namespace {
 
-// F: a forward; B: a backward (under ZB-H1 its input-gradient part only); W: the weight-gradient
-// part a zero-bubble schedule runs on its own.
-enum class OpKind { kF, kB, kW };
-
+// One pass of a virtual stage: a forward, a whole backward, or (a zero-bubble schedule) the
+// input-gradient part of one or its weight-gradient part.
 struct Op {
-  OpKind kind = OpKind::kF;
+  PipeAction::Kind kind = PipeAction::kForward;
   int stage = 0;
   int micro_batch = 0;
-  bool forward() const { return kind == OpKind::kF; }
+  bool forward() const { return kind == PipeAction::kForward; }
 };
 
-constexpr OpKind F = OpKind::kF, B = OpKind::kB, W = OpKind::kW;
-
 // The order in which device group g runs its ops: the runtime's (weft/plan/pipeline_order.h), chunk
-// c of the group being virtual stage g + c * pp. GPipe and 1F1B run whole backwards (B here, with
-// no W); ZB-H1 runs input-gradient passes (B) and weight-gradient passes (W).
+// c of the group being virtual stage g + c * pp.
 std::vector<Op> device_order(const ScheduleSpec& sp, int g) {
   std::vector<Op> ops;
-  for (const PipeAction& a : pipeline_actions(sp.schedule, sp.pp, g, sp.micro_batches, sp.vp)) {
-    const OpKind k = a.kind == PipeAction::kForward ? F : a.kind == PipeAction::kWeightGrad ? W : B;
-    ops.push_back({k, g + a.chunk * sp.pp, a.micro_batch});
-  }
+  for (const PipeAction& a : pipeline_actions(sp.schedule, sp.pp, g, sp.micro_batches, sp.vp))
+    ops.push_back({a.kind, g + a.chunk * sp.pp, a.micro_batch});
   return ops;
 }
 
@@ -98,10 +91,9 @@ Simulation run(const ScheduleSpec& sp, const std::vector<StageTiming>& st) {
   auto index = [&](bool fwd, int stage, int mb) {
     return (static_cast<size_t>(fwd ? 0 : 1) * nstages + stage) * m + mb;
   };
-  // Start of each stage's last backward (device order), under ZB-H1 of its last W: its gradients
+  // Start of each stage's last whole backward or weight-gradient pass (device order): its gradients
   // are final during that op, so the overlapped gradient sync may start.
   std::vector<double> last_bwd_start(nstages, 0.0);
-  const bool split_backward = sp.schedule == Schedule::kZbH1;
   std::vector<size_t> next(pp, 0);
   std::vector<double> free_at(pp, 0.0);
   size_t remaining = 0;
@@ -120,7 +112,7 @@ Simulation run(const ScheduleSpec& sp, const std::vector<StageTiming>& st) {
       while (next[g] < order[g].size()) {
         const Op op = order[g][next[g]];
         double ready = 0;
-        if (op.kind == OpKind::kW) {
+        if (op.kind == PipeAction::kWeightGrad) {
           // After its own B on this device, which the order puts earlier; nothing to wait for.
         } else if (op.forward()) {
           if (op.stage > 0) {
@@ -134,7 +126,7 @@ Simulation run(const ScheduleSpec& sp, const std::vector<StageTiming>& st) {
         }
         const StageTiming& t = st[op.stage];
         double at = std::max(free_at[g], ready);
-        if (op.kind == OpKind::kW) {
+        if (op.kind == PipeAction::kWeightGrad) {
           // The weight gradient sends nothing.
           last_bwd_start[op.stage] = at;
           free_at[g] = emit(EventKind::kWeightGrad, g, op.stage, op.micro_batch, at, t.wgrad.value());
@@ -146,8 +138,10 @@ Simulation run(const ScheduleSpec& sp, const std::vector<StageTiming>& st) {
         if (op.forward()) {
           at = emit(EventKind::kForward, g, op.stage, op.micro_batch, at, t.fwd.value());
         } else {
-          if (!split_backward) last_bwd_start[op.stage] = at;
-          const Seconds deferred = split_backward ? t.wgrad : Seconds(0);
+          // An input-gradient pass leaves the weight gradient to its W.
+          const bool input_only = op.kind == PipeAction::kInputGrad;
+          if (!input_only) last_bwd_start[op.stage] = at;
+          const Seconds deferred = input_only ? t.wgrad : Seconds(0);
           at = emit(EventKind::kRecompute, g, op.stage, op.micro_batch, at, t.recompute.value());
           at = emit(EventKind::kBackward, g, op.stage, op.micro_batch, at, (t.bwd - t.recompute - deferred).value());
         }
