@@ -178,6 +178,7 @@ CalibratedCostModel::Compute CalibratedCostModel::measured_compute(const LayerCo
   const double ref = layer_activation_bytes(L, measured_as, ao).value();
   const double act = layer_activation_bytes(L, s, ao).value();
   out.act = pc->activation_bytes * (ref > 0 ? act / ref : 1.0);
+  out.weight_grad_state = weight_grad_state_bytes(L, s, ao).value();
   if (pc->extrapolated)
     out.why = (out.why.empty() ? "" : out.why + "; ") + "extrapolated beyond the profiled micro-batch / sequence range";
   return out;
@@ -271,15 +272,9 @@ LayerCost CalibratedCostModel::layer(const LayerContext& ctx, const LayerStrateg
   // parameter), measured activations times the micro-batches in flight
   out.memory = a.memory;
   if (mp_) rescale_states(out.memory, mp_->runtime.state_bytes_per_param, tr.dtype);
-  if (m.measured) {
-    // The W state a zero-bubble schedule keeps is not profiled: the analytic model's.
-    ActivationOptions ao;
-    ao.samples = tr.pipeline_micro_batch() / safe(s.dp);
-    ao.seq = tr.seq;
-    ao.elem_bytes = dtype_bytes(wire_dtype(tr));
-    out.memory.activations = Bytes(m.act * micro_batches_in_flight(tr, ctx.stage)) +
-                             weight_grad_state_bytes(L, s, ao) * pending_weight_grads(tr, ctx.stage);
-  }
+  if (m.measured)
+    out.memory.activations = Bytes(m.act * micro_batches_in_flight(tr, ctx.stage) +
+                                   m.weight_grad_state * pending_weight_grads(tr, ctx.stage));
   return out;
 }
 

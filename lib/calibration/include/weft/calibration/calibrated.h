@@ -70,6 +70,7 @@ class CalibratedCostModel : public CostModel {
  private:
   struct Compute {
     double fwd = 0, bwd = 0, act = 0;  // seconds, seconds, bytes per micro-batch
+    double weight_grad_state = 0;      // bytes per micro-batch whose W waits (analytic: not profiled)
     double recompute = 0;              // part of bwd that re-runs forward work (when known)
     bool measured = false;
     std::string why;                   // why not measured, or a caveat (extrapolated)
