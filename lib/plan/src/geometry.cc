@@ -143,9 +143,8 @@ std::vector<int> kv_replica_group(int rank, int stage_size, int pp, const LayerS
 }
 
 namespace {
-// Model chunks per device group: vp under the interleaved schedule, else 1 (plan.h: stage s runs
-// on device group s % pp).
-int chunks(const Plan& p) { return std::max(1, static_cast<int>(p.stages.size()) / std::max(1, p.train.pp)); }
+// Model chunks per device group: vp (plan.h: stage s of the pp * vp runs on device group s % pp).
+int chunks(const Plan& p) { return std::max(1, p.train.vp); }
 }  // namespace
 
 std::vector<std::vector<int>> process_groups(const Plan& p) {

@@ -121,8 +121,7 @@ Model::Model(const Plan& p, int rank, GroupSet& groups, uint64_t seed, at::Devic
   emb_tp_ = &groups.get(group_of(rank, S_, pp, p.embedding, Axis::kTp));
   layouts_.push_back(layout_of(p.embedding, S_));
   emb_layout_ = &layouts_.back();
-  chunks_ = std::max(1, static_cast<int>(p.stages.size()) / pp);
-  for (int c = 0; c < chunks_; ++c) {
+  for (int c = 0; c < chunks(); ++c) {
     const int vs = stage_ + c * pp;
     prev_layouts_.push_back(nullptr);
     if (vs == 0) continue;
@@ -194,30 +193,30 @@ Model::Model(const Plan& p, int rank, GroupSet& groups, uint64_t seed, at::Devic
     units_.push_back(std::move(u));
   }
 
-  for (int c = 0; c < chunks_; ++c) {
-  const Stage& st = p.stages[stage_ + c * pp];
-  for (int i = 0; i < st.num_layers(); ++i) {
-    LayerCtx L;
-    L.chunk = c;
-    L.index = st.first_layer + i;
-    L.st = st.layers[i];
-    L.co = coords_of(rank, S_, L.st);
-    L.shape = p.model.layer(L.index);
-    L.tp = &groups.get(group_of(rank, S_, pp, L.st, Axis::kTp));
-    L.ulysses = &groups.get(group_of(rank, S_, pp, L.st, Axis::kUlysses));
-    const int nkv = L.shape.kv_heads > 0 ? L.shape.kv_heads : L.shape.heads;
-    L.kvrep = &groups.get(kv_replica_group(rank, S_, pp, L.st, nkv));
-    layouts_.push_back(layout_of(L.st, S_));
-    L.layout = &layouts_.back();
-    L.heads_local = L.shape.heads / L.st.tp;
-    L.kv_local = nkv % L.st.tp == 0 ? nkv / L.st.tp : 1;
-    L.ffn_local = L.shape.ffn / L.st.tp;
-    const std::string name = "layers." + std::to_string(L.index);
-    L.unit = -1;
-    for (size_t k = 0; k < units_.size(); ++k)
-      if (units_[k].spec.name == name) L.unit = static_cast<int>(k);
-    layers_.push_back(L);
-  }
+  for (int c = 0; c < chunks(); ++c) {
+    const Stage& st = p.stages[stage_ + c * pp];
+    for (int i = 0; i < st.num_layers(); ++i) {
+      LayerCtx L;
+      L.chunk = c;
+      L.index = st.first_layer + i;
+      L.st = st.layers[i];
+      L.co = coords_of(rank, S_, L.st);
+      L.shape = p.model.layer(L.index);
+      L.tp = &groups.get(group_of(rank, S_, pp, L.st, Axis::kTp));
+      L.ulysses = &groups.get(group_of(rank, S_, pp, L.st, Axis::kUlysses));
+      const int nkv = L.shape.kv_heads > 0 ? L.shape.kv_heads : L.shape.heads;
+      L.kvrep = &groups.get(kv_replica_group(rank, S_, pp, L.st, nkv));
+      layouts_.push_back(layout_of(L.st, S_));
+      L.layout = &layouts_.back();
+      L.heads_local = L.shape.heads / L.st.tp;
+      L.kv_local = nkv % L.st.tp == 0 ? nkv / L.st.tp : 1;
+      L.ffn_local = L.shape.ffn / L.st.tp;
+      const std::string name = "layers." + std::to_string(L.index);
+      L.unit = -1;
+      for (size_t k = 0; k < units_.size(); ++k)
+        if (units_[k].spec.name == name) L.unit = static_cast<int>(k);
+      layers_.push_back(L);
+    }
   }
 }
 
@@ -526,7 +525,7 @@ at::Tensor Model::layer_forward(const LayerCtx& L, const at::Tensor& x0, bool re
 at::Tensor Model::head_loss(const at::Tensor& x_in, const at::Tensor& targets) {
   const LayerStrategy& e = plan_.embedding;
   const bool tp = e.tp > 1, sp = e.sp && tp;
-  at::Tensor x = redistribute(x_in, *stage_comm_, output_layout(chunks_ - 1), *emb_layout_);
+  at::Tensor x = redistribute(x_in, *stage_comm_, output_layout(chunks() - 1), *emb_layout_);
   Unit* head = find_unit("head");
   at::Tensor head_full, table_full;
   std::vector<at::Tensor> w = head->weights(&head_full);

@@ -251,7 +251,7 @@ StageLinks stage_links(Comm& world, const Plan& plan, int rank) {
   const int S = plan.devices_per_stage(), pp = plan.train.pp;
   const int g = rank / S, j = rank % S;
   StageLinks l{&world, (g - 1) * S + j, (g + 1) * S + j, g, pp};
-  if (static_cast<int>(plan.stages.size()) > pp) {
+  if (plan.train.vp > 1) {
     l.prev = ((g + pp - 1) % pp) * S + j;
     l.next = ((g + 1) % pp) * S + j;
   }

@@ -8,6 +8,7 @@
 
 #include <ATen/ATen.h>
 
+#include <algorithm>
 #include <deque>
 #include <memory>
 #include <string>
@@ -113,7 +114,7 @@ class Model {
   bool first_stage() const { return stage_ == 0; }
   bool last_stage() const { return stage_ == plan_.train.pp - 1; }
   int stage() const { return stage_; }
-  int chunks() const { return chunks_; }
+  int chunks() const { return std::max(1, plan_.train.vp); }
   // Activation layout chunk c receives / sends between stages (the previous virtual stage's / its
   // own last layer).
   const ActivationLayout& input_layout(int chunk = 0) const;
@@ -168,7 +169,6 @@ class Model {
   const ActivationLayout* emb_layout_ = nullptr;
   std::vector<const ActivationLayout*> prev_layouts_;  // per chunk: the previous virtual stage's
                                                       // output layout (nullptr: the first)
-  int chunks_ = 1;
   RankCoords emb_co_;
   Comm* emb_tp_ = nullptr;
   Comm* stage_comm_ = nullptr;
