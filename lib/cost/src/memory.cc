@@ -147,21 +147,39 @@ std::vector<LayerMatmul> layer_matmuls(const LayerShape& s, double tp) {
   return out;
 }
 
+namespace {
+
+// What both models of a layer's kept tensors start from (per device, per micro-batch).
+struct LayerDims {
+  double t, u, cp;    // tensor, Ulysses and context-parallel degrees (at least 1)
+  double e;           // bytes of an activation element
+  double h, q, kv;    // hidden width, query and key/value widths
+  double tokens;      // tokens of this device outside attention (sequence split by Ulysses and cp)
+  double rep;         // share of a hidden-width tensor: 1 / t with sequence parallelism, else 1
+  double blocks;      // attention blocks: 2 in a cross-attention decoder
+};
+
+LayerDims layer_dims(const LayerShape& s, const LayerStrategy& st, const ActivationOptions& o) {
+  LayerDims d;
+  d.t = std::max(1, st.tp), d.u = std::max(1, st.ulysses), d.cp = std::max(1, st.cp);
+  d.e = o.elem_bytes;
+  d.h = static_cast<double>(s.hidden);
+  d.q = static_cast<double>(s.heads) * s.head_dim;
+  d.kv = static_cast<double>(s.kv_heads) * s.head_dim;
+  d.tokens = o.samples * o.seq / (d.u * d.cp);
+  d.rep = st.sp ? 1.0 / d.t : 1.0;
+  d.blocks = s.kind == LayerKind::kCrossDecoder ? 2 : 1;
+  return d;
+}
+
+}  // namespace
+
 Bytes layer_activation_bytes(const LayerShape& s, const LayerStrategy& st, const ActivationOptions& o) {
-  const double t = std::max(1, st.tp), u = std::max(1, st.ulysses), cp = std::max(1, st.cp);
-  const double e = o.elem_bytes;
-  const double h = static_cast<double>(s.hidden);
-  const double q = static_cast<double>(s.heads) * s.head_dim;
-  const double kv = static_cast<double>(s.kv_heads) * s.head_dim;
-  // Tokens of this device outside attention (sequence split by Ulysses and context parallelism).
-  const double tokens = o.samples * o.seq / (u * cp);
-  // Tensors the tensor-parallel ranks hold in full unless sequence parallelism splits them.
-  const double rep = st.sp ? 1.0 / t : 1.0;
+  const auto [t, u, cp, e, h, q, kv, tokens, rep, blocks] = layer_dims(s, st, o);
   const double mask = o.dropout ? 1.0 : 0.0;
 
   if (st.recompute == Recompute::kFull) return Bytes(e * tokens * h * rep);
   const double heads_local = static_cast<double>(s.heads) / (t * u);
-  const double blocks = s.kind == LayerKind::kCrossDecoder ? 2 : 1;
   const double lse = 4.0 * o.samples * heads_local * (o.seq / cp);  // fp32 log-sum-exp per query and head
 
   if (st.recompute == Recompute::kSelective && o.alternate_matmuls) {
@@ -233,14 +251,7 @@ double micro_batches_in_flight(const TrainSettings& t, int stage) {
 }
 
 Bytes weight_grad_state_bytes(const LayerShape& s, const LayerStrategy& st, const ActivationOptions& o) {
-  const double t = std::max(1, st.tp), u = std::max(1, st.ulysses), cp = std::max(1, st.cp);
-  const double e = o.elem_bytes;
-  const double h = static_cast<double>(s.hidden);
-  const double q = static_cast<double>(s.heads) * s.head_dim;
-  const double kv = static_cast<double>(s.kv_heads) * s.head_dim;
-  const double tokens = o.samples * o.seq / (u * cp);
-  const double rep = st.sp ? 1.0 / t : 1.0;  // hidden-width tensors: sequence-split with SP
-  const double blocks = s.kind == LayerKind::kCrossDecoder ? 2 : 1;
+  const auto [t, u, cp, e, h, q, kv, tokens, rep, blocks] = layer_dims(s, st, o);
   const double in_mats = s.ffn_kind == FfnKind::kSwiglu ? 2 : 1;
   // Attention: QKV input and output gradient, output projection input and output gradient.
   const double attn = blocks * (h * rep + (q + 2 * kv) / t + q / t + h * rep);
