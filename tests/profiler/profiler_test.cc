@@ -186,11 +186,13 @@ TEST(ProfileHardware, MeasuresEachRanksSpeedAndNamesASlowOne) {
   ASSERT_TRUE(p.ok()) << p.error().message;
   ASSERT_EQ(p->machine.rank_slowdown.size(), 2u);
   EXPECT_DOUBLE_EQ(p->machine.rank_slowdown[0], 1.0);  // the healthy reference
-  // Named as slow, well past kMeasuredStraggler (1.1) and an unslowed rank's ~1.0. How close it
-  // lands to 2 depends on what else the machine runs (1.56 to 2.45 seen with other tests or busy
-  // processes beside it), so the bounds check the naming, not the precision.
+  // Named as slow, well past kMeasuredStraggler (1.1) and an unslowed rank's ~1.0, and short of
+  // the factor applied twice (4). How close it lands to 2 depends on what else the machine runs
+  // (1.56 to 2.95 seen with other tests beside it when each rank timed one turn per round; 1.96
+  // to 2.32 with the fastest of three turns, on a quiet and on a loaded machine), so the bounds
+  // check the naming, not the precision.
   EXPECT_GT(p->machine.rank_slowdown[1], 1.4);
-  EXPECT_LT(p->machine.rank_slowdown[1], 2.9);
+  EXPECT_LT(p->machine.rank_slowdown[1], 3.3);
   const Outcome bad = run(std::string("launch -n 2 -- ") + WEFT_PROF_DRIVER +
                           " profile hardware --progress off --slow 2:2 --out " + out);
   EXPECT_NE(bad.code, 0);

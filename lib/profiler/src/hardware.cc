@@ -14,6 +14,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <ctime>
+#include <limits>
 #include <map>
 #include <thread>
 
@@ -553,29 +554,34 @@ Status profile_hardware(const HardwareOptions& o) {
     // median, which stragglers in a minority do not move), and its slowdown is the median of its
     // kRounds ratios. A drift of the machine between rounds cancels in the pairing, and a round that
     // caught one rank under load moves the median little. A healthy job's ranks sit within a few
-    // percent of each other; planning takes a rank as a straggler from kMeasuredStraggler
-    // (weft/calibration/hardware_profile.h).
+    // percent of each other. Within a round the ranks take kTurns turns each, interleaved, and a
+    // rank's time is its fastest turn: load from outside only ever adds time, so the fastest turn
+    // is the one nearest the rank's own speed. Planning takes a rank as a straggler from
+    // kMeasuredStraggler (weft/calibration/hardware_profile.h).
     if (env.world > 1) {
       runtime::set_threads(1);  // the thread's CPU time is the rank's work only on one thread
       const int64_t n = 512;
       constexpr int kRounds = 7;
+      constexpr int kTurns = 3;  // turns per round; a rank's round time is its fastest turn
       at::Tensor a = at::rand({n, n}, at::kFloat), b = at::rand({n, n}, at::kFloat), c = at::empty({n, n}, at::kFloat);
       const double rate = max_over(world, env.rank == 0 ? m.matmul_tflops * 1e12 : 0.0);  // FLOP/s
       const int reps = std::max(3, static_cast<int>(std::round(0.03 * rate / (2.0 * n * n * n))));
       for (int i = 0; i < 3; ++i) at::mm_out(c, a, b);
       std::vector<std::vector<double>> ratios(env.world);
       for (int round = 0; round < kRounds; ++round) {
-        std::vector<double> t_round(env.world, 0);
-        for (int r = 0; r < env.world; ++r) {
-          world.barrier();
-          double t = 0;
-          if (env.rank == r) {
-            const double c0 = thread_cpu_s();
-            for (int i = 0; i < reps; ++i) at::mm_out(c, a, b);
-            t = thread_cpu_s() - c0;
-            if (slow.rank == r) t *= slow.factor;
+        std::vector<double> t_round(env.world, std::numeric_limits<double>::infinity());
+        for (int turn = 0; turn < kTurns; ++turn) {
+          for (int r = 0; r < env.world; ++r) {
+            world.barrier();
+            double t = 0;
+            if (env.rank == r) {
+              const double c0 = thread_cpu_s();
+              for (int i = 0; i < reps; ++i) at::mm_out(c, a, b);
+              t = thread_cpu_s() - c0;
+              if (slow.rank == r) t *= slow.factor;
+            }
+            t_round[r] = std::min(t_round[r], max_over(world, t));
           }
-          t_round[r] = max_over(world, t);
         }
         std::vector<double> sorted = t_round;
         std::sort(sorted.begin(), sorted.end());
