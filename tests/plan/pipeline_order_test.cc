@@ -141,7 +141,7 @@ TEST(PipelineSchedule, BadArgumentsAreInvariantFailures) {
 // virtual stage and micro-batch once. This is what the runtime's blocking receives need.
 bool runs_to_the_end(Schedule s, int p, int m, int vp, std::string* why) {
   const int V = p * vp;
-  const bool split = s == Schedule::kZbH1;
+  const bool split = s == Schedule::kZbH1 || s == Schedule::kZbV;
   std::vector<std::vector<PipeAction>> acts(p);
   size_t total = 0;
   for (int g = 0; g < p; ++g) total += (acts[g] = pipeline_actions(s, p, g, m, vp)).size();
@@ -156,7 +156,7 @@ bool runs_to_the_end(Schedule s, int p, int m, int vp, std::string* why) {
     for (int g = 0; g < p; ++g)
       for (; next[g] < acts[g].size(); ++next[g], progress = true) {
         const PipeAction& a = acts[g][next[g]];
-        const int vs = g + a.chunk * p, k = a.micro_batch;  // chunk c of group g: virtual stage g + c p
+        const int vs = virtual_stage(s, p, g, a.chunk), k = a.micro_batch;
         int kind = 0;
         bool ready = true;
         if (a.kind == PipeAction::kForward) {
@@ -189,6 +189,7 @@ TEST(PipelineSchedule, EveryScheduleRunsToTheEnd) {
       std::string why;
       for (Schedule s : {Schedule::kGpipe, Schedule::k1F1B, Schedule::kZbH1})
         EXPECT_TRUE(runs_to_the_end(s, p, m, 1, &why)) << to_string(s) << " p " << p << " m " << m << ": " << why;
+      EXPECT_TRUE(runs_to_the_end(Schedule::kZbV, p, m, 2, &why)) << "zb-v p " << p << " m " << m << ": " << why;
       if (m % p == 0)
         for (int vp = 2; vp <= 3; ++vp)
           EXPECT_TRUE(runs_to_the_end(Schedule::kInterleaved, p, m, vp, &why))
@@ -196,6 +197,22 @@ TEST(PipelineSchedule, EveryScheduleRunsToTheEnd) {
     }
 }
 
+// ZB-V's V: group g holds virtual stages g and 2 pp - 1 - g; group 0 the first and the last.
+TEST(PipelineSchedule, ZeroBubbleVPlacesTheChunksInAV) {
+  EXPECT_EQ(virtual_stage(Schedule::kZbV, 4, 0, 0), 0);
+  EXPECT_EQ(virtual_stage(Schedule::kZbV, 4, 0, 1), 7);
+  EXPECT_EQ(virtual_stage(Schedule::kZbV, 4, 3, 1), 4);
+  EXPECT_EQ(virtual_stage(Schedule::kInterleaved, 4, 3, 1), 7);
+  // The last group of 2 with 4 micro-batches: 1 forward of chunk 0, then (F1, F0) once, then
+  // F1 B1 W1 once, then the steady F0 B0 W0 F1 B1 W1 pairs, then the cool-down.
+  const auto a = pipeline_actions(Schedule::kZbV, 2, 1, 4, 2);
+  ASSERT_GE(a.size(), 5u);
+  EXPECT_EQ(a[0], (PipeAction{PipeAction::kForward, 0, 0}));
+  EXPECT_EQ(a[1], (PipeAction{PipeAction::kForward, 0, 1}));
+  EXPECT_EQ(a[2], (PipeAction{PipeAction::kForward, 1, 0}));
+  EXPECT_EQ(a[3], (PipeAction{PipeAction::kForward, 1, 1}));
+  EXPECT_EQ(a[4], (PipeAction{PipeAction::kInputGrad, 0, 1}));
+}
 
 }  // namespace
 }  // namespace weft

@@ -9,7 +9,7 @@ namespace weft {
 
 std::vector<PipeAction> pipeline_actions(Schedule s, int stages, int stage, int m, int vp) {
   WEFT_ASSERT(stages >= 1 && stage >= 0 && stage < stages && m >= 1 && vp >= 1 &&
-                  (vp == 1 || s == Schedule::kInterleaved),
+                  (vp == 1 || s == Schedule::kInterleaved || s == Schedule::kZbV),
               "pipeline_actions: bad stage " + std::to_string(stage) + " of " + std::to_string(stages) + " with " +
                   std::to_string(m) + " micro-batches");
   if (s == Schedule::kInterleaved && vp == 1) s = Schedule::k1F1B;  // one chunk: 1F1B's order
@@ -47,6 +47,44 @@ std::vector<PipeAction> pipeline_actions(Schedule s, int stages, int stage, int 
       while (w < m) out.push_back({PipeAction::kWeightGrad, w++});
       return out;
     }
+    case Schedule::kZbV: {
+      WEFT_ASSERT(vp == 2, "pipeline_actions: zb-v runs 2 chunks per stage, got " + std::to_string(vp));
+      const int p = stages, g = stage, n = std::max(m, 2 * p - 1);
+      int f0 = 0, f1 = 0, b0 = 0, b1 = 0;
+      auto add = [&](PipeAction::Kind k, int mb, int chunk) {
+        if (mb < m) out.push_back({k, mb, chunk});
+      };
+      for (int i = 0; i < 2 * (p - g) - 1; ++i) add(PipeAction::kForward, f0++, 0);
+      for (int i = 0; i < g; ++i) {
+        add(PipeAction::kForward, f1++, 1);
+        add(PipeAction::kForward, f0++, 0);
+      }
+      for (int i = 0; i < p - g; ++i) {
+        add(PipeAction::kForward, f1++, 1);
+        add(PipeAction::kInputGrad, b1, 1);
+        add(PipeAction::kWeightGrad, b1++, 1);
+      }
+      while (f1 < f0 || f0 < n) {
+        if (f0 < n) add(PipeAction::kForward, f0++, 0);
+        add(PipeAction::kInputGrad, b0, 0);
+        add(PipeAction::kWeightGrad, b0++, 0);
+        add(PipeAction::kForward, f1++, 1);
+        add(PipeAction::kInputGrad, b1, 1);
+        add(PipeAction::kWeightGrad, b1++, 1);
+      }
+      int w0 = b0, w1 = b1;
+      for (int i = 0; i < g; ++i) {
+        add(PipeAction::kInputGrad, b0++, 0);
+        add(PipeAction::kInputGrad, b1++, 1);
+      }
+      for (int i = 0; i < p - g; ++i) {
+        add(PipeAction::kInputGrad, b0++, 0);
+        add(PipeAction::kWeightGrad, w0++, 0);
+      }
+      while (w1 < b1) add(PipeAction::kWeightGrad, w1++, 1);
+      while (w0 < b0) add(PipeAction::kWeightGrad, w0++, 0);
+      return out;
+    }
     case Schedule::kInterleaved: {
       WEFT_ASSERT(vp >= 1 && m % stages == 0, "pipeline_actions: the interleaved schedule needs m (" +
                                                    std::to_string(m) + ") a multiple of the stages (" +
@@ -79,6 +117,11 @@ int in_flight(const std::vector<PipeAction>& actions) {
     peak = std::max(peak, now);
   }
   return peak;
+}
+
+int virtual_stage(Schedule s, int stages, int stage, int chunk) {
+  if (s == Schedule::kZbV && chunk == 1) return 2 * stages - 1 - stage;
+  return stage + chunk * stages;
 }
 
 }  // namespace weft

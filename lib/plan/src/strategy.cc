@@ -10,7 +10,7 @@ constexpr EnumName<Recompute> kRecomputeNames[] = {
     {Recompute::kNone, "none"}, {Recompute::kSelective, "selective"}, {Recompute::kFull, "full"}};
 constexpr EnumName<Schedule> kScheduleNames[] = {
     {Schedule::kGpipe, "gpipe"}, {Schedule::k1F1B, "1f1b"}, {Schedule::kInterleaved, "interleaved"},
-    {Schedule::kZbH1, "zb-h1"}};
+    {Schedule::kZbH1, "zb-h1"}, {Schedule::kZbV, "zb-v"}};
 
 }  // namespace
 

@@ -16,9 +16,13 @@ struct PipeAction {
   // kWeightGrad (W), the gradients of the weights, which nothing waits for until the step ends.
   enum Kind { kForward, kBackward, kInputGrad, kWeightGrad } kind = kForward;
   int micro_batch = 0;
-  int chunk = 0;  // model chunk (interleaved schedule): virtual stage stage + chunk * stages
+  int chunk = 0;  // model chunk: virtual stage virtual_stage(schedule, stages, stage, chunk)
   bool operator==(const PipeAction&) const = default;
 };
+
+// The virtual stage model chunk `chunk` of device group `stage` (of `stages`) runs: stage + chunk *
+// stages, or under zb-v chunk 0 is virtual stage `stage` and chunk 1 is 2 stages - 1 - stage.
+int virtual_stage(Schedule s, int stages, int stage, int chunk);
 
 // The actions stage `stage` (0-based, of `stages`) runs for `m` micro-batches in one step.
 //   gpipe: F0 .. F(m-1), then B0 .. B(m-1).
@@ -30,6 +34,12 @@ struct PipeAction {
 //          right after B(i)), then after each cool-down B, then every W still pending (ZB-H1 of
 //          Qi et al., "Zero Bubble Pipeline Parallelism", ICLR'24: stage s holds the W state of at
 //          most s micro-batches beyond 1F1B's stages - s in flight).
+//   zb-v:  (vp = 2) the order of torch.distributed.pipelining's ScheduleZBVZeroBubble (PyTorch
+//          2.6+): 2 (stages - stage) - 1 forwards of chunk 0; stage times a forward of chunk 1 and
+//          one of chunk 0; stages - stage times F, B, W of chunk 1; then F, B, W of chunk 0 and
+//          F, B, W of chunk 1 until every forward has run; then stage times B of chunk 0 and of
+//          chunk 1, stages - stage times B and W of chunk 0, and the W still pending, chunk 1's
+//          first. Counted over max(m, 2 stages - 1) micro-batches, the ones past m dropped.
 //   interleaved (vp model chunks per stage, Narayanan et al. 2021, in Megatron-LM's order): the
 //          k-th forward works on chunk (k / stages) % vp and micro-batch (k / (stages * vp)) *
 //          stages + k % stages, backwards walk the chunks in reverse; (stages - stage - 1) * 2 +

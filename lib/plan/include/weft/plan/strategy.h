@@ -14,7 +14,9 @@ enum class Recompute { kNone, kSelective, kFull };
 // part (W), the W passes of device group g postponed by g micro-batches into what would be the
 // cool-down bubble (ZB-H1 of "Zero Bubble Pipeline Parallelism", Qi et al., ICLR'24): the same
 // activation memory as 1F1B on the first device group, about a third of its bubble.
-enum class Schedule { kGpipe, k1F1B, kInterleaved, kZbH1 };
+// kZbV: ZB-V (Qi et al. 2024, section 6), two model chunks per device group in a V: group g holds
+// virtual stages g and 2 pp - 1 - g, so the first and the last virtual stage share group 0.
+enum class Schedule { kGpipe, k1F1B, kInterleaved, kZbH1, kZbV };
 
 const char* to_string(Recompute r);
 const char* to_string(Schedule s);
