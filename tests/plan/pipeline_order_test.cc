@@ -203,6 +203,17 @@ TEST(PipelineSchedule, ZeroBubbleVPlacesTheChunksInAV) {
   EXPECT_EQ(virtual_stage(Schedule::kZbV, 4, 0, 1), 7);
   EXPECT_EQ(virtual_stage(Schedule::kZbV, 4, 3, 1), 4);
   EXPECT_EQ(virtual_stage(Schedule::kInterleaved, 4, 3, 1), 7);
+  // stage_device_group and stage_chunk invert it, for every schedule with chunks.
+  for (Schedule s : {Schedule::kInterleaved, Schedule::kZbV})
+    for (int g = 0; g < 4; ++g)
+      for (int c = 0; c < 2; ++c) {
+        const int vs = virtual_stage(s, 4, g, c);
+        EXPECT_EQ(stage_device_group(s, 4, vs), g) << to_string(s) << " " << vs;
+        EXPECT_EQ(stage_chunk(s, 4, vs), c) << to_string(s) << " " << vs;
+      }
+  EXPECT_EQ(stage_device_group(Schedule::kZbV, 4, 4), 3);  // the turn: virtual stages 3 and 4 on group 3
+  EXPECT_EQ(stage_device_group(Schedule::k1F1B, 4, 2), 2);
+  EXPECT_EQ(stage_chunk(Schedule::k1F1B, 4, 2), 0);
   // The last group of 2 with 4 micro-batches: 1 forward of chunk 0, then (F1, F0) once, then
   // F1 B1 W1 once, then the steady F0 B0 W0 F1 B1 W1 pairs, then the cool-down.
   const auto a = pipeline_actions(Schedule::kZbV, 2, 1, 4, 2);

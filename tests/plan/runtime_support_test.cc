@@ -56,6 +56,23 @@ TEST(RuntimeSupport, RunsTheInterleavedSchedule) {
   EXPECT_TRUE(runtime_supports(p).ok()) << runtime_supports(p).error().message;
 }
 
+// zb-v is a valid plan that the runtime does not run yet: refused naming the field.
+TEST(RuntimeSupport, RefusesZbV) {
+  Plan p = uniform_plan(LayerStrategy{.dp = 4}, 2);
+  p.train.schedule = Schedule::kZbV;
+  p.train.vp = 2;
+  p.stages.clear();
+  for (int k = 0; k < 4; ++k) {
+    Stage st;
+    st.first_layer = 2 * k;
+    st.layers.assign(2, LayerStrategy{.dp = 4});
+    p.stages.push_back(st);
+  }
+  ASSERT_TRUE(validate(p).ok()) << validate(p).error().message;
+  EXPECT_EQ(refusal_of(p), "plan: train.schedule: zb-v (two model chunks per device group in a V) is not supported "
+                           "by the weft runtime yet; zb-h1 and interleaved are");
+}
+
 TEST(RuntimeSupport, RefusesModelsItCannotRunNamingTheFieldOrLayer) {
   Plan rel = uniform_plan(LayerStrategy{.dp = 8}, 1);
   rel.model.position = PositionKind::kRelative;

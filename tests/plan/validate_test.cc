@@ -1,5 +1,7 @@
 #include <gtest/gtest.h>
 
+#include <vector>
+
 #include "test_plans.h"
 
 namespace weft {
@@ -68,7 +70,58 @@ TEST(Validate, InterleavedNeedsVirtualStages) {
   EXPECT_EQ(error_of(p), "train.vp: the interleaved schedule needs vp > 1 virtual stages per device group, got 1");
   Plan q = uniform_plan(LayerStrategy{.dp = 4}, 2);
   q.train.vp = 2;
-  EXPECT_EQ(error_of(q), "train.vp: 2 virtual stages need schedule \"interleaved\" (schedule is 1f1b)");
+  EXPECT_EQ(error_of(q), "train.vp: 2 virtual stages need schedule \"interleaved\" or \"zb-v\" (schedule is 1f1b)");
+}
+
+// The plan of `pp` device groups and `stages` equal stages of the 8-layer model under `sched`.
+Plan chunked_plan(Schedule sched, int pp, int vp) {
+  Plan p = uniform_plan(LayerStrategy{.dp = 8 / pp}, pp);
+  p.train.schedule = sched;
+  p.train.vp = vp;
+  p.stages.clear();
+  const int n = pp * vp, L = p.model.num_layers();
+  for (int k = 0; k < n; ++k) {
+    Stage st;
+    st.first_layer = k * L / n;
+    st.layers.assign((k + 1) * L / n - st.first_layer, LayerStrategy{.dp = 8 / pp});
+    p.stages.push_back(st);
+  }
+  return p;
+}
+
+// zb-v: pp >= 2 device groups of exactly 2 chunks (stages = 2 pp), any micro-batch count.
+TEST(Validate, ZbVNeedsTwoChunksPerGroup) {
+  EXPECT_EQ(error_of(chunked_plan(Schedule::kZbV, 2, 2)), "OK");
+  EXPECT_EQ(error_of(chunked_plan(Schedule::kZbV, 4, 2)), "OK");
+  EXPECT_EQ(error_of(chunked_plan(Schedule::kZbV, 2, 1)),
+            "train.vp: the zb-v schedule runs exactly 2 model chunks per device group (vp = 2), got 1");
+  EXPECT_EQ(error_of(chunked_plan(Schedule::kZbV, 2, 3)),
+            "train.vp: the zb-v schedule runs exactly 2 model chunks per device group (vp = 2), got 3");
+  EXPECT_EQ(error_of(chunked_plan(Schedule::kZbV, 1, 2)),
+            "train.pp: the zb-v schedule needs pp >= 2 device groups (two model chunks each, in a V), got 1");
+  Plan three = chunked_plan(Schedule::kZbV, 2, 2);
+  three.train.micro_batches = 2;  // fewer than 2 pp - 1 = 3: runs, with a longer warm-up bubble
+  EXPECT_EQ(error_of(three), "OK");
+  Plan short_stages = chunked_plan(Schedule::kZbV, 2, 2);
+  short_stages.stages.pop_back();
+  EXPECT_EQ(error_of(short_stages), "stages: 3 stages listed but pp*vp = 2*2 = 4");
+}
+
+// stage_group: the device group of each virtual stage, s % pp or zb-v's V.
+TEST(StageGroup, InterleavedLoopsAndZbVTurns) {
+  std::vector<int> loop, v;
+  for (int s = 0; s < 8; ++s) {
+    loop.push_back(stage_group(chunked_plan(Schedule::kInterleaved, 4, 2), s));
+    v.push_back(stage_group(chunked_plan(Schedule::kZbV, 4, 2), s));
+  }
+  EXPECT_EQ(loop, (std::vector<int>{0, 1, 2, 3, 0, 1, 2, 3}));
+  EXPECT_EQ(v, (std::vector<int>{0, 1, 2, 3, 3, 2, 1, 0}));
+  EXPECT_EQ(stage_group(uniform_plan(LayerStrategy{.dp = 2}, 4), 3), 3);
+  // The plan file names each stage's device group and first rank (2 ranks per group at pp 4).
+  const Json j = to_json(chunked_plan(Schedule::kZbV, 4, 2));
+  EXPECT_EQ(j["stages"][7]["device_group"], 0);
+  EXPECT_EQ(j["stages"][4]["device_group"], 3);
+  EXPECT_EQ(j["stages"][5]["first_rank"], 4);
 }
 
 TEST(Validate, UlyssesAndCpDivideSequence) {

@@ -124,4 +124,18 @@ int virtual_stage(Schedule s, int stages, int stage, int chunk) {
   return stage + chunk * stages;
 }
 
+int stage_device_group(Schedule s, int stages, int vstage) {
+  WEFT_ASSERT(stages >= 1 && vstage >= 0, "stage_device_group: virtual stage " + std::to_string(vstage) + " of " +
+                                              std::to_string(stages) + " device groups");
+  if (s == Schedule::kZbV && vstage >= stages) return std::max(0, 2 * stages - 1 - vstage);
+  return vstage % stages;
+}
+
+int stage_chunk(Schedule s, int stages, int vstage) {
+  WEFT_ASSERT(stages >= 1 && vstage >= 0, "stage_chunk: virtual stage " + std::to_string(vstage) + " of " +
+                                              std::to_string(stages) + " device groups");
+  if (s == Schedule::kZbV) return vstage >= stages ? 1 : 0;
+  return vstage / stages;
+}
+
 }  // namespace weft

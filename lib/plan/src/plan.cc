@@ -1,10 +1,14 @@
 #include "weft/plan/plan.h"
 
+#include <algorithm>
 #include <string>
 
 #include "weft/core/assert.h"
+#include "weft/plan/pipeline_order.h"
 
 namespace weft {
+
+int stage_group(const TrainSettings& t, int s) { return stage_device_group(t.schedule, std::max(1, t.pp), s); }
 
 std::string shares_label(const TrainSettings& t) {
   std::string out;
@@ -86,7 +90,7 @@ Json to_json(const Plan& p) {
   const int S = p.devices_per_stage();
   for (size_t s = 0; s < p.stages.size(); ++s) {
     const auto& st = p.stages[s];
-    const int group = p.train.pp > 0 ? static_cast<int>(s) % p.train.pp : 0;
+    const int group = p.train.pp > 0 ? stage_group(p, static_cast<int>(s)) : 0;
     Json layers = Json::array();
     for (const auto& l : st.layers) layers.push_back(to_json(l));
     stages.push_back(Json{{"index", s},

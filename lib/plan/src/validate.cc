@@ -95,9 +95,16 @@ void validate_or_throw(const Plan& p) {
     require(t.pp > 1, "train.pp: the interleaved schedule needs pp > 1, got " + S(t.pp));
     require(t.micro_batches % t.pp == 0, "train.micro_batches: the interleaved schedule needs a multiple of pp=" +
                                              S(t.pp) + ", got " + S(t.micro_batches));
+  } else if (t.schedule == Schedule::kZbV) {
+    // ZB-V (Qi et al. 2024, section 6; torch.distributed.pipelining's ScheduleZBVZeroBubble): every
+    // device group holds exactly two model chunks in a V, so stages = 2 pp.
+    require(t.pp >= 2, "train.pp: the zb-v schedule needs pp >= 2 device groups (two model chunks each, in a V), "
+                       "got " + S(t.pp));
+    require(t.vp == 2, "train.vp: the zb-v schedule runs exactly 2 model chunks per device group (vp = 2), got " +
+                           S(t.vp));
   } else {
-    require(t.vp == 1, "train.vp: " + S(t.vp) + " virtual stages need schedule \"interleaved\" (schedule is " +
-                           to_string(t.schedule) + ")");
+    require(t.vp == 1, "train.vp: " + S(t.vp) + " virtual stages need schedule \"interleaved\" or \"zb-v\" "
+                           "(schedule is " + to_string(t.schedule) + ")");
   }
   const int L = p.model.num_layers();
   if (t.varlen) {

@@ -24,6 +24,17 @@ struct PipeAction {
 // stages, or under zb-v chunk 0 is virtual stage `stage` and chunk 1 is 2 stages - 1 - stage.
 int virtual_stage(Schedule s, int stages, int stage, int chunk);
 
+// The inverse of virtual_stage(): the device group (0..stages-1) that runs virtual stage `vstage`
+// (0..stages * vp - 1), vstage % stages, or under zb-v vstage before the turn (vstage < stages)
+// and 2 stages - 1 - vstage after it, so that group 0 holds the first and the last virtual stage
+// (the embedding and the head) and group stages - 1 the two at the turn. Every place that maps a
+// virtual stage to its devices asks this (through stage_group(), weft/plan/plan.h, where a plan is
+// at hand). Precondition (WEFT_ASSERT): stages >= 1, vstage >= 0.
+int stage_device_group(Schedule s, int stages, int vstage);
+// Which model chunk of its device group virtual stage `vstage` is: vstage / stages, or under zb-v
+// 0 before the turn and 1 after it.
+int stage_chunk(Schedule s, int stages, int vstage);
+
 // The actions stage `stage` (0-based, of `stages`) runs for `m` micro-batches in one step.
 //   gpipe: F0 .. F(m-1), then B0 .. B(m-1).
 //   1f1b:  w = min(stages - stage - 1, m) warm-up forwards, then alternate F(w+i), B(i) until every
@@ -46,8 +57,8 @@ int virtual_stage(Schedule s, int stages, int stage, int chunk);
 //          (vp - 1) * stages warm-up forwards (all of them when m == stages), then one forward one
 //          backward, then the rest. m must be a multiple of stages.
 // Every stage's sequence is deadlock-free when sends are asynchronous and receives block.
-// Preconditions (WEFT_ASSERT): 0 <= stage < stages, m >= 1; vp >= 1, > 1 only (and then
-// m % stages == 0) with the interleaved schedule.
+// Preconditions (WEFT_ASSERT): 0 <= stage < stages, m >= 1; vp >= 1, > 1 only with the
+// interleaved schedule (and then m % stages == 0) or zb-v (and then vp == 2).
 std::vector<PipeAction> pipeline_actions(Schedule s, int stages, int stage, int m, int vp = 1);
 
 // Largest number of micro-batches a stage holds state of at once under the schedule: a forward

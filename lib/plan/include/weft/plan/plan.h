@@ -23,7 +23,7 @@ struct TrainSettings {
   int global_batch = 0;        // samples per optimizer step
   int micro_batches = 1;       // m: micro-batches per step through the pipeline
   int pp = 1;                  // pipeline degree (device groups)
-  int vp = 1;                  // virtual stages per device group (interleaved schedule)
+  int vp = 1;                  // virtual stages (model chunks) per device group: interleaved, or 2 (zb-v)
   Schedule schedule = Schedule::k1F1B;
   DType dtype = DType::kBf16;  // compute dtype; fp32 master weights and Adam states
   // Variable-length steps (docs/varlen.md; JSON "varlen": {"min_group", "max_group"}, absent when
@@ -67,7 +67,8 @@ struct Prediction {
 };
 
 // A pipeline stage: a contiguous run of layers on one device group. With vp > 1 there are pp*vp
-// stages and stage s runs on device group s % pp (interleaved / virtual stages).
+// (virtual) stages and stage s runs on device group stage_group(plan, s): s % pp (interleaved), or
+// zb-v's V (s before the turn, 2 pp - 1 - s after it).
 struct Stage {
   int first_layer = 0;         // global layer index
   std::vector<LayerStrategy> layers;  // one per layer, in order
@@ -120,7 +121,10 @@ Status write_plan_file(const std::string& path, const Plan& p);
 // pipeline and schedule constraints. Every message names the field and the numbers.
 Status validate(const Plan& p);
 
-// The device group (0..pp-1) of stage s.
-inline int stage_group(const Plan& p, int s) { return s % p.train.pp; }
+// The device group (0..pp-1) that holds (virtual) stage s under the schedule of `t`: s % pp, or
+// under zb-v s before the turn and 2 pp - 1 - s after it (stage_device_group(),
+// weft/plan/pipeline_order.h). The one place a stage is mapped to its devices.
+int stage_group(const TrainSettings& t, int s);
+inline int stage_group(const Plan& p, int s) { return stage_group(p.train, s); }
 
 }  // namespace weft

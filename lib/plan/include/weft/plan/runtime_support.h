@@ -6,7 +6,7 @@
 // under every schedule (gpipe, 1f1b, interleaved with any vp, zb-h1; uneven stages, a different
 // layout per layer) for models of decoder layers of one hidden width with learned or rotary
 // positions. It does not run yet: context parallelism (cp > 1), expert parallelism (ep > 1), MoE
-// layers, encoder and cross-attention layers, relative position biases.
+// layers, encoder and cross-attention layers, relative position biases, the zb-v schedule.
 #pragma once
 
 #include <string>
