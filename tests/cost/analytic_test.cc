@@ -483,6 +483,26 @@ TEST(AnalyticMemory, ZbH1KeepsWeightGradStateOnLaterGroups) {
   EXPECT_NEAR(activations(Schedule::kZbH1, 1) - activations(Schedule::k1F1B, 1), 1 * 470810624.0, 1.0);
 }
 
+// ZB-V memory, per layer (Llama-2-7B, tp 2, one sample of 4096 tokens a micro-batch, pp 4, m 8):
+// a layer of group g's chunk 0 (virtual stage g) holds 7 - g micro-batches' activations, one of
+// its chunk 1 (virtual stage 7 - g) g + 1, and each half a micro-batch's W state (470,810,624
+// bytes, as above). A layer of each chunk together: 8 micro-batches' activations, twice what a
+// layer of 1F1B's first group holds (4), plus one W state. With half the layers per chunk, a
+// device holds 1F1B's first group's activations plus one W state of a chunk.
+TEST(AnalyticMemory, ZbVHoldsOneF1BsActivationsPlusOneWState) {
+  Bench s("llama-2-7b", "a100-80gb");
+  s.train.pp = 4;
+  s.train.micro_batches = 8;
+  const AnalyticCostModel cm;
+  s.train.schedule = Schedule::k1F1B;
+  const double one = cm.layer(s.layer(0, 0, 4), strat(2, 1)).memory.activations.value();
+  s.train.schedule = Schedule::kZbV;
+  s.train.vp = 2;
+  auto act = [&](int stage) { return cm.layer(s.layer(0, stage, 8), strat(2, 1)).memory.activations.value(); };
+  for (int g = 0; g < 4; ++g) EXPECT_NEAR(act(g) + act(7 - g), 2 * one + 470810624.0, 2.0) << g;
+  EXPECT_NEAR(act(0) - act(7), 6 * one / 4, 2.0);  // 7 against 1 micro-batch
+}
+
 // The deferrable part of the backward is the dW = X^T dY GEMM of each linear layer (tokens x
 // tokens reduction), here Llama-2-7B at tp 2 with one sample of 4096 tokens; with a non-fused
 // gradient accumulation its pass over the gradients joins it.

@@ -157,5 +157,31 @@ TEST(InFlight, ZbH1PendingWeightGrads) {
   EXPECT_EQ(pending_weight_grads(t, 3), 0);
 }
 
+// ZB-V, pp 4: group g holds virtual stages g (chunk 0) and 7 - g (chunk 1). At m 8 its peak, the end
+// of its warm-up, is 7 - g chunk-micro-batches of chunk 0 and g + 1 of chunk 1: 8 = 2 pp on every
+// group, pp micro-batches of a whole stage, 1F1B's first group's count (Qi et al., section 6). At
+// m 4 each chunk is capped at m: group 0 holds 4 + 1, group 3 4 + 4. One chunk-micro-batch's W state
+// per group, half on each chunk.
+TEST(InFlight, ZbVHoldsTwoPpChunkMicroBatches) {
+  TrainSettings t;
+  t.pp = 4;
+  t.vp = 2;
+  t.micro_batches = 8;
+  t.schedule = Schedule::kZbV;
+  std::vector<double> n;
+  for (int s = 0; s < 8; ++s) n.push_back(micro_batches_in_flight(t, s));
+  EXPECT_EQ(n, (std::vector<double>{7, 6, 5, 4, 4, 3, 2, 1}));
+  for (int g = 0; g < 4; ++g) EXPECT_EQ(n[g] + n[7 - g], 8) << g;
+  for (int s = 0; s < 8; ++s) EXPECT_EQ(pending_weight_grads(t, s), 0.5) << s;
+  t.micro_batches = 4;
+  EXPECT_EQ(micro_batches_in_flight(t, 0) + micro_batches_in_flight(t, 7), 5);
+  EXPECT_EQ(micro_batches_in_flight(t, 3) + micro_batches_in_flight(t, 4), 8);
+  // 1F1B's first group holds pp = 4 micro-batches of its whole stage.
+  t.vp = 1;
+  t.schedule = Schedule::k1F1B;
+  t.micro_batches = 8;
+  EXPECT_EQ(micro_batches_in_flight(t, 0), 4);
+}
+
 }  // namespace
 }  // namespace weft

@@ -449,6 +449,71 @@ TEST(ScheduleZbH1, RandomStagesRunEachWAfterItsB) {
   }
 }
 
+// ZB-V (Qi et al., ICLR'24, section 6), torch.distributed.pipelining's ScheduleZBVZeroBubble order:
+// pp 4, m 8, 8 virtual stages of equal chunks, F = B = W = 1 per chunk and micro-batch, no p2p,
+// sync or update. By hand: micro-batch 0's forward walks down the V, virtual stage s at [s, s + 1]
+// on group min(s, 7 - s), so group g starts its first forward at g. From there each group runs
+// without a gap (its order keeps 2 pp - 1 - g forwards of chunk 0 ahead, then alternates a forward
+// with the B and W of the chunk-micro-batch whose gradient has just come back; with equal passes
+// every input is ready when its turn comes), so it is busy for 2 chunks x 8 micro-batches x 3 = 48
+// and ends at g + 48: groups 0-3 end at 48, 49, 50, 51, the step is 51 = 6m + pp - 1, and each
+// group's only bubble is the g before its first forward. Against the same work as 4 whole stages of
+// F = B = W = 2: 1F1B (m + p - 1) x 6 = 66, ZB-H1 6m + (p - 1)(2 + 2 - 2) = 54. The paper's "zero
+// bubble when T_F = T_B = T_W" is this: nothing idles between a group's first and last pass.
+TEST(ScheduleZbV, EqualChunksRunWithoutGaps) {
+  const Simulation sim = sim_ok(spec(Schedule::kZbV, 4, 8, 2), std::vector<StageTiming>(8, zb_timing(1, 1, 1)));
+  EXPECT_DOUBLE_EQ(sim.makespan_s, 51);
+  EXPECT_EQ(sim.compute_end_s, (std::vector<double>{48, 49, 50, 51}));
+  EXPECT_EQ(sim.busy_s, (std::vector<double>{48, 48, 48, 48}));
+  EXPECT_EQ(sim.bubble_s, (std::vector<double>{0, 1, 2, 3}));
+  const std::vector<StageTiming> whole(4, zb_timing(2, 2, 2));
+  EXPECT_DOUBLE_EQ(sim_ok(spec(Schedule::k1F1B, 4, 8), whole).makespan_s, 66);
+  EXPECT_DOUBLE_EQ(sim_ok(spec(Schedule::kZbH1, 4, 8), whole).makespan_s, 54);
+  // The same 6m + pp - 1 wherever the warm-up fills (m >= 2 pp - 1); below it the last group waits:
+  // pp 4, m 4 takes 30 = 6m + 2 (pp - 1).
+  for (int p : {2, 3, 4, 6, 8})
+    for (int m : {2 * p - 1, 2 * p, 3 * p, 4 * p}) {
+      const std::vector<StageTiming> st(2 * p, zb_timing(1, 1, 1));
+      EXPECT_DOUBLE_EQ(sim_ok(spec(Schedule::kZbV, p, m, 2), st).makespan_s, 6.0 * m + p - 1) << p << " " << m;
+    }
+  EXPECT_DOUBLE_EQ(sim_ok(spec(Schedule::kZbV, 4, 4, 2), std::vector<StageTiming>(8, zb_timing(1, 1, 1))).makespan_s,
+                   30);
+}
+
+// The V and the local turn. pp 2, m 1, F = B = W = 1, p2p 1 per stage (0.5 a send), sends
+// overlapped (as schedule_spec sets for zb-v): group 1 holds virtual stages 1 and 2, and its
+// forward of stage 1 hands to stage 2 on the same devices, sending nothing:
+//   dev0: F(0)[0,1] (sent 1.5)  F(3)[4,5] (5.5)  B(3)[5.5,6.5] (7)  W(3)[6.5,7.5]  B(0)[10.5,11.5]  W(0)[11.5,12.5]
+//   dev1: F(1)[1.5,2.5]  F(2)[2.5,3.5] (sent 4)  B(2)[7,8]  W(2)[8,9]  B(1)[9,10] (sent 10.5)  W(1)[10,11]
+TEST(ScheduleZbV, TheTurnIsLocal) {
+  std::vector<StageTiming> st(4, zb_timing(1, 1, 1));
+  for (auto& t : st) t.p2p = sec(1);
+  ScheduleSpec sp = spec(Schedule::kZbV, 2, 1, 2);
+  sp.overlap_p2p = true;
+  const Simulation sim = sim_ok(sp, st);
+  using Row = std::tuple<EventKind, int, double, double>;  // kind, virtual stage, start, end
+  std::vector<Row> dev1;
+  for (const auto& e : sim.events)
+    if (e.device_group == 1) dev1.emplace_back(e.kind, e.stage, e.start_s, e.end_s);
+  const auto F = EventKind::kForward, B = EventKind::kBackward, W = EventKind::kWeightGrad, P = EventKind::kP2p;
+  EXPECT_EQ(dev1, (std::vector<Row>{{F, 1, 1.5, 2.5}, {F, 2, 2.5, 3.5}, {P, 2, 3.5, 4}, {B, 2, 7, 8}, {W, 2, 8, 9},
+                                    {B, 1, 9, 10}, {P, 1, 10, 10.5}, {W, 1, 10, 11}}));
+  EXPECT_DOUBLE_EQ(sim.makespan_s, 12.5);
+  EXPECT_EQ(sim.compute_end_s, (std::vector<double>{12.5, 11}));
+}
+
+// zb-v needs its two chunks per device group: vp 1 or 3 is refused naming the field.
+TEST(ScheduleZbV, RejectsOtherChunkCounts) {
+  for (int vp : {1, 3}) {
+    auto r = simulate_schedule(spec(Schedule::kZbV, 2, 4, vp), std::vector<StageTiming>(2 * vp, zb_timing(1, 1, 1)));
+    ASSERT_FALSE(r.ok()) << vp;
+    EXPECT_NE(r.error().message.find("schedule.vp: zb-v runs exactly 2 model chunks per device group, got " +
+                                     std::to_string(vp)),
+              std::string::npos)
+        << r.error().message;
+  }
+}
+
 TEST(ScheduleZbH1, RejectsWgradBeyondTheBackward) {
   auto r = simulate_schedule(spec(Schedule::kZbH1, 1, 1), {zb_timing(1, 0.5, 2, 0.5)});
   ASSERT_TRUE(r.ok());  // bwd 2.5 = recompute 0.5 + 2 W: B is empty but valid

@@ -14,6 +14,7 @@
 #include "weft/cost/pricing.h"
 #include "weft/cost/schedule.h"
 #include "weft/cost/traffic.h"
+#include "weft/plan/pipeline_order.h"
 
 namespace weft {
 
@@ -260,9 +261,10 @@ StepCost AnalyticCostModel::step(const TrainSettings& train, const std::vector<S
   // Overlapped sends (interleaved schedule) do not occupy the device.
   const double p2p_busy = spec.overlap_p2p ? 0.0 : 1.0;
   std::vector<double> busy(p, 0.0), opt(p, 0.0);
+  auto group = [&](int s) { return stage_device_group(spec.schedule, p, s); };
   for (int s = 0; s < n; ++s) {
-    busy[s % p] += (stages[s].fwd + stages[s].bwd + p2p_busy * stages[s].p2p).value();
-    opt[s % p] += stages[s].optimizer.value();
+    busy[group(s)] += (stages[s].fwd + stages[s].bwd + p2p_busy * stages[s].p2p).value();
+    opt[group(s)] += stages[s].optimizer.value();
   }
   int crit = 0, last = 0;
   double pipeline = 0, last_end = -1;
@@ -283,7 +285,8 @@ StepCost AnalyticCostModel::step(const TrainSettings& train, const std::vector<S
   // (the rest of the pipeline), the exposed gradient reduction and the last group's optimizer.
   TimeBreakdown per_mb;
   Seconds dp_total;
-  for (int s = crit; s < n; s += p) {
+  for (int s = 0; s < n; ++s) {
+    if (group(s) != crit) continue;
     per_mb += stages[s].time;
     dp_total += stages[s].time.dp_comm;
   }

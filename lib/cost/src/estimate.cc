@@ -29,9 +29,12 @@ std::vector<StageSums> stage_sums(const Plan& p, const CostModel& cm, const std:
   auto stage_context = [&](const Plan& pl, int s) { return weft::stage_context(pl, s, clusters[s]); };
   const int n = static_cast<int>(p.stages.size());
   std::vector<StageSums> out(n);
-  // p2p at the boundary after stage s, paid by both neighbours.
+  // p2p at the boundary after stage s, paid by both neighbours; none where both are on one device
+  // group (zb-v's turn).
   std::vector<Seconds> boundary(n > 0 ? n - 1 : 0);
-  for (int s = 0; s + 1 < n; ++s) boundary[s] = cm.p2p(stage_context(p, s), p.stages[s].layers.back());
+  for (int s = 0; s + 1 < n; ++s)
+    if (stage_group(p, s) != stage_group(p, s + 1))
+      boundary[s] = cm.p2p(stage_context(p, s), p.stages[s].layers.back());
 
   for (int s = 0; s < n; ++s) {
     const Stage& st = p.stages[s];
@@ -109,13 +112,14 @@ Estimate estimate(const Plan& p, const CostModel& cm) {
   // A device holds every virtual stage of its group: sum their memory per group.
   const int pp = std::max(1, p.train.pp);
   std::vector<Bytes> group_mem(pp);
-  for (size_t s = 0; s < sums.size(); ++s) group_mem[s % pp] += sums[s].memory.total();
+  auto group = [&](size_t s) { return stage_group(p, static_cast<int>(s)); };
+  for (size_t s = 0; s < sums.size(); ++s) group_mem[group(s)] += sums[s].memory.total();
   e.fits = true;
   for (size_t s = 0; s < sums.size(); ++s) {
     StageEstimate se;
     se.time = s < sc.stage_time.size() ? sc.stage_time[s] : Seconds(0);
     se.memory = sums[s].memory;
-    se.fits = group_mem[s % pp] <= e.memory_budget;
+    se.fits = group_mem[group(s)] <= e.memory_budget;
     e.fits = e.fits && se.fits;
     e.stages.push_back(se);
   }
@@ -133,14 +137,14 @@ void annotate(Plan& p, const Estimate& e, const CostModel& cm) {
   p.predicted.peak_memory_gib = to_gib(e.peak_memory);
   p.predicted.cost_model = cm.name();
   p.predicted.source = cm.source();
-  const int pp = std::max(1, p.train.pp);
   for (size_t s = 0; s < p.stages.size() && s < e.stages.size(); ++s) {
     auto& pr = p.stages[s].predicted;
     const auto& m = e.stages[s].memory;
     pr.time_s = e.stages[s].time.value();
     // Per device: the group's total (all its virtual stages); the parts are this stage's own.
     Bytes group;
-    for (size_t k = s % pp; k < e.stages.size(); k += pp) group += e.stages[k].memory.total();
+    for (size_t k = 0; k < e.stages.size(); ++k)
+      if (stage_group(p, static_cast<int>(k)) == stage_group(p, static_cast<int>(s))) group += e.stages[k].memory.total();
     pr.memory_gib = to_gib(group);
     pr.weights_gib = to_gib(m.weights);
     pr.grads_gib = to_gib(m.grads);

@@ -6,6 +6,8 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include "weft/plan/pipeline_order.h"
+
 namespace weft {
 
 StateBytes state_bytes_per_param(DType dtype) {
@@ -235,8 +237,12 @@ Bytes layer_activation_bytes(const LayerShape& s, const LayerStrategy& st, const
 double micro_batches_in_flight(const TrainSettings& t, int stage) {
   const int m = std::max(1, t.micro_batches);
   const int pp = std::max(1, t.pp);
-  const int g = stage % pp;
+  const int g = stage_group(t, stage);
   switch (t.schedule) {
+    case Schedule::kZbV:
+      // At the group's peak, the end of its warm-up: 2 pp - 1 - g micro-batches of chunk 0 and g + 1
+      // of chunk 1 (ScheduleZBVZeroBubble's order, weft/plan/pipeline_order.h), each capped at m.
+      return stage_chunk(t.schedule, pp, stage) == 0 ? std::min(m, 2 * pp - 1 - g) : std::min(m, g + 1);
     case Schedule::kGpipe: return m;
     case Schedule::k1F1B:
     case Schedule::kZbH1: return std::min(m, pp - g);
@@ -274,10 +280,12 @@ Bytes weight_grad_state_bytes(const LayerShape& s, const LayerStrategy& st, cons
 }
 
 double pending_weight_grads(const TrainSettings& t, int stage) {
-  if (t.schedule != Schedule::kZbH1) return 0;
   const int m = std::max(1, t.micro_batches);
-  const int pp = std::max(1, t.pp);
-  return std::min(stage % pp, m - 1);
+  // ZB-V's steady state runs each W right after its B: one chunk-micro-batch's W state per group,
+  // counted half on each of its two chunks.
+  if (t.schedule == Schedule::kZbV) return 0.5;
+  if (t.schedule != Schedule::kZbH1) return 0;
+  return std::min(stage_group(t, stage), m - 1);
 }
 
 }  // namespace weft

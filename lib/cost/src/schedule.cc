@@ -36,11 +36,11 @@ struct Op {
 };
 
 // The order in which device group g runs its ops: the runtime's (weft/plan/pipeline_order.h), chunk
-// c of the group being virtual stage g + c * pp.
+// c of the group being virtual stage virtual_stage(schedule, pp, g, c) (g + c * pp, or zb-v's V).
 std::vector<Op> device_order(const ScheduleSpec& sp, int g) {
   std::vector<Op> ops;
   for (const PipeAction& a : pipeline_actions(sp.schedule, sp.pp, g, sp.micro_batches, sp.vp))
-    ops.push_back({a.kind, g + a.chunk * sp.pp, a.micro_batch});
+    ops.push_back({a.kind, virtual_stage(sp.schedule, sp.pp, g, a.chunk), a.micro_batch});
   return ops;
 }
 
@@ -50,9 +50,11 @@ void check_inputs(const ScheduleSpec& sp, const std::vector<StageTiming>& st) {
   require(sp.overlap_slowdown >= 1.0,
           "schedule.overlap_slowdown: must be >= 1, got " + std::to_string(sp.overlap_slowdown));
   require(sp.micro_batches >= 1, "schedule.micro_batches: must be >= 1, got " + S(sp.micro_batches));
-  require(sp.vp == 1 || sp.schedule == Schedule::kInterleaved,
-          "schedule.vp: " + S(sp.vp) + " virtual stages need the interleaved schedule");
-  require(sp.vp == 1 || sp.micro_batches % sp.pp == 0,
+  require(sp.vp == 1 || sp.schedule == Schedule::kInterleaved || sp.schedule == Schedule::kZbV,
+          "schedule.vp: " + S(sp.vp) + " virtual stages need the interleaved or the zb-v schedule");
+  require(sp.schedule != Schedule::kZbV || sp.vp == 2,
+          "schedule.vp: zb-v runs exactly 2 model chunks per device group, got " + S(sp.vp));
+  require(sp.vp == 1 || sp.schedule == Schedule::kZbV || sp.micro_batches % sp.pp == 0,
           "schedule.micro_batches: the interleaved schedule needs a multiple of pp=" + S(sp.pp) + ", got " +
               S(sp.micro_batches));
   require(st.size() == static_cast<size_t>(sp.pp) * sp.vp,
@@ -145,7 +147,13 @@ Simulation run(const ScheduleSpec& sp, const std::vector<StageTiming>& st) {
           at = emit(EventKind::kRecompute, g, op.stage, op.micro_batch, at, t.recompute.value());
           at = emit(EventKind::kBackward, g, op.stage, op.micro_batch, at, (t.bwd - t.recompute - deferred).value());
         }
-        if (sp.overlap_p2p) {
+        // A hand-off within the device sends nothing: zb-v's turn, virtual stage pp - 1's forward
+        // to pp and pp's backward to pp - 1, both on group pp - 1. (Elsewhere the stage's p2p time
+        // is split evenly between its forwards and backwards, as StageTiming::p2p counts it.)
+        const int to = op.forward() ? op.stage + 1 : op.stage - 1;
+        if (sp.schedule == Schedule::kZbV && to >= 0 && to < nstages && stage_device_group(sp.schedule, pp, to) == g) {
+          done[index(op.forward(), op.stage, op.micro_batch)] = at;
+        } else if (sp.overlap_p2p) {
           // The transfer runs beside the device's next operation: only the receiver waits for it.
           const double send = t.p2p.value() / 2;
           if (sp.record_events && send > 0) sim.events.push_back({EventKind::kP2p, g, op.stage, op.micro_batch, at, at + send});
@@ -172,7 +180,8 @@ Simulation run(const ScheduleSpec& sp, const std::vector<StageTiming>& st) {
     // Gradient syncs of this device's stages, one after another on its communication stream.
     std::vector<std::pair<double, int>> syncs;
     double opt = 0;
-    for (int s = g; s < nstages; s += pp) {
+    for (int c = 0; c < sp.vp; ++c) {
+      const int s = virtual_stage(sp.schedule, pp, g, c);
       syncs.push_back({sp.overlap_grad_sync ? last_bwd_start[s] : free_at[g], s});
       opt += st[s].optimizer.value();
     }
@@ -229,9 +238,18 @@ ScheduleSpec schedule_spec(const TrainSettings& train, int stages, const CostMod
   ScheduleSpec sp;
   sp.pp = pp;
   sp.vp = n / pp;
-  sp.schedule = sp.vp > 1 ? Schedule::kInterleaved : train.schedule;
+  // zb-v holds 2 stages per group (validate()); a zb-v train with another layout is laid out as
+  // the interleaved schedule (vp > 1) or, one stage per group, as zb-h1 (the same split backward).
+  if (train.schedule == Schedule::kZbV)
+    sp.schedule = sp.vp == 2 ? Schedule::kZbV : sp.vp > 1 ? Schedule::kInterleaved : Schedule::kZbH1;
+  else
+    sp.schedule = sp.vp > 1 ? Schedule::kInterleaved : train.schedule;
   sp.micro_batches = std::max(1, train.micro_batches);
-  sp.overlap_p2p = sp.schedule == Schedule::kInterleaved;
+  // Megatron-LM's interleaved schedule overlaps its sends; so does torch.distributed.pipelining's
+  // schedule runtime, which zb-v runs in (ScheduleZBVZeroBubble is a _PipelineScheduleRuntime: its
+  // SEND_F / SEND_B are asynchronous, and only the receiving pass waits for its RECV; pytorch/pytorch
+  // torch/distributed/pipelining/schedules.py, read at commit 00722e64).
+  sp.overlap_p2p = sp.schedule == Schedule::kInterleaved || sp.schedule == Schedule::kZbV;
   const ScheduleTraits traits = cm.schedule_traits();
   sp.overlap_grad_sync = traits.overlap_grad_sync;
   sp.overlap_slowdown = std::max(1.0, traits.overlap_slowdown);

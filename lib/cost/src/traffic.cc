@@ -205,12 +205,16 @@ InlineList<double, 4> edge_param_buckets(const StageContext& ctx, const LayerStr
   const double t = safe(emb.tp);
   const double h = static_cast<double>(model.hidden), vocab = static_cast<double>(model.vocab);
   const bool learned = model.position == PositionKind::kLearned;
+  // The last stage keeps its own copy of a tied table unless the first stage's is on its device
+  // group (zb-v puts both on group 0).
+  const bool tied_copy = model.tied_embeddings && !ctx.first() &&
+                         stage_group(ctx.train, 0) != stage_group(ctx.train, ctx.num_stages - 1);
   if (!o.per_tensor_edges) {
     double params = 0;
     if (ctx.first()) params += vocab * h / t + (learned ? model.max_seq * h : 0.0);
     if (ctx.last()) {
       params += h * (model.norm == NormKind::kLayerNorm ? 2 : 1);
-      if (!model.tied_embeddings || !ctx.first()) params += vocab * h / t;  // head (or its tied copy)
+      if (!model.tied_embeddings || tied_copy) params += vocab * h / t;  // head (or its tied copy)
     }
     if (params > 0) return {params};
     return {};
@@ -224,7 +228,7 @@ InlineList<double, 4> edge_param_buckets(const StageContext& ctx, const LayerStr
     double head = (model.norm == NormKind::kLayerNorm ? 2.0 : 1.0) * h;
     if (!model.tied_embeddings) head += vocab * h / t;
     units.push_back(head);
-    if (model.tied_embeddings && !ctx.first()) units.push_back(vocab * h / t);  // the tied copy
+    if (tied_copy) units.push_back(vocab * h / t);  // the tied copy
   }
   return units;
 }
@@ -294,8 +298,9 @@ LayerTraffic edge_traffic(const StageContext& ctx, const LayerStrategy& emb, con
     }
   }
   // Tied embeddings split over the first and last stage: their gradients are summed between the
-  // two (Megatron's embedding group).
-  if (!buckets.empty() && model.tied_embeddings && ctx.num_stages > 1) {
+  // two (Megatron's embedding group); under zb-v both are on device group 0, one table.
+  if (!buckets.empty() && model.tied_embeddings && ctx.num_stages > 1 &&
+      stage_group(tr, 0) != stage_group(tr, ctx.num_stages - 1)) {
     const int span = ctx.stage_size * std::max(0, tr.pp - 1);
     double bytes = sb.grads * vocab * h / t;
     if (o.per_tensor_edges && emb.zero >= 2) bytes = bytes / safe(shard);
@@ -311,8 +316,9 @@ LayerTraffic p2p_traffic(const StageContext& ctx, const LayerStrategy& s, const 
   const ClusterSpec& c = *ctx.cluster;
   const TrainSettings& tr = ctx.train;
   const DType dtype = o.dtype.value_or(tr.dtype);
-  const int pp = std::max(1, tr.pp), S = std::max(1, ctx.stage_size), G = std::max(1, c.gpus_per_node);
-  const int g1 = ctx.stage % pp, g2 = (ctx.stage + 1) % pp;
+  const int S = std::max(1, ctx.stage_size), G = std::max(1, c.gpus_per_node);
+  const int g1 = stage_group(tr, ctx.stage), g2 = stage_group(tr, ctx.stage + 1);
+  if (g1 == g2) return out;  // a hand-off within the device group (zb-v's turn): nothing sent
   const CommGroup pair = pair_group(S >= G || (g1 * S) / G != (g2 * S) / G);
   CallList calls;
   if (o.layout_p2p) {

@@ -28,7 +28,7 @@ struct StageContext {
   int stage_size = 1;          // devices per stage = world / pp
   bool first() const { return stage == 0; }
   bool last() const { return stage == num_stages - 1; }
-  int device_group() const { return stage % train.pp; }
+  int device_group() const { return stage_group(train, stage); }  // weft/plan/plan.h
 };
 
 struct LayerContext : StageContext {

@@ -186,7 +186,11 @@ Bytes layer_activation_bytes(const LayerShape& s, const LayerStrategy& st, const
 // Micro-batches whose activations a device group holds at its peak:
 //   GPipe: m; 1F1B: min(m, pp - group); interleaved with v chunks: Megatron-LM's warm-up depth
 //   min(m*v, 2*(pp - group - 1) + (v - 1)*pp + 1) chunk-micro-batches, spread over its v chunks,
-//   so this returns that count / v per chunk (Narayanan et al. 2021, section 2.2.2).
+//   so this returns that count / v per chunk (Narayanan et al. 2021, section 2.2.2); zb-v: at the end
+//   of group g's warm-up min(m, 2 pp - 1 - g) on its chunk 0 (virtual stage g) and min(m, g + 1) on
+//   its chunk 1 (virtual stage 2 pp - 1 - g): 2 pp chunk-micro-batches of half-size chunks for
+//   m >= 2 pp - 1, pp micro-batches of a whole stage, as 1F1B's first group holds (Qi et al.,
+//   ICLR'24, section 6: ZB-V's peak activation memory is 1F1B's).
 double micro_batches_in_flight(const TrainSettings& t, int stage);
 
 // What a zero-bubble schedule keeps of one layer for one micro-batch whose input-gradient pass (B)
@@ -205,7 +209,13 @@ Bytes weight_grad_state_bytes(const LayerShape& s, const LayerStrategy& st, cons
 
 // Micro-batches whose W state (weight_grad_state_bytes) a device group holds at its peak besides
 // micro_batches_in_flight: ZB-H1 defers the W of device group g by g micro-batches, so up to
-// min(g, m - 1) of them wait; 0 on group 0 and under every other schedule.
+// min(g, m - 1) of them wait; 0 on group 0. ZB-V runs each W right after its B in the steady state,
+// so one chunk-micro-batch's W state sits beside 2 pp - 1 of activations: 0.5 on each of the
+// group's two chunks, which with micro_batches_in_flight covers both states of the steady state
+// (2 pp activations after a forward; 2 pp - 1 and one W state after a B). Not priced: ZB-V's
+// cool-down, which runs the B passes of group g's last 2 g + 1 chunk-micro-batches before their W;
+// it holds more than this only where a chunk-micro-batch's W state outweighs its activations (full
+// recompute). 0 under every other schedule.
 double pending_weight_grads(const TrainSettings& t, int stage);
 
 }  // namespace weft
