@@ -134,7 +134,7 @@ class FakeCostModel : public CostModel {
       out.stage_time.push_back(sec(x[s] * m));
     }
     std::vector<double> group(t.pp, 0.0);
-    for (size_t s = 0; s < st.size(); ++s) group[s % t.pp] += x[s];
+    for (size_t s = 0; s < st.size(); ++s) group[stage_group(t, static_cast<int>(s))] += x[s];
     double mx = 0, sum = 0;
     for (double c : group) mx = std::max(mx, c), sum += c;
     out.step_time = sec((m - 1.0 / t.vp) * mx + sum / t.vp);

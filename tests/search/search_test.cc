@@ -466,5 +466,112 @@ TEST(Search, ZbH1OnlyWhereAFrameworkRunsIt) {
   EXPECT_FALSE(framework_runs(p, "torchtitan").ok());
 }
 
+// ZB-V in a deep pipeline (Llama-2-7B, pp 8 on 8 A100s, m 16, no recompute): searched beside 1F1B,
+// interleaved (vp 2) and zb-h1, it is the best plan, its two chunks per group in a V (group 0
+// holds the first and the last 2 layers), faster than the best plan of each other schedule searched
+// alone, and its peak memory is within 1F1B's plus a chunk's W state.
+TEST(Search, ZbVWinsInADeepPipeline) {
+  auto model = load_model("llama-2-7b");
+  auto cluster = load_cluster("a100-80gb");
+  ASSERT_TRUE(model.ok() && cluster.ok());
+  cluster->nodes = 1;
+  SearchOptions o;
+  o.seq = 4096;
+  o.global_batch = 16;
+  o.pp_degrees = {8};
+  o.micro_batches = {16};
+  o.vp_degrees = {2};
+  o.schedules = {Schedule::k1F1B, Schedule::kInterleaved, Schedule::kZbH1, Schedule::kZbV};
+  o.top_k = 4;
+  o.accept = [](const LayerStrategy& s, const LayerShape*) { return s.recompute == Recompute::kNone; };
+  const AnalyticCostModel cm;
+  auto r = search(*model, *cluster, cm, o);
+  ASSERT_TRUE(r.ok()) << r.error().message;
+  ASSERT_FALSE(r->top.empty());
+  const Plan& best = r->top.front();
+  EXPECT_EQ(best.train.schedule, Schedule::kZbV);
+  EXPECT_EQ(best.train.vp, 2);
+  ASSERT_EQ(best.stages.size(), 16u);
+  EXPECT_EQ(stage_group(best, 0), 0);
+  EXPECT_EQ(stage_group(best, 15), 0);
+  EXPECT_EQ(stage_group(best, 8), 7);
+  for (Schedule other : {Schedule::k1F1B, Schedule::kInterleaved, Schedule::kZbH1}) {
+    o.schedules = {other};
+    auto r1 = search(*model, *cluster, cm, o);
+    ASSERT_TRUE(r1.ok() && !r1->top.empty()) << to_string(other);
+    EXPECT_LT(best.predicted.step_time_s, r1->top.front().predicted.step_time_s) << to_string(other);
+  }
+}
+
+// Frameworks without ZB-V refuse it by name, and leave it out of their default space; torchtitan
+// runs it (its default space includes it); weft's runtime does not yet.
+TEST(Search, ZbVOnlyWhereAFrameworkRunsIt) {
+  for (const char* fw : {"megatron", "megatron-deepspeed", "torchtitan-compile"}) {
+    SearchOptions o;
+    o.schedules = {Schedule::k1F1B, Schedule::kZbV};
+    const Status bad = restrict_to_framework(o, fw);
+    ASSERT_FALSE(bad.ok()) << fw;
+    EXPECT_NE(bad.error().message.find(std::string("--schedule: framework ") + fw + " has no zb-v schedule ("),
+              std::string::npos)
+        << bad.error().message;
+    SearchOptions any;
+    ASSERT_TRUE(restrict_to_framework(any, fw).ok());
+    EXPECT_EQ(std::count(any.schedules.begin(), any.schedules.end(), Schedule::kZbV), 0) << fw;
+  }
+  SearchOptions titan;
+  ASSERT_TRUE(restrict_to_framework(titan, "torchtitan").ok());
+  EXPECT_EQ(titan.schedules, (std::vector<Schedule>{Schedule::kGpipe, Schedule::k1F1B, Schedule::kInterleaved,
+                                                    Schedule::kZbV}));
+  SearchOptions weft;
+  weft.schedules = {Schedule::kZbV};
+  const Status no = restrict_to_runtime(weft);
+  ASSERT_FALSE(no.ok());
+  EXPECT_EQ(no.error().message, "--schedule: weft's runtime (weft train) has no zb-v schedule yet (its pipeline "
+                                "places a group's chunks as g + c pp, not in a V)");
+  SearchOptions runtime;
+  ASSERT_TRUE(restrict_to_runtime(runtime).ok());
+  EXPECT_EQ(runtime.schedules, (std::vector<Schedule>{Schedule::kGpipe, Schedule::k1F1B, Schedule::kInterleaved,
+                                                      Schedule::kZbH1}));
+
+  // A zb-v plan (8 layers, pp 2: 4 stages of 2 layers): torchtitan runs it, the others refuse it
+  // naming the field. (Group 0 holds the embedding and the head: at the default 200 units it needs
+  // 12.7 GiB of 12.5, so the budget is doubled.)
+  Scenario s;
+  s.fake.budget_units = 400;
+  s.opt.pp_degrees = {2};
+  s.opt.schedules = {Schedule::kZbV};
+  s.opt.layerwise = false;
+  const FakeCostModel cm(s.fake);
+  auto r = search(s.model, s.cluster, cm, s.opt);
+  ASSERT_TRUE(r.ok()) << r.error().message;
+  ASSERT_FALSE(r->top.empty());
+  const Plan& p = r->top.front();
+  ASSERT_EQ(p.train.schedule, Schedule::kZbV);
+  ASSERT_EQ(p.stages.size(), 4u);
+  const Status meg = framework_runs(p, "megatron");
+  ASSERT_FALSE(meg.ok());
+  EXPECT_NE(meg.error().message.find("train.schedule zb-v (Megatron-LM mainline has no zero-bubble schedule): "
+                                     "framework megatron cannot run it"),
+            std::string::npos)
+      << meg.error().message;
+  EXPECT_NE(framework_runs(p, "torchtitan-compile").error().message.find("refuses torch.compile'd stages"),
+            std::string::npos);
+  const Status weft_runs = framework_runs(p, "weft");
+  ASSERT_FALSE(weft_runs.ok());
+  EXPECT_NE(weft_runs.error().message.find("plan: train.schedule: zb-v"), std::string::npos);
+}
+
+// --vp without 2 cannot hold zb-v's two chunks: refused naming both flags.
+TEST(Search, ZbVNeedsVp2) {
+  Scenario s;
+  s.opt.schedules = {Schedule::kZbV};
+  s.opt.vp_degrees = {3, 4};
+  const FakeCostModel cm(s.fake);
+  auto r = search(s.model, s.cluster, cm, s.opt);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.error().message, "--vp 3,4: the zb-v schedule runs exactly 2 model chunks per device group (vp 2); add "
+                               "2 to --vp or leave zb-v out of --schedule");
+}
+
 }  // namespace
 }  // namespace weft

@@ -71,7 +71,7 @@ std::optional<Plan> closest_plan(const Problem& pb, const Work& w, double* measu
   std::vector<std::vector<int>> idx(P);
   int next = 0;
   for (int s = 0; s < P; ++s) {
-    dev[s % w.cfg.pp] += stage_mem(s, next, sizes[s]);
+    dev[stage_group(w.train, s)] += stage_mem(s, next, sizes[s]);
     for (int i = 0; i < sizes[s]; ++i) idx[s].push_back(least[s][pb.group_of[next + i]]);
     next += sizes[s];
   }

@@ -55,15 +55,43 @@ std::string zb_refusal(Framework f) {
   return "";
 }
 
+// Why framework f has no ZB-V schedule (empty: it has).
+//  - Megatron-LM: no zero-bubble schedule in mainline (ZB-V lives in the sail-sg fork,
+//    --zero-bubble-v-schedule);
+//  - Megatron-DeepSpeed: 1F1B only;
+//  - torchtitan runs it: pipeline_parallel_schedule "ZBVZeroBubble", torch.distributed.pipelining's
+//    ScheduleZBVZeroBubble, built with exactly 2 stages per rank in a V ("v schedules assume 2
+//    stages per rank", pytorch/torchtitan torchtitan/distributed/pipeline_parallel.py,
+//    pipeline_module_split, at v0.2.2, commit 73a0e697);
+//  - torchtitan-compile does not: ScheduleZBVZeroBubble refuses a torch.compile'd stage, whose
+//    split backward it cannot run (_check_torch_compile_compatibility, pytorch/pytorch
+//    torch/distributed/pipelining/schedules.py at commit 00722e64; pytorch/pytorch issue 161904).
+std::string zbv_refusal(Framework f) {
+  switch (f) {
+    case Framework::kMegatron: return "Megatron-LM mainline has no zero-bubble schedule";
+    case Framework::kMegatronDeepSpeed: return "Megatron-DeepSpeed runs 1F1B only";
+    case Framework::kTorchtitan: return "";
+    case Framework::kTorchtitanCompile:
+      return "torch.distributed.pipelining's ScheduleZBVZeroBubble refuses torch.compile'd stages; plan for "
+             "torchtitan without compile";
+    case Framework::kWeft: return "";
+  }
+  return "";
+}
+
 }  // namespace
 
 Status restrict_to_framework(SearchOptions& opt, Framework f) {
   if (f == Framework::kWeft) return restrict_to_runtime(opt);
   const bool titan = f == Framework::kTorchtitan || f == Framework::kTorchtitanCompile;
-  for (Schedule s : opt.schedules)
+  for (Schedule s : opt.schedules) {
     if (s == Schedule::kZbH1)
       return Error{ErrorKind::kBadInput, std::string("--schedule: framework ") + to_string(f) +
                                              " has no zb-h1 schedule (" + zb_refusal(f) + ")"};
+    if (s == Schedule::kZbV && !zbv_refusal(f).empty())
+      return Error{ErrorKind::kBadInput, std::string("--schedule: framework ") + to_string(f) +
+                                             " has no zb-v schedule (" + zbv_refusal(f) + ")"};
+  }
   opt.layerwise = false;
   // Megatron splits the layers evenly over the stages (its exports allow no other split but a
   // different first or last stage); torchtitan takes any split points.
@@ -76,8 +104,11 @@ Status restrict_to_framework(SearchOptions& opt, Framework f) {
     opt.schedules = {Schedule::k1F1B};
     opt.allow_cp = false;
   }
-  // The default space less zb-h1, which no framework but weft runs.
-  if (opt.schedules.empty()) opt.schedules = {Schedule::kGpipe, Schedule::k1F1B, Schedule::kInterleaved};
+  // The default space less zb-h1, which no framework but weft runs, and zb-v where it lacks it.
+  if (opt.schedules.empty()) {
+    opt.schedules = {Schedule::kGpipe, Schedule::k1F1B, Schedule::kInterleaved};
+    if (zbv_refusal(f).empty()) opt.schedules.push_back(Schedule::kZbV);
+  }
   if (titan) opt.allow_ulysses = false;
   opt.accept = [f](const LayerStrategy& s, const LayerShape*) { return refusal(f, s).empty(); };
   return Status{};
@@ -98,6 +129,8 @@ Status framework_runs(const Plan& p, Framework f) {
     return fail(std::string("schedule ") + to_string(p.train.schedule));
   if (p.train.pp > 1 && p.train.schedule == Schedule::kZbH1)
     return fail("train.schedule zb-h1 (" + zb_refusal(f) + ")");
+  if (p.train.schedule == Schedule::kZbV && !zbv_refusal(f).empty())
+    return fail("train.schedule zb-v (" + zbv_refusal(f) + ")");
   const std::optional<LayerStrategy> one = p.uniform_strategy();
   if (!one) {
     // Name the first layer that differs from layer 0 (the expert degree aside).
@@ -123,7 +156,14 @@ Status framework_runs(const Plan& p, const std::string& name) {
 }
 
 Status restrict_to_runtime(SearchOptions& opt) {
-  // The runtime runs every schedule (weft/plan/runtime_support.h); not context parallelism yet.
+  // The runtime runs every schedule but zb-v (weft/plan/runtime_support.h); not context
+  // parallelism yet.
+  for (Schedule s : opt.schedules)
+    if (s == Schedule::kZbV)
+      return Error{ErrorKind::kBadInput, "--schedule: weft's runtime (weft train) has no zb-v schedule yet (its "
+                                         "pipeline places a group's chunks as g + c pp, not in a V)"};
+  if (opt.schedules.empty())
+    opt.schedules = {Schedule::kGpipe, Schedule::k1F1B, Schedule::kInterleaved, Schedule::kZbH1};
   opt.allow_cp = false;
   // No cp and no ep on any layer or the embedding; a filter set before (a framework's) still applies.
   auto before = std::move(opt.accept);

@@ -166,13 +166,13 @@ Plan with_share(const Plan& p, const Units& u, int share) {
 ReplicaCost replica_cost(const Plan& p, const Units& u, const CostModel& cm, int j, int share) {
   const Plan q = with_share(p, u, share);
   std::vector<ClusterSpec> clusters;
-  for (size_t s = 0; s < q.stages.size(); ++s) clusters.push_back(u.cluster[s % u.pp][j]);
+  for (size_t s = 0; s < q.stages.size(); ++s) clusters.push_back(u.cluster[stage_group(q, static_cast<int>(s))][j]);
   ReplicaCost rc;
   rc.sums = stage_sums(q, cm, clusters);
   // A slowed unit's passes (compute and the communication inside them) take `slow` times as long,
   // as a throttled GPU or the runtime's --slow hook makes them.
   for (size_t s = 0; s < rc.sums.size(); ++s) {
-    const double f = u.slow[s % u.pp][j];
+    const double f = u.slow[stage_group(q, static_cast<int>(s))][j];
     if (f == 1.0) continue;
     rc.sums[s].fwd = rc.sums[s].fwd * f;
     rc.sums[s].bwd = rc.sums[s].bwd * f;
@@ -183,7 +183,7 @@ ReplicaCost replica_cost(const Plan& p, const Units& u, const CostModel& cm, int
   rc.step = cm.step(q.train, rc.sums);
   rc.group_mem.assign(u.pp, Bytes(0));
   rc.budget.assign(u.pp, Bytes(0));
-  for (size_t s = 0; s < rc.sums.size(); ++s) rc.group_mem[s % u.pp] += rc.sums[s].memory.total();
+  for (size_t s = 0; s < rc.sums.size(); ++s) rc.group_mem[stage_group(q, static_cast<int>(s))] += rc.sums[s].memory.total();
   for (int g = 0; g < u.pp; ++g) {
     rc.budget[g] = cm.memory_budget(u.cluster[g][j]);
     rc.fits = rc.fits && rc.group_mem[g] <= rc.budget[g];
@@ -500,7 +500,7 @@ HeteroEstimate hetero_estimate(const Plan& p, const CostModel& cm) {
       const Seconds t = s < static_cast<int>(rc.step.stage_time.size()) ? rc.step.stage_time[s] : Seconds(0);
       se.time = std::max(se.time, t);
       if (rc.sums[s].memory.total() > se.memory.total()) se.memory = rc.sums[s].memory;
-      const int g = s % u.pp;
+      const int g = stage_group(p, s);
       se.fits = se.fits && rc.group_mem[g] <= rc.budget[g];
       unit_time[g][j] += t.value();
     }
@@ -536,7 +536,8 @@ HeteroEstimate hetero_estimate(const Plan& p, const CostModel& cm) {
       const int a = sg * S, b = (sg + 1) * S;
       if (b <= use.first_rank || a >= use.first_rank + use.ranks) continue;
       stage_groups.push_back(sg);
-      for (int s = sg; s < nst; s += u.pp) use.layers += p.stages[s].num_layers();
+      for (int s = 0; s < nst; ++s)
+        if (stage_group(p, s) == sg) use.layers += p.stages[s].num_layers();
       for (int j = 0; j < u.replicas; ++j) {
         const int ua = a + j * u.size;
         if (ua + u.size <= use.first_rank || ua >= use.first_rank + use.ranks) continue;
@@ -563,7 +564,7 @@ std::vector<double> rank_work(const Plan& p) {
     const double samples = static_cast<double>(u.replicas > 1 ? share_of(p, u, j) : p.train.pipeline_micro_batch()) *
                            p.train.micro_batches;
     for (size_t s = 0; s < p.stages.size(); ++s) {
-      const int g = static_cast<int>(s) % u.pp;
+      const int g = stage_group(p, static_cast<int>(s));
       for (int r = g * S + j * u.size; r < g * S + (j + 1) * u.size; ++r) out[r] += samples * p.stages[s].num_layers();
     }
   }
@@ -599,7 +600,7 @@ Result<Rebalanced> rebalance(const Plan& p, const std::vector<double>& slowdown,
     double sum = 0, worst = 0;
     for (size_t s = 0; s < q.stages.size(); ++s) {
       double t = 0;
-      for (int j = 0; j < u.replicas; ++j) t = std::max(t, x[j] * u.slow[s % u.pp][j]);
+      for (int j = 0; j < u.replicas; ++j) t = std::max(t, x[j] * u.slow[stage_group(q, static_cast<int>(s))][j]);
       t *= q.stages[s].num_layers();
       sum += t;
       worst = std::max(worst, t);
@@ -614,7 +615,7 @@ Result<Rebalanced> rebalance(const Plan& p, const std::vector<double>& slowdown,
       std::vector<double> per(u.replicas, 0.0);
       for (size_t s = 0; s < q.stages.size(); ++s)
         for (int j = 0; j < u.replicas; ++j)
-          per[j] = std::max(per[j], u.slow[s % u.pp][j] * std::max(1, q.stages[s].num_layers()));
+          per[j] = std::max(per[j], u.slow[stage_group(q, static_cast<int>(s))][j] * std::max(1, q.stages[s].num_layers()));
       x = water_fill(
           u.replicas, P, [&](int j, int b) { return b * per[j]; }, [&](int) { return P; });
       if (step_units(q, x) >= step_units(q, now)) x = now;

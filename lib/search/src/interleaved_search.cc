@@ -3,11 +3,14 @@
 #include <cmath>
 
 #include "search_internal.h"
+#include "weft/plan/pipeline_order.h"
 
 namespace weft::planner {
 
 void search_interleaved(const Problem& pb, const Work& w, const DpOptions& opts, Pool& pool) {
   const int P = w.P, pp = w.cfg.pp, vp = w.cfg.vp, K = static_cast<int>(w.layouts.size());
+  // Chunk j of device group g: virtual stage g + j pp, or zb-v's V (g, then 2 pp - 1 - g).
+  auto vs = [&](int g, int j) { return virtual_stage(w.cfg.schedule, pp, g, j); };
   const int E = static_cast<int>(w.embs.size());
   const int n0 = pb.L / P;
   LayerDp dp(K, pb.M);
@@ -21,7 +24,7 @@ void search_interleaved(const Problem& pb, const Work& w, const DpOptions& opts,
   auto run_group = [&](int g, bool history) {
     dp.start(history);
     for (int j = 0; j < vp; ++j) {
-      const int s = g + j * pp;
+      const int s = vs(g, j);
       for (int i = 0; i < n0; ++i) {
         const int layer = s * n0 + i;
         const int grp = pb.group_of[layer];
@@ -33,12 +36,12 @@ void search_interleaved(const Problem& pb, const Work& w, const DpOptions& opts,
   };
   auto group_col = [&](int g, int e) {
     double extra = 0;
-    for (int j = 0; j < vp; ++j) extra += w.emem[e][g + j * pp];
+    for (int j = 0; j < vp; ++j) extra += w.emem[e][vs(g, j)];
     return pb.col(pb.budget - extra);
   };
   auto group_fixed = [&](int g, int e) {
     double t = 0;
-    for (int j = 0; j < vp; ++j) t += w.eu[e][g + j * pp] + min_in(g + j * pp);
+    for (int j = 0; j < vp; ++j) t += w.eu[e][vs(g, j)] + min_in(vs(g, j));
     return t;
   };
   std::vector<std::vector<double>> value(pp, std::vector<double>(E, kInf));  // [device group][e]
@@ -72,7 +75,7 @@ void search_interleaved(const Problem& pb, const Work& w, const DpOptions& opts,
       if (dp.at(k, c) < bv) bv = dp.at(k, c), bk = k;
     if (bk < 0) return;
     const std::vector<int> all = dp.backtrack(bk, c);
-    for (int j = 0; j < vp; ++j) idx[g + j * pp].assign(all.begin() + j * n0, all.begin() + (j + 1) * n0);
+    for (int j = 0; j < vp; ++j) idx[vs(g, j)].assign(all.begin() + j * n0, all.begin() + (j + 1) * n0);
   }
   pool.add(best_j, make_plan(pb, w, best_e, std::vector<int>(P, n0), idx));
 }

@@ -138,10 +138,12 @@ class Pool {
 double objective_time(const LayerCost& c, int m);
 // J for per-stage (non-interleaved) costs, or per device group costs with vp virtual stages. A
 // zb-h1 configuration is ranked as 1F1B (its bubble (pp - 1)(F + B - W) is at most 1F1B's
-// (pp - 1)(F + B + W)); estimate() re-ranks the kept plans with the simulated schedule.
+// (pp - 1)(F + B + W)), a zb-v one as interleaved with vp = 2 (its bubble, at most (pp - 1) chunk
+// forwards with equal passes, is at most that one's); estimate() re-ranks the kept plans with the
+// simulated schedule.
 double objective(const std::vector<double>& group_cost, int m, int vp);
 // How many times a device group's per-micro-batch work the lower bounds on J count: m + (pp - 1) / vp
-// (zb-h1 too: its J is 1F1B's).
+// (zb-h1 and zb-v too: their J is 1F1B's and interleaved vp = 2's).
 double pipeline_weight(const PipelineConfig& c);
 StageContext stage_context(const Problem& pb, const Work& w, int pos);
 
@@ -150,7 +152,7 @@ StageContext stage_context(const Problem& pb, const Work& w, int pos);
 bool prepare(const Problem& pb, CandidateCache& cache, Tally& t, Work& w);
 // Costs (or interpolates) every candidate at stage position pos, once.
 void fill_position(const Problem& pb, Tally& t, Work& w, int pos);
-// The p2p time after stage s for layout k, costed once (0 for interleaved schedules).
+// The p2p time after stage s for layout k, costed once (0 for the interleaved and zb-v schedules).
 double p2p_at(const Problem& pb, Work& w, int s, int k);
 // Costs every position, filters the embedding candidates, and builds the p2p and transition tables.
 void complete(const Problem& pb, Tally& t, Work& w);

@@ -35,7 +35,7 @@ std::vector<PipelineConfig> pipeline_configs(const ModelSpec& model, const Clust
     if (pp >= 1 && world % pp == 0 && pp <= L) pps.push_back(pp);
   std::vector<Schedule> scheds = opt.schedules.empty()
                                      ? std::vector<Schedule>{Schedule::kGpipe, Schedule::k1F1B, Schedule::kInterleaved,
-                                                             Schedule::kZbH1}
+                                                             Schedule::kZbH1, Schedule::kZbV}
                                      : opt.schedules;
   std::vector<int> ms;
   for (int m : opt.micro_batches.empty() ? divisors(B) : opt.micro_batches)
@@ -45,8 +45,13 @@ std::vector<PipelineConfig> pipeline_configs(const ModelSpec& model, const Clust
 
   std::vector<PipelineConfig> out;
   for (int pp : pps) {
-    for (Schedule sched : {Schedule::kGpipe, Schedule::k1F1B, Schedule::kInterleaved, Schedule::kZbH1}) {
+    for (Schedule sched :
+         {Schedule::kGpipe, Schedule::k1F1B, Schedule::kInterleaved, Schedule::kZbH1, Schedule::kZbV}) {
       if (!contains(scheds, sched)) continue;
+      if (pp == 1 && sched == Schedule::kZbV) {  // two chunks on each of at least two groups (validate())
+        log.add(kRuleNoPipeline, static_cast<long long>(ms.size()));
+        continue;
+      }
       if (pp == 1) {
         // No pipeline: one schedule. Keep 1F1B if searched, else the first non-interleaved one.
         const bool keep = sched == Schedule::k1F1B ||
@@ -74,6 +79,8 @@ std::vector<PipelineConfig> pipeline_configs(const ModelSpec& model, const Clust
           vps.push_back(v);
         }
       }
+      // zb-v: exactly two equal chunks per device group, as the interleaved search lays them out.
+      if (sched == Schedule::kZbV) vps = L % (2 * pp) == 0 ? std::vector<int>{2} : std::vector<int>{};
       for (int vp : vps)
         for (int m : ms) {
           if (pp > 1 && m < pp) {

@@ -243,8 +243,8 @@ void fill_position(const Problem& pb, Tally& t, Work& w, int pos) {
 double p2p_at(const Problem& pb, Work& w, int s, int k) {
   double& v = w.p2p[s][k];
   if (std::isnan(v)) {
-    // The interleaved schedule's sends run beside computation (ScheduleSpec::overlap_p2p,
-    // docs/cost-model.md §7): its objective charges none, as its simulated step does not.
+    // The interleaved and zb-v schedules' sends run beside computation (ScheduleSpec::overlap_p2p,
+    // docs/cost-model.md §7): their objective charges none, as their simulated step does not.
     v = w.cfg.vp > 1 ? 0.0 : pb.cm.p2p(stage_context(pb, w, s), representative(w.layouts[k])).value();
   }
   return v;

@@ -94,13 +94,13 @@ void uniform_config(const Problem& pb, Tally& t, Work& w, Pool& pool) {
       if (s + 1 < P) time += p2p_at(pb, w, s, k);
       if (s > 0) time += p2p_at(pb, w, s - 1, k);
       stage_t[s] = time;
-      dev_mem[s % pp] += m;
+      dev_mem[stage_group(w.train, s)] += m;
     }
     bool fits = true;
     for (double m : dev_mem) fits = fits && m <= pb.budget;
     if (!fits) continue;
     std::vector<double> group_t(pp, 0.0);
-    for (int s = 0; s < P; ++s) group_t[s % pp] += stage_t[s];
+    for (int s = 0; s < P; ++s) group_t[stage_group(w.train, s)] += stage_t[s];
     const double j = objective(group_t, w.cfg.m, w.cfg.vp);
     if (j >= pool.worst()) continue;
     auto plan = make_uniform_plan(pb.model, pb.cluster, w.train, c0[c], emb);

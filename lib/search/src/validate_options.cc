@@ -1,4 +1,6 @@
 // The checks of a search's options against its model and cluster (weft/search/search_options.h).
+#include <algorithm>
+
 #include "weft/core/format.h"
 #include "weft/search/search_options.h"
 
@@ -27,6 +29,15 @@ Status validate(const SearchOptions& opt, const ModelSpec& model, const ClusterS
   for (auto [name, list] : {std::pair{"--cp", &opt.cp_degrees}, {"--ulysses", &opt.ulysses_degrees}, {"--vp", &opt.vp_degrees}})
     for (int d : *list)
       if (d < 1) return bad(std::string(name) + ": must be >= 1, got " + S(d));
+  // zb-v runs exactly two chunks per device group, whatever --vp lists for the interleaved schedule.
+  const bool zbv = std::find(opt.schedules.begin(), opt.schedules.end(), Schedule::kZbV) != opt.schedules.end();
+  if (zbv && !opt.vp_degrees.empty() &&
+      std::find(opt.vp_degrees.begin(), opt.vp_degrees.end(), 2) == opt.vp_degrees.end()) {
+    std::string list;
+    for (int v : opt.vp_degrees) list += (list.empty() ? "" : ",") + S(v);
+    return bad("--vp " + list + ": the zb-v schedule runs exactly 2 model chunks per device group (vp 2); add 2 "
+               "to --vp or leave zb-v out of --schedule");
+  }
   for (int m : opt.micro_batches)
     if (m < 1 || opt.global_batch % m != 0)
       return bad("micro_batches: " + S(m) + " does not divide global batch " + S(opt.global_batch));

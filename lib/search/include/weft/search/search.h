@@ -57,8 +57,9 @@ struct SearchResult {
 // megatron-deepspeed has no ring context parallelism and no expert parallelism, no Ulysses together
 // with Megatron-SP, ZeRO 0-1 (DeepSpeed's pipeline engine takes no more) and DeepSpeed's 1F1B
 // pipeline only; torchtitan (and torchtitan-compile) has no Ulysses, shards data parallelism with
-// FSDP2 (ZeRO 2 or 3) and always uses sequence parallelism with tensor parallelism. Schedules the
-// user chose that the framework lacks are an error naming them. weft (its own runtime) is
+// FSDP2 (ZeRO 2 or 3) and always uses sequence parallelism with tensor parallelism. No framework
+// runs zb-h1; only torchtitan (without compile) runs zb-v, which its default space then includes.
+// Schedules the user chose that the framework lacks are an error naming them. weft (its own runtime) is
 // restrict_to_runtime() below: per-layer plans and uneven stages stay.
 Status restrict_to_framework(SearchOptions& opt, Framework framework);
 // Whether plan p uses only what `framework` runs (the same rules); the error names the layer, the
@@ -69,7 +70,7 @@ Status restrict_to_framework(SearchOptions& opt, const std::string& framework);
 Status framework_runs(const Plan& p, const std::string& framework);
 // What weft's own runtime (`weft train`, the framework named weft) runs (docs/search.md, "weft's
 // runtime"; weft/plan/runtime_support.h): no context parallelism, no expert parallelism (ep = 1 on every
-// layer), gpipe and 1f1b only (no interleaving). Per-layer plans, uneven stages, Ulysses,
+// layer), every schedule but zb-v (its default space: gpipe, 1f1b, interleaved, zb-h1). Per-layer plans, uneven stages, Ulysses,
 // Megatron-SP, ZeRO 0-3 and recompute all stay. A schedule the user chose that the runtime lacks is
 // an error naming it. Only the space is restricted: whether the runtime can run the model at all
 // (MoE, encoder layers, relative positions) is runtime_runs_model(), for the caller to check.

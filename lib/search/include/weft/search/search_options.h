@@ -36,7 +36,7 @@ struct SearchOptions {
 
   // Restrict the space (0 / empty = search all).
   std::vector<int> pp_degrees;             // e.g. {1,2,4}
-  std::vector<Schedule> schedules;         // default: gpipe, 1f1b, interleaved, zb-h1
+  std::vector<Schedule> schedules;         // default: gpipe, 1f1b, interleaved, zb-h1, zb-v
   std::vector<int> micro_batches;          // m values; default: divisors of the batch that make sense
   int max_tp = 0;                          // default: GPUs per node
   // Degrees the layers may take (empty: all the rules allow). A listed cp degree is considered at

@@ -24,10 +24,11 @@ struct PipelineConfig {
 };
 
 // All configurations that survive the configuration rules, in enumeration order (pp ascending,
-// then schedule gpipe / 1f1b / interleaved by vp, then m ascending). The GPipe-dominance rule needs
+// then schedule gpipe / 1f1b / interleaved by vp / zb-h1 / zb-v, then m ascending). The GPipe-dominance rule needs
 // the cost model and is applied by the search, not here.
 // pp: divisors of the world size (or opt.pp_degrees) with pp*vp <= layers; m: divisors of the global
-// batch (or opt.micro_batches) with m >= pp (and m % pp == 0 when interleaved).
+// batch (or opt.micro_batches) with m >= pp (and m % pp == 0 when interleaved); zb-v with pp >= 2,
+// vp = 2 and layers divisible by 2 pp (equal chunks, as the interleaved schedule's).
 std::vector<PipelineConfig> pipeline_configs(const ModelSpec& model, const ClusterSpec& cluster,
                                              const SearchOptions& opt, RuleLog& log);
 
