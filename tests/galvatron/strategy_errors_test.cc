@@ -134,6 +134,13 @@ TEST(GalvatronStrategy, RefusesWhatGalvatronCannotExpress) {
             std::string::npos)
       << export_error(p);
   p = good;
+  p.train.schedule = Schedule::kZbV;
+  p.train.vp = 2;
+  EXPECT_NE(export_error(p).find("train.schedule: zb-v (pp=" + std::to_string(p.train.pp) +
+                                 ", two model chunks per device group in a V) has no Galvatron equivalent"),
+            std::string::npos)
+      << export_error(p);
+  p = good;
   p.embedding.recompute = Recompute::kFull;
   EXPECT_NE(export_error(p).find("embedding"), std::string::npos);
   p = good;

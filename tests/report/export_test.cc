@@ -493,5 +493,41 @@ TEST(Export, ZbH1PlansAreRefusedNamingTheSchedule) {
   EXPECT_TRUE(torchtitan_config(flat).ok());
 }
 
+// A zb-v plan (Llama, 8 layers, pp 2: 4 stages of 2 layers in a V). torchtitan writes it as
+// ZBVZeroBubble with 2 layers per stage (4 stages over 2 ranks: its "v" style's two per rank) and
+// notes where the loss is logged; torchtitan-compile refuses it (ScheduleZBVZeroBubble refuses
+// compiled stages); Megatron-LM and Megatron-DeepSpeed refuse it naming the field.
+TEST(Export, ZbVPlansGoToTorchtitanOnly) {
+  const Plan titan = plan(llama(8), cluster(2, 8), train(2, 8, 64, Schedule::kZbV, 2, 4096),
+                          LayerStrategy{.tp = 2, .sp = true, .dp = 4, .zero = 3});
+  ASSERT_TRUE(validate(titan).ok()) << validate(titan).error().message;
+  auto t = torchtitan_config(titan);
+  ASSERT_TRUE(t.ok()) << t.error().message;
+  EXPECT_TRUE(contains(t->toml, "pipeline_parallel_degree = 2\n")) << t->toml;
+  EXPECT_TRUE(contains(t->toml, "pipeline_parallel_schedule = \"ZBVZeroBubble\"\n")) << t->toml;
+  EXPECT_TRUE(contains(t->toml, "pipeline_parallel_layers_per_stage = 2\n")) << t->toml;
+  bool noted = false;
+  for (const auto& n : t->notes) noted = noted || contains(n, "ZBVZeroBubble puts the first and the last stage on "
+                                                               "pipeline rank 0");
+  EXPECT_TRUE(noted);
+  auto c = framework_export(titan, Framework::kTorchtitanCompile);
+  ASSERT_FALSE(c.ok());
+  EXPECT_TRUE(contains(c.error().message, "torchtitan: train.schedule=zb-v (pp=2): torch.distributed.pipelining's "
+                                          "ScheduleZBVZeroBubble refuses torch.compile'd stages"))
+      << c.error().message;
+  const Plan meg = plan(gpt(8), cluster(2, 8), train(2, 8, 64, Schedule::kZbV, 2), LayerStrategy{.tp = 4, .dp = 2, .zero = 1});
+  ASSERT_TRUE(validate(meg).ok()) << validate(meg).error().message;
+  auto a = megatron_args(meg);
+  ASSERT_FALSE(a.ok());
+  EXPECT_TRUE(contains(a.error().message, "megatron: train.schedule=zb-v (pp=2): Megatron-LM mainline has no "
+                                          "zero-bubble schedule"))
+      << a.error().message;
+  auto d = deepspeed_config(meg, DeepSpeedTarget::kMegatronDeepSpeed);
+  ASSERT_FALSE(d.ok());
+  EXPECT_TRUE(contains(d.error().message, "train.schedule=zb-v (pp=2): Megatron-DeepSpeed's pipeline engine runs "
+                                          "1F1B only"))
+      << d.error().message;
+}
+
 }  // namespace
 }  // namespace weft

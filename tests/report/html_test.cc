@@ -145,5 +145,26 @@ TEST(Html, ZbH1TimelineShowsWeightGradients) {
   EXPECT_FALSE(contains(plain.value(), "#edc948"));
 }
 
+// A zb-v plan (gpt 8 layers, pp 2, vp 2, m 4): the timeline draws its W passes as zb-h1's and notes
+// the V; a block of virtual stage 3 is drawn on device group 0 (its chunk 1), and the memory chart
+// adds stages 0 and 3 on that group.
+TEST(Html, ZbVTimelineShowsTheV) {
+  FakeCost cm;
+  ReportInput in = input(cm);
+  in.best = plan(gpt(8), cluster(1, 8), train(2, 4, 16, Schedule::kZbV, 2), LayerStrategy{.tp = 2, .sp = true, .dp = 2});
+  ASSERT_TRUE(validate(in.best).ok()) << validate(in.best).error().message;
+  auto r = render_html_report(in);
+  ASSERT_TRUE(r.ok()) << r.error().message;
+  const std::string& h = r.value();
+  EXPECT_TRUE(contains(h, "weight gradient (W)"));
+  EXPECT_TRUE(contains(h, "ZB-V: each device holds two model chunks in a V"));
+  const size_t a = h.find("<svg id=\"timeline\""), b = h.find("</svg>", a);
+  const std::string tl = h.substr(a, b - a);
+  EXPECT_TRUE(contains(tl, "stage 0 (virtual stage 3): weight grad of micro-batch 2"));
+  EXPECT_TRUE(contains(tl, "stage 1 (virtual stage 2): forward of micro-batch 0"));
+  EXPECT_FALSE(contains(tl, "stage 1 (virtual stage 3)"));
+  EXPECT_EQ(count(tl, "#edc948"), 4 * 4);  // one W per virtual stage and micro-batch
+}
+
 }  // namespace
 }  // namespace weft

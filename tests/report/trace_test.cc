@@ -200,5 +200,32 @@ TEST(Trace, ZbH1ShowsWeightGradientEvents) {
   EXPECT_FALSE(simulation_json(s1.value(), 0)["stages"][0].contains("weight_grad_s"));
 }
 
+// ZB-V: W events as zb-h1's, and each event names its virtual stage and chunk: pp 2, m 4, 4
+// stages of 2 layers. Group 0 runs virtual stages 0 (chunk 0) and 3 (chunk 1); 16 W events of 2 ms
+// (2 layers of 1 ms W); the summary lists each group's W time (2 stages x 4 x 2 ms).
+TEST(Trace, ZbVNamesTheChunks) {
+  FakeCost cm;
+  Plan p = plan(gpt(8), cluster(1, 8), train(2, 4, 16, Schedule::kZbV, 2), LayerStrategy{.tp = 4});
+  auto sim = simulate_plan(p, cm);
+  ASSERT_TRUE(sim.ok()) << sim.error().message;
+  const Json j = chrome_trace(sim.value(), stage_timings(p, cm), TraceInfo{});
+  expect_trace_format(j);
+  int w = 0;
+  std::map<std::pair<int, int>, int> chunk_of;  // (device group, virtual stage) -> chunk
+  for (const auto& e : j["traceEvents"])
+    if (e["ph"] == "X" && e.contains("cat") && e["cat"] == "weight grad") {
+      ++w;
+      EXPECT_NEAR(e["dur"].get<double>(), 2000.0, 1e-6);
+      chunk_of[{e["args"]["device_group"].get<int>(), e["args"]["stage"].get<int>()}] = e["args"]["chunk"].get<int>();
+    }
+  EXPECT_EQ(w, 16);
+  EXPECT_EQ(chunk_of, (std::map<std::pair<int, int>, int>{{{0, 0}, 0}, {{0, 3}, 1}, {{1, 1}, 0}, {{1, 2}, 1}}));
+  const Json js = simulation_json(sim.value(), 0);
+  EXPECT_EQ(js["schedule"], "zb-v");
+  EXPECT_EQ(js["vp"], 2);
+  EXPECT_NEAR(js["stages"][0]["weight_grad_s"].get<double>(), 16e-3, 1e-12);
+  EXPECT_NE(simulation_text(sim.value(), 0, 4).find("last W ends     W time"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace weft

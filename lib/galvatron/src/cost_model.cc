@@ -336,6 +336,7 @@ bool GalvatronCostModel::allowed(const GStrategy& g, const TrainSettings& t, int
     if (why) *why = m;
     return false;
   };
+  if (t.schedule == Schedule::kZbV) return no("Galvatron has no zero-bubble (zb-v) schedule");
   if (t.schedule == Schedule::kInterleaved || t.vp != 1) return no("Galvatron has no interleaved schedule");
   if (t.schedule == Schedule::kZbH1 && t.pp > 1) return no("Galvatron has no zero-bubble (zb-h1) schedule");
   if (t.micro_batches < t.pp) return no("chunks < pp (Galvatron asserts chunks >= pp)");
@@ -470,6 +471,7 @@ Result<GalvatronEstimate> GalvatronCostModel::estimate_plan(const Plan& p) const
     const TrainSettings& t = p.train;
     const int world = p.world_size();
     const int pp = t.pp;
+    require(t.schedule != Schedule::kZbV, "train.schedule: Galvatron has no zero-bubble (zb-v) schedule");
     require(t.schedule != Schedule::kInterleaved && t.vp == 1,
             "train.schedule: Galvatron has no interleaved schedule (vp=" + S(t.vp) + ")");
     require(t.micro_batches >= pp, "train.micro_batches: Galvatron needs chunks >= pp (chunks=" +

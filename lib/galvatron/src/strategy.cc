@@ -171,6 +171,9 @@ Result<Json> export_strategy(const Plan& p) {
     auto refuse = [](const std::string& where, const std::string& why) -> void {
       throw InputError("cannot export to Galvatron: " + where + ": " + why);
     };
+    if (t.schedule == Schedule::kZbV)
+      refuse("train.schedule", "zb-v (pp=" + S(t.pp) + ", two model chunks per device group in a V) has no Galvatron "
+                               "equivalent (it runs gpipe and 1f1b, one stage per device group)");
     if (t.schedule == Schedule::kInterleaved || t.vp != 1)
       refuse("train.schedule", "interleaved pipelines (vp=" + S(t.vp) + ") have no Galvatron equivalent");
     if (t.schedule == Schedule::kZbH1 && t.pp > 1)

@@ -54,6 +54,10 @@ DeepSpeedConfig deepspeed_or_throw(const Plan& p, DeepSpeedTarget target) {
     if (p.train.schedule == Schedule::kZbH1 && p.train.pp > 1)
       refuse_ds_plan(plain, "train.schedule=zb-h1 (pp=" + S(p.train.pp) +
                                 "): Megatron-DeepSpeed's pipeline engine runs 1F1B only, no zero-bubble schedule");
+    if (p.train.schedule == Schedule::kZbV)
+      refuse_ds_plan(plain, "train.schedule=zb-v (pp=" + S(p.train.pp) +
+                                "): Megatron-DeepSpeed's pipeline engine runs 1F1B only, one stage per rank, no "
+                                "zero-bubble schedule");
     if (s.cp > 1)
       refuse_ds_plan(plain, "cp=" + S(s.cp) + ": ring context parallelism is not expressible for Megatron-DeepSpeed");
     if (s.ep > 1)

@@ -180,6 +180,10 @@ MegatronArgs megatron_or_throw(const Plan& p) {
     refuse_plan(kMeg, "train.schedule=zb-h1 (pp=" + S(p.train.pp) +
                           "): Megatron-LM mainline has no zero-bubble schedule (it lives in the sail-sg fork), and "
                           "running this plan as 1F1B would not be the plan the estimate prices");
+  if (p.train.schedule == Schedule::kZbV)
+    refuse_plan(kMeg, "train.schedule=zb-v (pp=" + S(p.train.pp) +
+                          "): Megatron-LM mainline has no zero-bubble schedule (ZB-V lives in the sail-sg fork), and "
+                          "its interleaved schedule places a rank's chunks as g + c pp, not in a V");
   std::vector<std::string> rc = megatron_recompute(p);
 
   megatron_model(p, out, r.notes);

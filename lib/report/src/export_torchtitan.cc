@@ -48,6 +48,13 @@ TorchtitanConfig torchtitan_or_throw(const Plan& p, bool compile) {
     refuse_titan(fw, "train.schedule=zb-h1 (pp=" + S(p.train.pp) +
                          "): torchtitan runs its zero-bubble schedule (InterleavedZeroBubble) with at least 2 stages "
                          "per rank, and zb-h1 keeps one");
+  // ZBVZeroBubble refuses a torch.compile'd stage (it cannot split the backward of a compiled graph:
+  // _check_torch_compile_compatibility in pytorch/pytorch torch/distributed/pipelining/schedules.py,
+  // read at commit 00722e64; pytorch/pytorch issue 161904), and torchtitan's compile wraps each block.
+  if (p.train.schedule == Schedule::kZbV && compile)
+    refuse(kTitan, "train.schedule=zb-v (pp=" + S(p.train.pp) +
+                       "): torch.distributed.pipelining's ScheduleZBVZeroBubble refuses torch.compile'd stages; export "
+                       "for torchtitan without compile");
   // training.mixed_precision_param is Literal["bfloat16", "float32"] in the release's job config.
   if (p.train.dtype == DType::kFp16)
     refuse(kTitan, "train.dtype=fp16: torchtitan's training.mixed_precision_param takes bfloat16 or float32 (plan "
@@ -86,10 +93,19 @@ TorchtitanConfig torchtitan_or_throw(const Plan& p, bool compile) {
   line("pipeline_parallel_degree", S(pp));
   if (pp > 1) {
     // Interleaved1F1B is a multi-stage schedule (at least two stages per rank); 1F1B and GPipe run
-    // one stage per rank (torchtitan/distributed/pipeline_parallel.py).
+    // one stage per rank (torchtitan/distributed/pipeline_parallel.py). ZBVZeroBubble is torch's
+    // ScheduleZBVZeroBubble: the "v" stage style, exactly two stages per rank, rank g holding stages
+    // g and 2 pp - 1 - g (pipeline_module_split, _get_stage_indices, at v0.2.2, commit 73a0e697), as
+    // the plan's zb-v does; pipeline_parallel_layers_per_stage below gives its 2 pp stages.
     const bool interleaved = p.train.schedule == Schedule::kInterleaved && vp > 1;
-    const char* sched = p.train.schedule == Schedule::kGpipe ? "GPipe" : interleaved ? "Interleaved1F1B" : "1F1B";
+    const char* sched = p.train.schedule == Schedule::kGpipe  ? "GPipe"
+                        : p.train.schedule == Schedule::kZbV ? "ZBVZeroBubble"
+                        : interleaved                        ? "Interleaved1F1B"
+                                                             : "1F1B";
     line("pipeline_parallel_schedule", q(sched));
+    if (p.train.schedule == Schedule::kZbV)
+      r.notes.push_back("ZBVZeroBubble puts the first and the last stage on pipeline rank 0: torchtitan logs the loss "
+                        "there (components/metrics.py)");
     line("pipeline_parallel_microbatch_size", S(per_micro));
     const auto counts = stage_layer_counts(p);
     if (std::all_of(counts.begin(), counts.end(), [&](int c) { return c == counts[0]; })) {

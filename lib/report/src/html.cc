@@ -11,6 +11,7 @@
 #include "weft/core/format.h"
 #include "weft/cost/estimate.h"
 #include "weft/cost/schedule.h"
+#include "weft/plan/pipeline_order.h"
 
 namespace weft {
 
@@ -180,7 +181,7 @@ std::string timeline_svg(const Figures& f) {
     const double y = top + e.device_group * (row + lane + gap);
     if (X(e.end_s) - X(e.start_s) < 0.25) continue;
     const double x = X(e.start_s), wd = X(e.end_s) - x;
-    const int chunk = e.stage / pp;
+    const int chunk = stage_chunk(sim.spec.schedule, pp, e.stage);
     std::string color, label;
     switch (e.kind) {
       case EventKind::kForward: color = kForward[chunk % 2]; label = "F"; break;
@@ -224,7 +225,7 @@ std::string memory_svg(const Figures& f, const CostModel& cm) {
   const Plan& p = *f.plan;
   const int pp = p.train.pp;
   std::vector<MemoryBreakdown> dev(pp);
-  for (size_t s = 0; s < f.est.stages.size(); ++s) dev[s % pp] += f.est.stages[s].memory;
+  for (size_t s = 0; s < f.est.stages.size(); ++s) dev[stage_group(p, static_cast<int>(s))] += f.est.stages[s].memory;
   const double capacity = p.cluster.gpu.memory_gib;
   const double budget = to_gib(cm.memory_budget(p.cluster));
   double ymax = std::max(capacity, budget);
@@ -535,8 +536,9 @@ std::string render(const ReportInput& in) {
        "time is idle (bubbles); the thin lane under each row is the data-parallel gradient synchronisation. The "
        "dashed line marks the cost model's predicted step time.</p>\n";
   h += timeline_svg(f);
-  // ZB-H1 splits each backward: its input-gradient passes and, on their own, its weight-gradient passes.
-  const bool zb = f.sim.spec.schedule == Schedule::kZbH1;
+  // ZB-H1 and ZB-V split each backward: its input-gradient passes and, on their own, its
+  // weight-gradient passes.
+  const bool zb = f.sim.spec.schedule == Schedule::kZbH1 || f.sim.spec.schedule == Schedule::kZbV;
   std::vector<svg::LegendItem> legend{{kForward[0], "forward"},
                                       {kBackward[0], zb ? "backward (input gradient, B)" : "backward"}};
   if (zb) legend.push_back({kWeightGrad, "weight gradient (W)"});
@@ -546,7 +548,10 @@ std::string render(const ReportInput& in) {
                                {kOptimizer, "optimizer"},
                                {"#dddddd", "bubble / idle", true}});
   h += svg::html_legend(legend);
-  if (p.train.vp > 1)
+  if (f.sim.spec.schedule == Schedule::kZbV)
+    h += "<p class=\"note\">ZB-V: each device holds two model chunks in a V (device group g runs virtual stages g "
+         "and 2pp-1-g, so the first and the last are on group 0); lighter blocks are the second chunk.</p>\n";
+  else if (p.train.vp > 1)
     h += "<p class=\"note\">Interleaved: lighter blocks are the odd virtual stages (model chunks) of a device.</p>\n";
   h += "</section>\n";
 

@@ -9,7 +9,7 @@ namespace weft {
 
 namespace {
 
-// Per device group: the time of its weight-gradient passes (W events; ZB-H1 only).
+// Per device group: the time of its weight-gradient passes (W events; ZB-H1 and ZB-V only).
 std::vector<double> weight_grad_time(const Simulation& sim) {
   std::vector<double> w(sim.spec.pp, 0.0);
   for (const ScheduleEvent& e : sim.events)
@@ -31,8 +31,8 @@ std::string simulation_text(const Simulation& sim, double predicted, int per_sta
                   svg::dur(predicted).c_str(), 100.0 * (sim.makespan_s - predicted) / predicted);
     o += buf;
   }
-  // ZB-H1: the compute ends with the last weight-gradient pass (W), whose time is listed.
-  const bool zb = sp.schedule == Schedule::kZbH1;
+  // ZB-H1, ZB-V: the compute ends with the last weight-gradient pass (W), whose time is listed.
+  const bool zb = sp.schedule == Schedule::kZbH1 || sp.schedule == Schedule::kZbV;
   const std::vector<double> wgrad = weight_grad_time(sim);
   o += zb ? "\nstage  ranks          busy         bubble   bubble%      last W ends     W time\n"
           : "\nstage  ranks          busy         bubble   bubble%   last backward ends\n";
@@ -62,7 +62,7 @@ Json simulation_json(const Simulation& sim, double predicted) {
             {"bubble_s", sim.bubble_s[g]},
             {"bubble_fraction", end > 0 ? sim.bubble_s[g] / end : 0.0},
             {"compute_end_s", end}};
-    if (sim.spec.schedule == Schedule::kZbH1) st["weight_grad_s"] = wgrad[g];
+    if (sim.spec.schedule == Schedule::kZbH1 || sim.spec.schedule == Schedule::kZbV) st["weight_grad_s"] = wgrad[g];
     stages.push_back(std::move(st));
   }
   return Json{{"schedule", to_string(sim.spec.schedule)},

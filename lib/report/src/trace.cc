@@ -3,6 +3,8 @@
 
 #include <algorithm>
 
+#include "weft/plan/pipeline_order.h"
+
 namespace weft {
 
 namespace {
@@ -112,6 +114,8 @@ Json chrome_trace(const Simulation& sim, const std::vector<StageTiming>& stages,
   for (const ScheduleEvent& e : sim.events) {
     const int g = e.device_group;
     Json args{{"stage", e.stage}, {"device_group", g}};
+    // Which of the group's model chunks (interleaved: stage / pp; zb-v: 0 before the turn, 1 after).
+    if (sim.spec.vp > 1) args["chunk"] = stage_chunk(sim.spec.schedule, pp, e.stage);
     if (e.micro_batch >= 0) args["micro_batch"] = e.micro_batch;
     if (e.kind == EventKind::kGradSync) {
       ev.push_back(complete(event_name(e), to_string(e.kind), comm_tid(g), e.start_s, e.duration(), args));
