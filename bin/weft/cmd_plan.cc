@@ -106,7 +106,7 @@ struct PlanFlags {
   std::string galvatron_out;  // --galvatron-out FILE: the best plan as a Galvatron strategy
   std::string dtype;                 // --dtype; empty: default_dtype(gpu)
   std::vector<int> pp;                // --pp 1,2,4: pipeline degrees to consider (default all)
-  std::vector<std::string> schedules; // --schedule gpipe,1f1b,interleaved,zb-h1 (default all)
+  std::vector<std::string> schedules; // --schedule gpipe,1f1b,interleaved,zb-h1,zb-v (default all)
   int max_tp = 0;                     // --max-tp (default: GPUs per node)
   std::vector<int> cp, ulysses, vp;   // --cp 1,8, --ulysses 8, --vp 2: the layers' degrees to consider
   bool uniform = false;               // --uniform: one strategy for every layer
@@ -539,7 +539,15 @@ void run_estimate(const EstimateFlags& f, const CLI::App& cmd) {
       if (cmd.count(flag) == 0) bad(std::string(flag) + ": required (or give --plan FILE)");
     in = unwrap(load_inputs(f.in));
     notes_to_stderr(in.notes);
-    p = plan_from_flags(f, in);
+    // zb-v holds exactly two model chunks per device group: vp 2 unless --vp says otherwise.
+    EstimateFlags g = f;
+    if (g.schedule == "zb-v") {
+      if (cmd.count("--vp") > 0 && g.vp != 2)
+        bad("--vp: " + S(g.vp) + " with --schedule zb-v, which runs exactly 2 model chunks per device group "
+            "(leave --vp out or give 2)");
+      g.vp = 2;
+    }
+    p = plan_from_flags(g, in);
   }
   // A plan for a named framework must be one it can run (the rules of restrict_to_framework).
   // Without one it is meant for weft's runtime: what that cannot run is costed all the same, with
@@ -630,9 +638,9 @@ void register_plan_commands(CLI::App& app) {
     cmd->add_option("--pp,--pipeline-model-parallel-size", fl->pp,
                     "Pipeline degrees to consider, e.g. 1,2,4 (default: all that divide)")
         ->delimiter(',');
-    cmd->add_option("--schedule", fl->schedules, "Pipeline schedules to consider: gpipe,1f1b,interleaved,zb-h1 (default: all; zb-h1 splits each backward into its input- and weight-gradient passes)")
+    cmd->add_option("--schedule", fl->schedules, "Pipeline schedules to consider: gpipe,1f1b,interleaved,zb-h1,zb-v (default: all the target runs; zb-h1 splits each backward into its input- and weight-gradient passes, zb-v does too over two model chunks per device group in a V)")
         ->delimiter(',')
-        ->check(CLI::IsMember({"gpipe", "1f1b", "interleaved", "zb-h1"}));
+        ->check(CLI::IsMember({"gpipe", "1f1b", "interleaved", "zb-h1", "zb-v"}));
     cmd->add_option("--max-tp", fl->max_tp, "Largest tensor-parallel degree (default: GPUs per node)");
     cmd->add_option("--cp,--context-parallel-size", fl->cp,
                     "Context-parallel (ring attention) degrees the layers may take, e.g. 1,8 (default: those the "
@@ -683,8 +691,9 @@ void register_plan_commands(CLI::App& app) {
         ->check(CLI::IsMember({"none", "selective", "full"}))
         ->capture_default_str();
     cmd->add_flag("--sequence-parallel", fl->sequence_parallel, "Megatron sequence parallelism on the tp group");
-    cmd->add_option("--schedule", fl->schedule, "gpipe, 1f1b, interleaved or zb-h1 (default: 1f1b, interleaved if vp > 1)")
-        ->check(CLI::IsMember({"gpipe", "1f1b", "interleaved", "zb-h1"}));
+    cmd->add_option("--schedule", fl->schedule,
+                    "gpipe, 1f1b, interleaved, zb-h1 or zb-v (default: 1f1b, interleaved if vp > 1; zb-v sets vp 2)")
+        ->check(CLI::IsMember({"gpipe", "1f1b", "interleaved", "zb-h1", "zb-v"}));
     cmd->add_option("--dtype", fl->dtype, "Compute dtype (default bf16, fp16 on a GPU without bf16)")
         ->check(CLI::IsMember({"fp32", "bf16", "fp16", "fp8"}));
     cmd->add_option("--format", fl->format, "Output on stdout: table or json")

@@ -520,6 +520,58 @@ TEST(CliPlan, FrameworkWeftPlansTheRuntimeWithItsOwnTraits) {
       << cp.err;
 }
 
+// --schedule zb-v in both commands (relied on). `weft estimate` sets vp 2 itself, refuses another
+// --vp, and notes that weft train cannot run it; `weft plan` refuses it for weft's runtime, searches
+// it with --all-strategies or for torchtitan, and frameworks without it refuse it.
+TEST(CliPlan, ZbVSchedule) {
+  auto args = with({"estimate"}, k7b);
+  const std::vector<std::string> strategy{"--micro-batch", "1", "--tp", "2", "--pp", "4", "--zero", "1"};
+  CliRun zb = run(with(with(args, strategy), {"--schedule", "zb-v", "--format", "json"}));
+  ASSERT_EQ(zb.code, 0) << zb.err;
+  CliRun one = run(with(with(args, strategy), {"--schedule", "1f1b", "--format", "json"}));
+  ASSERT_EQ(one.code, 0) << one.err;
+  EXPECT_LT(Json::parse(zb.out).at("step_time_s").get<double>(), Json::parse(one.out).at("step_time_s").get<double>());
+  CliRun table = run(with(with(args, strategy), {"--schedule", "zb-v"}));
+  ASSERT_EQ(table.code, 0) << table.err;
+  EXPECT_NE(table.out.find("pp4 zb-v vp2 m"), std::string::npos) << table.out;
+  EXPECT_NE((table.out + table.err).find("weft train cannot run this plan yet (plan: train.schedule: zb-v"),
+            std::string::npos)
+      << table.out << table.err;
+  CliRun two = run(with(with(args, strategy), {"--schedule", "zb-v", "--vp", "2"}));
+  EXPECT_EQ(two.code, 0) << two.err;
+  CliRun three = run(with(with(args, strategy), {"--schedule", "zb-v", "--vp", "3"}));
+  EXPECT_EQ(three.code, 2);
+  EXPECT_NE(three.err.find("--vp: 3 with --schedule zb-v, which runs exactly 2 model chunks per device group (leave "
+                           "--vp out or give 2)"),
+            std::string::npos)
+      << three.err;
+
+  const std::vector<std::string> small{"plan", "--model", "gpt3-1.3b", "--cluster", "a100-80gb", "--gpus", "8",
+                                       "--seq", "2048", "--global-batch", "64", "--format", "json"};
+  CliRun runtime = run(with(small, {"--pp", "4", "--schedule", "zb-v"}));
+  EXPECT_EQ(runtime.code, 2);
+  EXPECT_NE(runtime.err.find("--schedule: weft's runtime (weft train) has no zb-v schedule yet"), std::string::npos)
+      << runtime.err;
+  EXPECT_NE(runtime.err.find("--all-strategies searches it anyway"), std::string::npos) << runtime.err;
+  CliRun all = run(with(small, {"--pp", "4", "--schedule", "zb-v", "--all-strategies"}));
+  ASSERT_EQ(all.code, 0) << all.err;
+  EXPECT_EQ(Json::parse(all.out).at("plan").at("train").at("schedule"), "zb-v");
+  EXPECT_EQ(Json::parse(all.out).at("plan").at("train").at("vp"), 2);
+  CliRun titan = run(with(small, {"--pp", "4", "--schedule", "zb-v", "--framework", "torchtitan"}));
+  ASSERT_EQ(titan.code, 0) << titan.err;
+  EXPECT_EQ(Json::parse(titan.out).at("plan").at("train").at("schedule"), "zb-v");
+  for (const char* fw : {"megatron", "torchtitan-compile"}) {
+    CliRun no = run(with(small, {"--schedule", "zb-v", "--framework", fw}));
+    EXPECT_EQ(no.code, 2) << fw;
+    EXPECT_NE(no.err.find(std::string("--schedule: framework ") + fw + " has no zb-v schedule ("), std::string::npos)
+        << no.err;
+  }
+  CliRun vp3 = run(with(small, {"--schedule", "zb-v", "--vp", "3", "--all-strategies"}));
+  EXPECT_EQ(vp3.code, 2);
+  EXPECT_NE(vp3.err.find("--vp 3: the zb-v schedule runs exactly 2 model chunks per device group"), std::string::npos)
+      << vp3.err;
+}
+
 }  // namespace
 }  // namespace weft::cli
 
