@@ -283,8 +283,12 @@ std::vector<std::string> torchtitan_problems(const Plan& p, const std::string& t
                               get("parallelism.pipeline_parallel_last_stage_less_layers", 1);
       const long long stages = (p.model.num_layers() + extra + per - 1) / per;
       const bool multi = kv["parallelism.pipeline_parallel_schedule"] == "\"Interleaved1F1B\"";
+      // ZBVZeroBubble builds its stages in the "v" style, which asserts exactly 2 per rank
+      // (pipeline_module_split, _get_stage_indices).
+      const bool v = kv["parallelism.pipeline_parallel_schedule"] == "\"ZBVZeroBubble\"";
       if (stages % pp != 0) bad.push_back("stage count not divisible by the pipeline degree");
-      if (multi ? stages / pp < 2 : stages / pp != 1) bad.push_back("stages per rank do not suit the schedule");
+      if (v ? stages / pp != 2 : multi ? stages / pp < 2 : stages / pp != 1)
+        bad.push_back("stages per rank do not suit the schedule");
     }
   } else if (global / (local * batch_degree) != p.train.micro_batches) {
     bad.push_back("the accumulation steps differ from the plan's micro-batches");
@@ -389,6 +393,8 @@ TEST(ExportReference, HandBuiltPlans) {
       {"fp8", fp8},
       {"uneven first stage", uneven},
       {"data parallel z0", plan(gpt(8), cluster(1, 8), train(1, 4, 128), LayerStrategy{.dp = 8})},
+      {"zb-v fsdp z3 tp2", plan(llama(8), cluster(2, 8), train(2, 8, 64, Schedule::kZbV, 2, 4096),
+                                LayerStrategy{.tp = 2, .sp = true, .dp = 4, .zero = 3})},
   };
   int checked = 0;
   for (const auto& c : cases) {
