@@ -123,12 +123,13 @@ Status framework_runs(const Plan& p, const std::string& name) {
 }
 
 Status restrict_to_runtime(SearchOptions& opt) {
-  // The runtime runs every schedule (weft/plan/runtime_support.h); not context parallelism yet.
-  opt.allow_cp = false;
-  // No cp and no ep on any layer or the embedding; a filter set before (a framework's) still applies.
+  // The runtime runs every schedule and strategy (weft/plan/runtime_support.h) but expert
+  // parallelism, and context parallelism where its chunks cut the sequence evenly. A filter set
+  // before (a framework's) still applies.
   auto before = std::move(opt.accept);
-  opt.accept = [before](const LayerStrategy& s, const LayerShape* shape) {
-    return runtime_runs_strategy(s) && (!before || before(s, shape));
+  const int64_t seq = opt.seq;
+  opt.accept = [before, seq](const LayerStrategy& s, const LayerShape* shape) {
+    return runtime_runs_strategy(s) && runtime_sequence_refusal(s, seq).empty() && (!before || before(s, shape));
   };
   return Status{};
 }
