@@ -315,12 +315,6 @@ void run_plan(const PlanFlags& f) {
     notes.push_back("weft train cannot run " + in.model.name + " yet: " + model_runs.error().message +
                     "; searched every strategy the cost model knows (planning only)");
   } else if (!f.all_strategies) {
-    for (int cp : f.cp)
-      if (cp > 1)
-        fail(Error{ErrorKind::kBadInput, "--cp " + std::to_string(cp) +
-                                             ": weft train runs no context parallelism yet; --all-strategies plans "
-                                             "with it anyway (for planning only), --framework NAME plans for another "
-                                             "framework"});
     Status st = restrict_to_runtime(opt);
     if (!st.ok())
       fail(Error{ErrorKind::kBadInput, st.error().message +
@@ -328,9 +322,8 @@ void run_plan(const PlanFlags& f) {
                                            "cannot run the plan)"});
     runtime_only = true;
     notes.push_back(
-        "searched only what weft's runtime (weft train) runs: no context parallelism (cp), no expert "
-        "parallelism (ep); --all-strategies searches those too (for planning "
-        "only), --framework NAME plans for another framework");
+        "searched only what weft's runtime (weft train) runs: no expert parallelism (ep), no zb-v schedule; "
+        "--all-strategies searches them too (for planning only), --framework NAME plans for another framework");
   }
   // Progress: only on a terminal, and only once the search has run for half a second.
   const bool tty = isatty(fileno(stderr));

@@ -44,6 +44,30 @@ TEST(Activations, KorthikantiFormulas) {
   EXPECT_NEAR(layer_activation_bytes(g, st, megatron_2022(b, s)).value(), 2 * sbh, 1.0);
 }
 
+// Ring attention (cp > 1) keeps the log-sum-exp and its output instead of the s x s scores, and
+// its backward holds the keys, values and their gradients twice (the share worked on and the one
+// arriving) with the query gradient and one chunk pair's score blocks.
+TEST(Activations, RingAttentionKeepsNoScores) {
+  const LayerShape g = gpt3_layer();
+  const double s = 2048, b = 1, h = 12288, a = 96;
+  ActivationOptions o = megatron_2022(b, s);
+  o.dropout = false;
+  LayerStrategy one, cp2;
+  cp2.cp = 2;
+  const double scores = 2.0 * a * s * s;                // e = 2, one rank, no dropout
+  const double lse = 4.0 * a * (s / 2);                 // fp32, the cp share's queries
+  const double one_rank = layer_activation_bytes(g, one, o).value();
+  // Without Ulysses and in bf16 the ring's fp32 output is a tensor of its own: 4 bytes x (s/2) x h.
+  EXPECT_NEAR(layer_activation_bytes(g, cp2, o).value(), (one_rank - scores) / 2 + lse + 4.0 * (s / 2) * h, 1.0);
+  o.elem_bytes = 4;  // in fp32 the output is the projection's input itself
+  const double one32 = layer_activation_bytes(g, one, o).value();
+  EXPECT_NEAR(layer_activation_bytes(g, cp2, o).value(), (one32 - 2 * scores) / 2 + lse, 1.0);
+  EXPECT_EQ(ring_attention_transient_bytes(g, one, o).value(), 0.0);
+  const double chunk = s / 4;
+  EXPECT_NEAR(ring_attention_transient_bytes(g, cp2, o).value(),
+              4.0 * (8 * (s / 2) * h + (s / 2) * h) + 16.0 * a * chunk * chunk, 1.0);
+}
+
 TEST(Activations, ScaleWithMicroBatch) {
   const LayerShape g = gpt3_layer();
   LayerStrategy st;

@@ -36,6 +36,34 @@ TEST(Geometry, LayoutSplitsBatchByDpAndSequenceByUlyssesThenTp) {
   EXPECT_TRUE(layout_of(LayerStrategy{.tp = 8}, 8).replicated());
 }
 
+// Context parallelism cuts the sequence into 2 cp chunks and gives cp rank c chunks c and
+// 2 cp - 1 - c (Megatron-LM's and torchtitan's load balancing of causal attention); ulysses and
+// Megatron-SP cut that share again, in order.
+TEST(Geometry, ContextParallelHoldsMirroredChunks) {
+  // T 16, cp 2: chunks of 4; cp rank 0 holds [0, 4) and [12, 16), rank 1 [4, 8) and [8, 12).
+  EXPECT_EQ(seq_runs(16, 2, 0, 8), (std::vector<SeqRun>{{0, 4}, {12, 4}}));
+  EXPECT_EQ(seq_runs(16, 2, 8, 8), (std::vector<SeqRun>{{4, 8}}));  // chunks 1 and 2 are adjacent
+  EXPECT_EQ(seq_runs(16, 1, 4, 6), (std::vector<SeqRun>{{4, 6}}));
+  // A piece that straddles the two chunks of a share (ulysses 3 of cp 2, T 24: pieces of 4 of
+  // the share [0, 6) + [18, 24)).
+  EXPECT_EQ(seq_runs(24, 2, 4, 4), (std::vector<SeqRun>{{4, 2}, {18, 2}}));
+  // Every position exactly once over the blocks of a layout: S 8 = tp 2 (sp) x cp 2 x dp 2.
+  const LayerStrategy s{.tp = 2, .sp = true, .cp = 2, .dp = 2};
+  const ActivationLayout l = layout_of(s, 8);
+  EXPECT_EQ(l.cp, 2);
+  EXPECT_EQ(l.seq_parts, 4);
+  EXPECT_EQ(l.seq_idx, (std::vector<int>{0, 1, 2, 3, 0, 1, 2, 3}));  // rank 2 = tp 0 of cp rank 1
+  EXPECT_EQ(block_runs(l, 0, 32), (std::vector<SeqRun>{{0, 8}}));  // chunk 0 of 4 chunks of 8
+  std::vector<int> seen(32, 0);
+  for (int r = 0; r < 4; ++r)
+    for (const SeqRun& run : block_runs(l, r, 32))
+      for (int64_t i = run.start; i < run.start + run.len; ++i) ++seen[i];
+  EXPECT_EQ(seen, std::vector<int>(32, 1));
+  EXPECT_EQ(block_runs(l, 1, 32), (std::vector<SeqRun>{{24, 8}}));  // the mirrored chunk of cp rank 0
+  EXPECT_NE(layout_of(s, 8), layout_of(LayerStrategy{.tp = 2, .sp = true, .ulysses = 2, .dp = 2}, 8))
+      << "cp and ulysses cut the sequence in different orders";
+}
+
 TEST(Geometry, TheLayoutDependsOnlyOnTheLayoutKey) {
   std::vector<LayerStrategy> all;
   for (int tp : {1, 2, 4})

@@ -27,18 +27,26 @@ TEST(RuntimeSupport, AcceptsWhatTheRuntimeRuns) {
   EXPECT_EQ(refusal_of(p), "OK");
 }
 
-TEST(RuntimeSupport, RefusesContextParallelismNamingTheLayer) {
+// Context parallelism runs (ring attention over 2 cp chunks, two per rank), alone and with the
+// other degrees, on layers and on the embedding, where the chunks and the blocks cut the sequence
+// evenly; otherwise the refusal names the layer and the numbers.
+TEST(RuntimeSupport, RunsContextParallelismWhereItsChunksCutTheSequence) {
   Plan p = uniform_plan(LayerStrategy{.dp = 8}, 1);
   p.stages[0].layers[2] = LayerStrategy{.cp = 2, .dp = 4};
+  p.stages[0].layers[3] = LayerStrategy{.tp = 2, .sp = true, .ulysses = 2, .cp = 2};
+  p.embedding = LayerStrategy{.cp = 4, .dp = 2};
+  EXPECT_EQ(refusal_of(p), "OK");
+  EXPECT_TRUE(runtime_runs_strategy(LayerStrategy{.cp = 2, .dp = 4}));
+  p.train.seq = 4004;  // not a multiple of the embedding's 2 cp = 8
   EXPECT_EQ(refusal_of(p),
-            "plan: stages[0].layers[2].cp: context parallelism (cp=2) is not supported by the weft runtime yet; use "
-            "a plan without it (ulysses is supported)");
-  Plan e = uniform_plan(LayerStrategy{.dp = 8}, 1);
-  e.embedding = LayerStrategy{.cp = 4, .dp = 2};
-  const std::string msg = refusal_of(e);
-  // validate() may refuse cp on the embedding first; either way the field is named.
-  EXPECT_NE(msg.find("embedding"), std::string::npos) << msg;
-  EXPECT_NE(msg.find("cp"), std::string::npos) << msg;
+            "plan: embedding.cp: context parallelism (cp=4) cuts the sequence into 2*cp = 8 chunks (two per rank, "
+            "for causal load balance), which does not divide sequence length 4004");
+  p.embedding = LayerStrategy{.dp = 8};
+  // 4004: layer 3's 2 cp = 4 chunks divide it, its cp x ulysses x tp = 8 blocks do not.
+  EXPECT_EQ(refusal_of(p),
+            "plan: stages[0].layers[3].cp: cp*ulysses*tp (sequence parallel) = 8 sequence blocks do not divide "
+            "sequence length 4004");
+  EXPECT_EQ(runtime_sequence_refusal(LayerStrategy{.dp = 8}, 7), "");
 }
 
 TEST(RuntimeSupport, RunsTheInterleavedSchedule) {
@@ -120,7 +128,6 @@ TEST(RuntimeSupport, ValidatesFirst) {
 TEST(RuntimeSupport, PerStrategyAndScheduleRules) {
   EXPECT_TRUE(runtime_runs_strategy(LayerStrategy{.tp = 8, .sp = true, .ulysses = 1, .zero = 3}));
   EXPECT_TRUE(runtime_runs_strategy(LayerStrategy{.ulysses = 4, .dp = 2, .zero = 2, .recompute = Recompute::kFull}));
-  EXPECT_FALSE(runtime_runs_strategy(LayerStrategy{.cp = 2, .dp = 4}));
   EXPECT_EQ(runtime_strategy_refusal(LayerStrategy{.dp = 8, .ep = 4}),
             "ep: expert parallelism (ep=4) is not supported by the weft runtime yet");
   EXPECT_EQ(runtime_strategy_refusal(LayerStrategy{.dp = 8}), "");

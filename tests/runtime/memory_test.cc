@@ -209,6 +209,14 @@ TEST(RuntimeMemory, ZeroBubbleWeightGradientStateAsTheModelSays) {
   EXPECT_NEAR(got, want, 0.2 * want);  // measured +17 %: B's transients on top of the waiting state
 }
 
+// Context parallelism: ring attention keeps its output and log-sum-exp instead of the score
+// matrices; each rank holds two mirrored chunks of the sequence (2 ranks x 2 samples of 256).
+TEST(RuntimeMemory, ActivationsAsTheModelSaysContextParallel2) {
+  LayerStrategy s = strat(1, 1);
+  s.cp = 2;
+  expect_activations(uniform(activation_gpt(), 2, 1, s, {}, Schedule::k1F1B, 4, 1), "act_cp2");
+}
+
 // Not yet within 10 % (docs/runtime.md "Not done"): tp 2 + SP (+29-34 %: the runtime's
 // column-parallel linears keep the all-gathered sequence for their weight gradient, where the model
 // prices Megatron's sharded copy re-gathered in backward), full recompute (+22 %) and a 1F1B

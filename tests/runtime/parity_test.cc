@@ -164,6 +164,46 @@ TEST(RuntimeParity, Pipeline2ZeroBubbleH1Ulysses2RecomputeSelective) {
                 "pp2_zbh1_uly2_rc");
 }
 
+// Context parallelism: ring attention over mirrored chunks (rank c holds chunks c and 2 cp - 1 - c
+// of the sample), the embedding and the loss on the same chunks; gradients summed over cp as over
+// dp.
+LayerStrategy with_cp(LayerStrategy s, int cp) {
+  s.cp = cp;
+  return s;
+}
+TEST(RuntimeParity, ContextParallel2) { expect_parity(uniform(tiny_llama(), 2, 1, with_cp(strat(1, 1), 2)), "cp2"); }
+TEST(RuntimeParity, ContextParallel2GptLearnedPositions) {
+  expect_parity(uniform(tiny_gpt(), 2, 1, with_cp(strat(1, 1), 2)), "cp2gpt");
+}
+TEST(RuntimeParity, ContextParallel4OneKvHead) {
+  expect_parity(uniform(tiny_llama(4, 1), 4, 1, with_cp(strat(1, 1), 4)), "cp4mqa");
+}
+// Ulysses inside cp (torchtitan and Megatron nest them the same way): each cp rank's share is cut
+// again by Ulysses, whose all-to-all hands the ring whole shares.
+TEST(RuntimeParity, ContextParallel2Ulysses2) {
+  expect_parity(uniform(tiny_llama(), 4, 1, with_cp(strat(1, 1, 2), 2)), "cp2_uly2");
+}
+TEST(RuntimeParity, ContextParallel2Tp2Sp) {
+  expect_parity(uniform(tiny_gpt(), 4, 1, with_cp(strat(2, 1, 1, true), 2)), "cp2_tp2sp");
+}
+TEST(RuntimeParity, ContextParallel2Zero3Dp2) {
+  expect_parity(uniform(tiny_llama(), 4, 1, with_cp(strat(1, 2, 1, false, 3), 2)), "cp2_zero3_dp2");
+}
+// The ring inside recomputation: selective recompute runs it again in backward.
+TEST(RuntimeParity, ContextParallel2RecomputeSelective) {
+  expect_parity(uniform(tiny_llama(), 2, 1, with_cp(strat(1, 1, 1, false, 0, Recompute::kSelective), 2)), "cp2_rc_sel");
+}
+TEST(RuntimeParity, ContextParallel2Pipeline2ZeroBubbleH1RecomputeFull) {
+  expect_parity(uniform(tiny_gpt(), 4, 2, with_cp(strat(1, 1, 1, false, 0, Recompute::kFull), 2), {}, Schedule::kZbH1, 8, 4),
+                "cp2_pp2_zbh1_rc");
+}
+// A plan that switches layouts layer by layer: cp 2, Ulysses 2, tp 2 + SP and dp 2 on one stage
+// of 2 ranks; the activations are re-distributed between the cp order and the sample's.
+TEST(RuntimeParity, LayerwiseContextParallelUlyssesTp) {
+  const LayerStrategy cp = with_cp(strat(1, 1), 2), uly = strat(1, 1, 2), tp = strat(2, 1, 1, true), dp = strat(1, 2);
+  expect_parity(make_plan(tiny_llama(), 2, 1, Schedule::k1F1B, dp, {{cp, uly, tp, cp}}), "layerwise_cp");
+}
+
 TEST(RuntimeParity, RecomputeFullTp2Sp) {
   expect_parity(uniform(tiny_gpt(), 2, 1, strat(2, 1, 1, true, 0, Recompute::kFull)), "rc_full");
 }

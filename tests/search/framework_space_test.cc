@@ -83,7 +83,7 @@ TEST(FrameworkSpace, WeftIsTheRuntimesRestriction) {
   // Every schedule but zb-v, which the runtime does not run yet.
   EXPECT_EQ(weft.schedules, (std::vector<Schedule>{Schedule::kGpipe, Schedule::k1F1B, Schedule::kInterleaved,
                                                    Schedule::kZbH1}));
-  EXPECT_FALSE(weft.allow_cp);
+  EXPECT_TRUE(weft.allow_cp);  // context parallelism runs (ring attention)
   int accepted = 0, refused = 0;
   for (int tp : {1, 2})
     for (int u : {1, 2})
@@ -93,7 +93,7 @@ TEST(FrameworkSpace, WeftIsTheRuntimesRestriction) {
             const LayerStrategy s{.tp = tp, .sp = tp > 1, .ulysses = u, .cp = cp, .dp = 2, .zero = zero, .ep = ep};
             const bool a = weft.accept(s, nullptr);
             EXPECT_EQ(a, runtime.accept(s, nullptr)) << label(s);
-            EXPECT_EQ(a, cp == 1 && ep == 1) << label(s);
+            EXPECT_EQ(a, ep == 1) << label(s);
             (a ? accepted : refused)++;
           }
   EXPECT_GT(accepted, 0);
@@ -107,7 +107,8 @@ TEST(FrameworkSpace, WeftIsTheRuntimesRestriction) {
 }
 
 // framework_runs(p, weft) is runtime_supports(p): a per-layer plan the runtime runs is accepted
-// (Megatron refuses it), context parallelism is refused naming the layer and the degree.
+// (Megatron refuses it), and so is context parallelism; a sequence its 2 cp chunks do not cut
+// evenly is refused naming the layer and the numbers.
 TEST(FrameworkSpace, WeftRunsWhatTheRuntimeRuns) {
   Plan mixed = llama_plan(LayerStrategy{.tp = 2, .sp = true, .dp = 4, .zero = 1});
   mixed.stages[0].layers[1] = LayerStrategy{.dp = 8, .zero = 3};
@@ -115,13 +116,16 @@ TEST(FrameworkSpace, WeftRunsWhatTheRuntimeRuns) {
   EXPECT_TRUE(framework_runs(mixed, "weft").ok());
   EXPECT_FALSE(framework_runs(mixed, Framework::kMegatron).ok());
 
-  const Plan cp = llama_plan(LayerStrategy{.tp = 2, .cp = 2, .dp = 2});
+  Plan cp = llama_plan(LayerStrategy{.tp = 2, .cp = 2, .dp = 2});
+  EXPECT_TRUE(framework_runs(cp, Framework::kWeft).ok()) << framework_runs(cp, Framework::kWeft).error().message;
+  cp.train.seq = 4098;
   const Status st = framework_runs(cp, Framework::kWeft);
   ASSERT_FALSE(st.ok());
   const Status rt = runtime_supports(cp);
   ASSERT_FALSE(rt.ok());
   EXPECT_EQ(st.error().message, rt.error().message);
   EXPECT_NE(st.error().message.find("cp=2"), std::string::npos) << st.error().message;
+  EXPECT_NE(st.error().message.find("4098"), std::string::npos) << st.error().message;
   EXPECT_TRUE(framework_runs(cp, Framework::kMegatron).ok());
 }
 

@@ -150,6 +150,14 @@ LayerCost AnalyticCostModel::layer(const LayerContext& ctx, const LayerStrategy&
     mem.transient = layer_activation_bytes(L, kept, lc.activations);
     out.transient_share = mem.transient / per_device_layers;
   }
+  // Ring attention's backward buffers, once per device (the framework weft prices its own ring).
+  if (s.cp > 1 && opt_.framework == Framework::kWeft) {
+    const Bytes ring = ring_attention_transient_bytes(L, s, lc.activations);
+    if (ring > mem.transient) {
+      mem.transient = ring;
+      out.transient_share = ring / per_device_layers;
+    }
+  }
   return out;
 }
 

@@ -209,6 +209,12 @@ Bytes layer_activation_bytes(const LayerShape& s, const LayerStrategy& st, const
       // K, V repeated to every query head (GQA)
       attn += (o.eager_attention_copy ? e * tokens * q / t : 0.0) + (kv < q ? 2 * e * tokens * (q - kv) / t : 0.0);
     }
+  } else if (keep_core && cp > 1) {
+    // Ring attention (context parallelism) never holds the s x s scores beyond one block: it keeps
+    // what FlashAttention's backward reads, the log-sum-exp and its output, which weft's CPU ring
+    // (runtime/ops.cc RingAttention) computes in fp32: the projection's input is that tensor
+    // itself in fp32 without Ulysses, a second copy otherwise.
+    attn += lse + (e != 4.0 || u > 1 ? 4.0 * tokens * q / t : 0.0);
   } else if (keep_core) {
     attn += (e + mask + (o.dropout ? e : 0.0)) * scores;
   }
@@ -232,6 +238,22 @@ Bytes layer_activation_bytes(const LayerShape& s, const LayerStrategy& st, const
     ffn += inner * tokens * static_cast<double>(s.ffn) / t;
   }
   return Bytes(attn + ffn);
+}
+
+Bytes ring_attention_transient_bytes(const LayerShape& s, const LayerStrategy& st, const ActivationOptions& o) {
+  const auto [t, u, cp, e, h, q, kv, tokens, rep, blocks] = layer_dims(s, st, o);
+  (void)e, (void)h, (void)rep;
+  if (cp <= 1) return Bytes(0);
+  // After Ulysses' all-to-all a rank holds its cp share of every token of its heads: the same
+  // element counts as tokens x width / t. In fp32: k, v, dk, dv and the next step's copy of the
+  // four in flight, the query gradient, and without flash attention four score-sized blocks
+  // (scores, probabilities and their gradients) of one chunk pair (chunks of s / 2cp).
+  double bytes = 4.0 * (8.0 * tokens * kv / t + tokens * q / t);
+  if (!o.flash_attention) {
+    const double chunk = o.seq / (2.0 * cp);
+    bytes += 4.0 * 4.0 * o.samples * (static_cast<double>(s.heads) / (t * u)) * chunk * chunk;
+  }
+  return Bytes(blocks * bytes);
 }
 
 double micro_batches_in_flight(const TrainSettings& t, int stage) {

@@ -111,13 +111,44 @@ ActivationLayout layout_of(const LayerStrategy& s, int stage_size) {
   ActivationLayout l;
   const int sp = s.sp ? s.tp : 1;
   l.batch_parts = s.dp;
-  l.seq_parts = s.ulysses * sp;
+  l.seq_parts = s.cp * s.ulysses * sp;
+  l.cp = s.cp;
   for (int j = 0; j < stage_size; ++j) {
     const RankCoords c = coords_of(j, stage_size, s);
     l.batch_idx.push_back(c.dp);
-    l.seq_idx.push_back(c.ulysses * sp + (s.sp ? c.tp : 0));
+    l.seq_idx.push_back((c.cp * s.ulysses + c.ulysses) * sp + (s.sp ? c.tp : 0));
   }
   return l;
+}
+
+std::vector<SeqRun> seq_runs(int64_t T, int cp, int64_t begin, int64_t len) {
+  std::vector<SeqRun> out;
+  auto add = [&](int64_t start, int64_t n) {
+    if (n <= 0) return;
+    if (!out.empty() && out.back().start + out.back().len == start) out.back().len += n;
+    else out.push_back({start, n});
+  };
+  if (cp <= 1) {
+    add(begin, len);
+    return out;
+  }
+  const int64_t chunk = T / (2 * cp);
+  // Place q of the order is in chunk q / chunk of the order, which is sample chunk c (the first
+  // of cp rank c's two) or 2 cp - 1 - c (its second).
+  for (int64_t q = begin, end = begin + len; q < end;) {
+    const int64_t k = q / chunk, off = q % chunk;
+    const int64_t c = k / 2;
+    const int64_t sample_chunk = k % 2 == 0 ? c : 2 * cp - 1 - c;
+    const int64_t n = std::min(chunk - off, end - q);
+    add(sample_chunk * chunk + off, n);
+    q += n;
+  }
+  return out;
+}
+
+std::vector<SeqRun> block_runs(const ActivationLayout& l, int rank, int64_t T) {
+  const int64_t t = T / l.seq_parts;
+  return seq_runs(T, l.cp, l.seq_idx.at(rank) * t, t);
 }
 
 LayoutKey layout_key(const LayerStrategy& s) { return {s.tp, s.sp, s.ulysses, s.cp, s.dp}; }
@@ -160,6 +191,7 @@ std::vector<std::vector<int>> process_groups(const Plan& p) {
       const int r = stage * S + j;
       out.push_back(group_of(r, S, pp, s, Axis::kTp));
       out.push_back(group_of(r, S, pp, s, Axis::kUlysses));
+      out.push_back(group_of(r, S, pp, s, Axis::kCp));
       out.push_back(shard_group(r, S, pp, s));
       if (kv > 0) out.push_back(kv_replica_group(r, S, pp, s, kv));
     }

@@ -7,10 +7,20 @@
 namespace weft {
 
 std::string runtime_strategy_refusal(const LayerStrategy& s) {
-  if (s.cp > 1)
-    return "cp: context parallelism (cp=" + S(s.cp) +
-           ") is not supported by the weft runtime yet; use a plan without it (ulysses is supported)";
   if (s.ep > 1) return "ep: expert parallelism (ep=" + S(s.ep) + ") is not supported by the weft runtime yet";
+  return {};
+}
+
+std::string runtime_sequence_refusal(const LayerStrategy& s, int64_t seq) {
+  if (s.cp <= 1) return {};
+  if (seq % (2LL * s.cp) != 0)
+    return "cp: context parallelism (cp=" + S(s.cp) + ") cuts the sequence into 2*cp = " + S(2 * s.cp) +
+           " chunks (two per rank, for causal load balance), which does not divide sequence length " +
+           S(static_cast<long long>(seq));
+  const long long blocks = static_cast<long long>(s.cp) * s.ulysses * (s.sp ? s.tp : 1);
+  if (seq % blocks != 0)
+    return "cp: cp*ulysses" + std::string(s.sp ? "*tp (sequence parallel)" : "") + " = " + S(blocks) +
+           " sequence blocks do not divide sequence length " + S(static_cast<long long>(seq));
   return {};
 }
 
@@ -41,11 +51,15 @@ Status runtime_supports(const Plan& p) {
   if (p.train.schedule == Schedule::kZbV)
     return Error{ErrorKind::kBadInput, "plan: train.schedule: zb-v (two model chunks per device group in a V) is not "
                                        "supported by the weft runtime yet; zb-h1 and interleaved are"};
-  if (const std::string why = runtime_strategy_refusal(p.embedding); !why.empty())
+  auto refusal = [&](const LayerStrategy& s) {
+    std::string why = runtime_strategy_refusal(s);
+    return why.empty() ? runtime_sequence_refusal(s, p.train.seq) : why;
+  };
+  if (const std::string why = refusal(p.embedding); !why.empty())
     return Error{ErrorKind::kBadInput, "plan: embedding." + why};
   for (size_t s = 0; s < p.stages.size(); ++s)
     for (size_t l = 0; l < p.stages[s].layers.size(); ++l)
-      if (const std::string why = runtime_strategy_refusal(p.stages[s].layers[l]); !why.empty())
+      if (const std::string why = refusal(p.stages[s].layers[l]); !why.empty())
         return Error{ErrorKind::kBadInput, "plan: stages[" + S(static_cast<long long>(s)) + "].layers[" +
                                                S(static_cast<long long>(l)) + "]." + why};
   return {};

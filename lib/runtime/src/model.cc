@@ -206,6 +206,7 @@ Model::Model(const Plan& p, int rank, GroupSet& groups, uint64_t seed, at::Devic
       L.ulysses = &groups.get(group_of(rank, S_, pp, L.st, Axis::kUlysses));
       const int nkv = L.shape.kv_heads > 0 ? L.shape.kv_heads : L.shape.heads;
       L.kvrep = &groups.get(kv_replica_group(rank, S_, pp, L.st, nkv));
+      L.cp = &groups.get(group_of(rank, S_, pp, L.st, Axis::kCp));
       layouts_.push_back(layout_of(L.st, S_));
       L.layout = &layouts_.back();
       L.heads_local = L.shape.heads / L.st.tp;
@@ -260,10 +261,23 @@ std::vector<int64_t> Model::input_shape(int chunk) const {
 }
 
 TokenBlock Model::token_block() const {
-  TokenBlock b{plan_.embedding.dp, emb_co_.dp, plan_.embedding.ulysses, emb_co_.ulysses};
+  const LayerStrategy& e = plan_.embedding;
+  // The embedding's tp ranks read the same tokens (Megatron-SP cuts their output afterwards).
+  TokenBlock b{e.dp, emb_co_.dp, e.cp * e.ulysses, emb_co_.cp * e.ulysses + emb_co_.ulysses};
   std::tie(b.batch_offset, b.batch_rows) = batch_rows(plan_, b.batch_parts, b.batch_idx);
+  const int64_t T = plan_.train.seq, t = T / b.seq_parts;
+  b.runs = seq_runs(T, e.cp, b.seq_idx * t, t);
   return b;
 }
+
+namespace {
+// Positions [1, t] of the sample positions `runs` (t in all).
+at::Tensor positions(const std::vector<SeqRun>& runs, const at::TensorOptions& o) {
+  std::vector<at::Tensor> parts;
+  for (const SeqRun& r : runs) parts.push_back(at::arange(r.start, r.start + r.len, o.dtype(at::kLong)));
+  return (parts.size() == 1 ? parts[0] : at::cat(parts)).unsqueeze(0);
+}
+}  // namespace
 
 int64_t Model::local_param_count() const {
   int64_t n = 0;
@@ -285,6 +299,11 @@ Status Model::set_documents(const at::Tensor& doc_ids) {
   if (plan_.train.pp * plan_.train.vp != 1)
     return Error{ErrorKind::kBadInput, "packed documents: the plan has " + std::to_string(plan_.train.pp * plan_.train.vp) +
                                            " stages; documents run on single-stage plans only"};
+  for (const LayerCtx& L : layers_)
+    if (L.st.cp > 1 || plan_.embedding.cp > 1)
+      return Error{ErrorKind::kBadInput, "packed documents: layer " + std::to_string(L.index) + " or the embedding has cp " +
+                                             std::to_string(std::max(L.st.cp, plan_.embedding.cp)) +
+                                             "; documents run with cp 1 (their attention mask is not cut by the ring)"};
   if (seq_group_ && (doc_ids.dim() != 2 || doc_ids.size(1) % seq_group_->size() != 0))
     return Error{ErrorKind::kBadInput, "packed documents: document ids must be [samples, a multiple of the " +
                                            std::to_string(seq_group_->size()) + " ranks of the sequence group]"};
@@ -342,15 +361,24 @@ at::Tensor Model::embed(const at::Tensor& tokens) {
     at::Tensor wpe = find_unit("wpe")->weights(&wpe_full)[0];
     if (e.sp && e.tp > 1) wpe = copy_to(wpe, *emb_tp_);
     const int64_t t = x.size(1);
-    // A sequence group's rank r holds block r of the sample; with Megatron-SP its tp ranks cut it again.
+    // A sequence group's rank r holds block r of the sample; with Megatron-SP its tp ranks cut it
+    // again. Otherwise the embedding's layout says which positions (two mirrored chunks under cp).
     const bool sp = e.sp && e.tp > 1;
-    const int64_t block = seq_group_ ? seq_group_->rank() * (sp ? e.tp : 1) + (sp ? emb_co_.tp : 0)
-                                     : emb_layout_->seq_idx[stage_comm_->rank()];
-    const int64_t pos0 = block * t;
-    if (doc_pos_.defined())
-      x = x + at::embedding(wpe, doc_pos_.narrow(1, pos0, t));
-    else
-      x = x + wpe.narrow(0, pos0, t).unsqueeze(0);
+    if (seq_group_) {
+      const int64_t pos0 = (seq_group_->rank() * (sp ? e.tp : 1) + (sp ? emb_co_.tp : 0)) * t;
+      if (doc_pos_.defined())
+        x = x + at::embedding(wpe, doc_pos_.narrow(1, pos0, t));
+      else
+        x = x + wpe.narrow(0, pos0, t).unsqueeze(0);
+    } else {
+      const std::vector<SeqRun> runs = block_runs(*emb_layout_, stage_comm_->rank(), plan_.train.seq);
+      if (doc_pos_.defined())
+        x = x + at::embedding(wpe, doc_pos_.narrow(1, runs[0].start, t));  // cp 1 (set_documents): one run
+      else if (runs.size() == 1)
+        x = x + wpe.narrow(0, runs[0].start, t).unsqueeze(0);
+      else
+        x = x + at::embedding(wpe, positions(runs, tokens.options()));
+    }
   }
   // The lookup's backward reads only the indices and the position add's reads nothing saved: the
   // gathered ZeRO-3 tables are not needed again.
@@ -463,8 +491,14 @@ at::Tensor Model::attention(const LayerCtx& L, const std::vector<at::Tensor>& w,
   k = k.view({b, t, L.kv_local, d});
   v = v.view({b, t, L.kv_local, d});
   if (plan_.model.position == PositionKind::kRope) {
-    const int64_t pos0 = static_cast<int64_t>(seq_group_ ? seq_group_->rank() : L.co.ulysses) * t;
-    const at::Tensor pos = doc_pos_.defined() ? doc_pos_.narrow(1, pos0, t) : at::Tensor();
+    // h is this rank's Ulysses block (after the tp gather of Megatron-SP): block co.cp * u +
+    // co.ulysses of the cp order (geometry.h).
+    const int64_t blk = seq_group_ ? seq_group_->rank() : static_cast<int64_t>(L.co.cp) * L.st.ulysses + L.co.ulysses;
+    const std::vector<SeqRun> runs = seq_runs(plan_.train.seq, L.st.cp, blk * t, t);
+    const int64_t pos0 = runs[0].start;
+    at::Tensor pos;
+    if (doc_pos_.defined()) pos = doc_pos_.narrow(1, pos0, t);  // cp 1: one run
+    else if (runs.size() > 1) pos = positions(runs, h.options()).expand({b, t});
     q = rope(q, plan_.model.rope_theta, pos0, pos);
     k = rope(k, plan_.model.rope_theta, pos0, pos);
   }
@@ -484,7 +518,13 @@ at::Tensor Model::attention(const LayerCtx& L, const std::vector<at::Tensor>& w,
   }
   std::vector<at::Tensor> in = {q, k, v};
   if (doc_ids_.defined()) in.push_back(doc_ids_);
-  at::Tensor ctx = L.st.recompute == Recompute::kSelective ? recompute(causal_attention, in) : causal_attention(in);
+  TensorFn attend = causal_attention;
+  if (L.cp->size() > 1) {
+    Comm* ring = L.cp;
+    const int64_t T = plan_.train.seq;
+    attend = [ring, T](const std::vector<at::Tensor>& x) { return ring_attention(x[0], x[1], x[2], *ring, T); };
+  }
+  at::Tensor ctx = L.st.recompute == Recompute::kSelective ? recompute(attend, in) : attend(in);
   if (u > 1) ctx = heads_to_seq(ctx, U);
   return at::linear(ctx.reshape({b, t, L.heads_local * d}), w[I["attn.wo"]]);
 }

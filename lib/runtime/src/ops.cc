@@ -3,6 +3,8 @@
 #include <torch/autograd.h>
 
 #include <atomic>
+#include <cmath>
+#include <limits>
 #include <set>
 
 #include "weft/runtime/split_backward.h"
@@ -82,13 +84,36 @@ struct AllToAll : torch::autograd::Function<AllToAll> {
   }
 };
 
+// The sample positions of every block of a layout hold (the local sequence, in order), as
+// [local offset, sample start, length] pieces.
+struct Piece {
+  int64_t local = 0, start = 0, len = 0;
+};
+std::vector<Piece> pieces(const ActivationLayout& l, int rank, int64_t T) {
+  std::vector<Piece> out;
+  int64_t local = 0;
+  for (const SeqRun& r : block_runs(l, rank, T)) {
+    out.push_back({local, r.start, r.len});
+    local += r.len;
+  }
+  return out;
+}
+
 at::Tensor move_blocks(const at::Tensor& x, Comm& stage, const ActivationLayout& from, const ActivationLayout& to) {
   const int64_t bl = x.size(0), tl = x.size(1);
   const int64_t B = bl * from.batch_parts, T = tl * from.seq_parts;
   const int me = stage.rank();
-  const int64_t ob = B / to.batch_parts, ot = T / to.seq_parts;
+  const int64_t ob = B / to.batch_parts;
+  // This rank's block under `to`, cut from a tensor holding the whole sequence in sample order.
+  auto cut = [&](const at::Tensor& whole, int64_t row0) {
+    const std::vector<Piece> ps = pieces(to, me, T);
+    if (ps.size() == 1) return whole.narrow(0, row0, ob).narrow(1, ps[0].start, ps[0].len).contiguous();
+    std::vector<at::Tensor> parts;
+    for (const Piece& p : ps) parts.push_back(whole.narrow(0, row0, ob).narrow(1, p.start, p.len));
+    return at::cat(parts, 1);
+  };
   if (from.batch_parts == 1 && from.seq_parts == 1)  // every rank holds everything: slice locally
-    return x.narrow(0, to.batch_idx[me] * ob, ob).narrow(1, to.seq_idx[me] * ot, ot).contiguous();
+    return cut(x, to.batch_idx[me] * ob);
   at::Tensor all = stage.allgather(x);  // [S, bl, tl, ...]
   std::vector<int64_t> shape = x.sizes().vec();
   shape[0] = B;
@@ -98,10 +123,186 @@ at::Tensor move_blocks(const at::Tensor& x, Comm& stage, const ActivationLayout&
   for (int j = 0; j < stage.size(); ++j) {
     const std::pair<int, int> blk{from.batch_idx[j], from.seq_idx[j]};
     if (!seen.insert(blk).second) continue;
-    full.narrow(0, blk.first * bl, bl).narrow(1, blk.second * tl, tl).copy_(all[j]);
+    for (const Piece& p : pieces(from, j, T))
+      full.narrow(0, blk.first * bl, bl).narrow(1, p.start, p.len).copy_(all[j].narrow(1, p.local, p.len));
   }
-  return full.narrow(0, to.batch_idx[me] * ob, ob).narrow(1, to.seq_idx[me] * ot, ot).contiguous();
+  return cut(full, to.batch_idx[me] * ob);
 }
+
+// ---- Ring attention (context parallelism) ----
+
+// The sample positions of cp rank j's share (T / cp tokens: chunks j and 2 cp - 1 - j), as
+// [local offset, sample start, length] pieces.
+std::vector<Piece> share_pieces(int64_t T, int cp, int j) {
+  std::vector<Piece> out;
+  int64_t local = 0;
+  for (const SeqRun& r : seq_runs(T, cp, j * (T / cp), T / cp)) {
+    out.push_back({local, r.start, r.len});
+    local += r.len;
+  }
+  return out;
+}
+
+// How the queries of one piece see the keys of another under the causal mask.
+enum class Sight { kNone, kAll, kSome };
+Sight sight(const Piece& q, const Piece& k) {
+  if (q.start + q.len - 1 < k.start) return Sight::kNone;  // every key after every query
+  if (q.start >= k.start + k.len - 1) return Sight::kAll;   // every key at or before every query
+  return Sight::kSome;
+}
+// [q.len, k.len] true where the key comes after the query (masked).
+at::Tensor causal_mask(const Piece& q, const Piece& k, const at::TensorOptions& o) {
+  at::Tensor qp = at::arange(q.start, q.start + q.len, o.dtype(at::kLong)).unsqueeze(1);
+  at::Tensor kp = at::arange(k.start, k.start + k.len, o.dtype(at::kLong)).unsqueeze(0);
+  return kp.gt(qp);
+}
+
+// Views of queries [b, t, h, d] as [b, hkv, g, t, d] (g query heads per key/value head, as
+// causal_attention's repeat_interleave groups them); no copy.
+at::Tensor q5(const at::Tensor& q, int64_t hkv) {
+  const int64_t b = q.size(0), t = q.size(1), h = q.size(2), d = q.size(3);
+  return q.permute({0, 2, 1, 3}).reshape({b, hkv, h / hkv, t, d});
+}
+// Keys or values [b, t, hkv, d] as the [b, hkv, 1, t, d] view of a flat buffer's elements
+// [off, off + numel), which they are copied into.
+at::Tensor kv_into(const at::Tensor& buf, int64_t off, const at::Tensor& k) {
+  const int64_t b = k.size(0), t = k.size(1), hkv = k.size(2), d = k.size(3);
+  at::Tensor v = buf.narrow(0, off, k.numel()).view({b, hkv, 1, t, d});
+  v.copy_(k.permute({0, 2, 1, 3}).unsqueeze(2));
+  return v;
+}
+at::Tensor kv_view(const at::Tensor& buf, int64_t off, const at::Tensor& k) {
+  return buf.narrow(0, off, k.numel()).view({k.size(0), k.size(2), 1, k.size(1), k.size(3)});
+}
+
+// Passes `mine` to the next member of the ring and returns what the previous one passed, with
+// `work` run while the transfer is in flight.
+at::Tensor ring_pass(Comm& c, const at::Tensor& mine, int tag, const std::function<void()>& work) {
+  const int n = c.size(), next = (c.rank() + 1) % n, prev = (c.rank() + n - 1) % n;
+  Pending sent = c.send(mine, next, tag);
+  work();
+  at::Tensor got = at::empty_like(mine);
+  c.recv(got, prev, tag);
+  sent.wait();
+  return got;
+}
+
+// Causal attention over the cp ranks' shares, each rank keeping its queries while the keys and
+// values go round the ring (Liu et al., "Ring Attention", 2023; Megatron-LM's and torchtitan's
+// context parallelism): n steps, step s attending to the share of rank r - s, combined with the
+// online softmax (a running maximum, sum and output per query). The key pieces a query piece
+// cannot see are skipped, which is what the mirrored chunks balance: every rank computes the same
+// number of blocks. Backward runs the ring again, the key/value gradients travelling with their
+// keys and values and arriving home after n steps (FlashAttention-2's backward per block, from the
+// saved output and log-sum-exp). Computes in fp32 (the inputs' dtype outside).
+struct RingAttention : torch::autograd::Function<RingAttention> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& q_in, const at::Tensor& k_in,
+                            const at::Tensor& v_in, int64_t comm, int64_t T) {
+    Comm& c = *reinterpret_cast<Comm*>(comm);
+    const int n = c.size(), r = c.rank();
+    const at::Tensor q = q_in.to(at::kFloat), k = k_in.to(at::kFloat), v = v_in.to(at::kFloat);
+    const int64_t hkv = k.size(2), nk = k.numel();
+    const double scale = 1.0 / std::sqrt(static_cast<double>(q.size(3)));
+    const at::Tensor Q = q5(q, hkv);
+    const float inf = std::numeric_limits<float>::infinity();
+    // The output accumulates in the layout it is returned in ([b, t, h, d]); m and l per query.
+    at::Tensor out = at::zeros_like(q);
+    at::Tensor acc = q5(out, hkv);
+    at::Tensor m = at::full({Q.size(0), Q.size(1), Q.size(2), Q.size(3), 1}, -inf, Q.options());
+    at::Tensor l = at::zeros_like(m);
+    const std::vector<Piece> qp = share_pieces(T, n, r);
+    at::Tensor buf = at::empty({2 * nk}, q.options());
+    kv_into(buf, 0, k);
+    kv_into(buf, nk, v);
+    for (int s = 0; s < n; ++s) {
+      const int src = (r - s + n) % n;
+      const at::Tensor Ks = kv_view(buf, 0, k), Vs = kv_view(buf, nk, v);
+      auto work = [&] {
+        for (const Piece& a : qp)
+          for (const Piece& b : share_pieces(T, n, src)) {
+            const Sight see = sight(a, b);
+            if (see == Sight::kNone) continue;
+            at::Tensor S = at::matmul(Q.narrow(3, a.local, a.len), Ks.narrow(3, b.local, b.len).transpose(-2, -1)) * scale;
+            if (see == Sight::kSome) S.masked_fill_(causal_mask(a, b, S.options()), -inf);
+            at::Tensor mr = m.narrow(3, a.local, a.len), lr = l.narrow(3, a.local, a.len), ar = acc.narrow(3, a.local, a.len);
+            at::Tensor nm = at::maximum(mr, std::get<0>(S.max(-1, true)));
+            at::Tensor base = at::where(nm.isinf(), at::zeros_like(nm), nm);  // rows that see nothing yet
+            at::Tensor alpha = at::exp(mr - base), P = at::exp(S - base);
+            lr.mul_(alpha).add_(P.sum(-1, true));
+            ar.mul_(alpha).add_(at::matmul(P, Vs.narrow(3, b.local, b.len)));
+            mr.copy_(nm);
+          }
+      };
+      if (s + 1 < n) buf = ring_pass(c, buf, s, work);
+      else work();
+    }
+    buf = at::Tensor();
+    acc.div_(l);  // every query sees at least its own key: l > 0
+    at::Tensor lse = m + at::log(l);
+    ctx->save_for_backward({q_in, k_in, v_in, out, lse});
+    ctx->saved_data["c"] = comm;
+    ctx->saved_data["T"] = T;
+    return q_in.scalar_type() == at::kFloat ? out.view_as(out) : out.to(q_in.scalar_type());
+  }
+
+  static tensor_list backward(AutogradContext* ctx, tensor_list g) {
+    const auto saved = ctx->get_saved_variables();
+    const at::Tensor q = saved[0].to(at::kFloat), k = saved[1].to(at::kFloat), v = saved[2].to(at::kFloat);
+    const at::Tensor &O = saved[3], &lse = saved[4];
+    Comm& c = *from_handle<Comm>(ctx->saved_data["c"]);
+    const int64_t T = ctx->saved_data["T"].toInt();
+    const int n = c.size(), r = c.rank();
+    const int64_t hkv = k.size(2), nk = k.numel();
+    const double scale = 1.0 / std::sqrt(static_cast<double>(q.size(3)));
+    const at::Tensor dOut = g[0].to(at::kFloat);
+    const at::Tensor Q = q5(q, hkv), dO = q5(dOut, hkv);
+    const at::Tensor D = (dO * q5(O, hkv)).sum(-1, true);
+    at::Tensor dq = at::zeros_like(q);
+    at::Tensor dQ = q5(dq, hkv);
+    // Keys, values and their gradient sums so far, travelling together.
+    at::Tensor buf = at::empty({4 * nk}, q.options());
+    kv_into(buf, 0, k);
+    kv_into(buf, nk, v);
+    buf.narrow(0, 2 * nk, 2 * nk).zero_();
+    const std::vector<Piece> qp = share_pieces(T, n, r);
+    const float inf = std::numeric_limits<float>::infinity();
+    for (int s = 0; s < n; ++s) {
+      const int src = (r - s + n) % n;
+      const at::Tensor Ks = kv_view(buf, 0, k), Vs = kv_view(buf, nk, v);
+      at::Tensor dK = kv_view(buf, 2 * nk, k), dV = kv_view(buf, 3 * nk, v);
+      for (const Piece& a : qp)
+        for (const Piece& b : share_pieces(T, n, src)) {
+          const Sight see = sight(a, b);
+          if (see == Sight::kNone) continue;
+          const at::Tensor Qa = Q.narrow(3, a.local, a.len), dOa = dO.narrow(3, a.local, a.len);
+          const at::Tensor Kb = Ks.narrow(3, b.local, b.len), Vb = Vs.narrow(3, b.local, b.len);
+          at::Tensor S = at::matmul(Qa, Kb.transpose(-2, -1)) * scale;
+          if (see == Sight::kSome) S.masked_fill_(causal_mask(a, b, S.options()), -inf);
+          const at::Tensor P = at::exp(S - lse.narrow(3, a.local, a.len));
+          dV.narrow(3, b.local, b.len).add_(at::matmul(P.transpose(-2, -1), dOa).sum(2, true));
+          const at::Tensor dS = P * (at::matmul(dOa, Vb.transpose(-2, -1)) - D.narrow(3, a.local, a.len));
+          dQ.narrow(3, a.local, a.len).add_(at::matmul(dS, Kb) * scale);
+          dK.narrow(3, b.local, b.len).add_(at::matmul(dS.transpose(-2, -1), Qa).sum(2, true) * scale);
+        }
+      if (s + 1 < n) {
+        buf = ring_pass(c, buf, 1000 + s, [] {});
+      } else if (n > 1) {
+        // The gradients held now are those of rank r + 1's keys and values: send them home.
+        at::Tensor grads = buf.narrow(0, 2 * nk, 2 * nk).contiguous();
+        buf = at::Tensor();
+        buf = ring_pass(c, grads, 1000 + s, [] {});
+      } else {
+        buf = buf.narrow(0, 2 * nk, 2 * nk);
+      }
+    }
+    // buf: this rank's key and value gradients, [b, hkv, 1, t, d] each.
+    auto back = [&](int64_t off, const at::Tensor& like) {
+      return kv_view(buf, off, like).squeeze(2).permute({0, 2, 1, 3}).to(saved[1].scalar_type()).contiguous();
+    };
+    at::Tensor dk = back(0, k), dv = back(nk, v);
+    return {dq.to(saved[0].scalar_type()), dk, dv, at::Tensor(), at::Tensor()};
+  }
+};
 
 struct Redistribute : torch::autograd::Function<Redistribute> {
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, int64_t comm, int64_t from, int64_t to) {
@@ -343,6 +544,10 @@ at::Tensor heads_to_seq(const at::Tensor& x, Comm& c) {
   at::Tensor y = x.reshape({b, u, T / u, hl, d}).permute({1, 0, 2, 3, 4}).contiguous();
   at::Tensor z = AllToAll::apply(y, handle(&c));  // z[j]: my sequence block, head group j
   return z.permute({1, 2, 0, 3, 4}).reshape({b, T / u, u * hl, d});
+}
+
+at::Tensor ring_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, Comm& cp, int64_t T) {
+  return RingAttention::apply(q, k, v, handle(&cp), T);
 }
 
 at::Tensor redistribute(const at::Tensor& x, Comm& stage, const ActivationLayout& from, const ActivationLayout& to) {

@@ -176,7 +176,8 @@ class TrainStage : public PipelineStage {
     std::vector<int64_t> buf(seq_ + 1);
     for (int64_t j = 0; j < bl_; ++j) {
       data_.sample(step, k * pmb_ + blk_.batch_offset + j, seq_ + 1, buf.data());
-      std::copy_n(buf.data() + blk_.seq_idx * tl_ + (targets ? 1 : 0), tl_, t[j].data_ptr<int64_t>());
+      int64_t* dst = t[j].data_ptr<int64_t>();
+      for (const SeqRun& r : blk_.runs) dst = std::copy_n(buf.data() + r.start + (targets ? 1 : 0), r.len, dst);
     }
     return t.to(m_.device());
   }

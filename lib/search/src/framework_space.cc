@@ -156,19 +156,19 @@ Status framework_runs(const Plan& p, const std::string& name) {
 }
 
 Status restrict_to_runtime(SearchOptions& opt) {
-  // The runtime runs every schedule but zb-v (weft/plan/runtime_support.h); not context
-  // parallelism yet.
+  // The runtime runs every schedule but zb-v and every strategy (weft/plan/runtime_support.h) but
+  // expert parallelism, and context parallelism where its chunks cut the sequence evenly. A
+  // filter set before (a framework's) still applies.
   for (Schedule s : opt.schedules)
     if (s == Schedule::kZbV)
       return Error{ErrorKind::kBadInput, "--schedule: weft's runtime (weft train) has no zb-v schedule yet (its "
                                          "pipeline places a group's chunks as g + c pp, not in a V)"};
   if (opt.schedules.empty())
     opt.schedules = {Schedule::kGpipe, Schedule::k1F1B, Schedule::kInterleaved, Schedule::kZbH1};
-  opt.allow_cp = false;
-  // No cp and no ep on any layer or the embedding; a filter set before (a framework's) still applies.
   auto before = std::move(opt.accept);
-  opt.accept = [before](const LayerStrategy& s, const LayerShape* shape) {
-    return runtime_runs_strategy(s) && (!before || before(s, shape));
+  const int64_t seq = opt.seq;
+  opt.accept = [before, seq](const LayerStrategy& s, const LayerShape* shape) {
+    return runtime_runs_strategy(s) && runtime_sequence_refusal(s, seq).empty() && (!before || before(s, shape));
   };
   return Status{};
 }

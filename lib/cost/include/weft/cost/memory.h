@@ -183,6 +183,13 @@ std::vector<LayerMatmul> layer_matmuls(const LayerShape& s, double tp);
 // only the layer input (2sbh, /t with sequence parallelism).
 Bytes layer_activation_bytes(const LayerShape& s, const LayerStrategy& st, const ActivationOptions& o);
 
+// What ring attention (cp > 1) allocates at once in one layer's backward, beyond what the layer
+// keeps: the keys and values of the share it works on with their gradient sums, the copy of all
+// four arriving from the previous rank, the query gradient, and, without flash attention, the
+// score, probability and gradient blocks of one pair of chunks; 0 for cp 1. In fp32 (weft's
+// ring, runtime/ops.cc).
+Bytes ring_attention_transient_bytes(const LayerShape& s, const LayerStrategy& st, const ActivationOptions& o);
+
 // Micro-batches whose activations a device group holds at its peak:
 //   GPipe: m; 1F1B: min(m, pp - group); interleaved with v chunks: Megatron-LM's warm-up depth
 //   min(m*v, 2*(pp - group - 1) + (v - 1)*pp + 1) chunk-micro-batches, spread over its v chunks,

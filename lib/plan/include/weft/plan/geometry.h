@@ -20,16 +20,32 @@ namespace weft {
 // How a stage's activations [B, T, H] of one micro-batch are spread over its S ranks under a layer
 // strategy: rank i holds batch block batch_idx[i] of batch_parts and sequence block seq_idx[i] of
 // seq_parts; ranks with equal blocks hold identical copies (and identical gradients). The batch is
-// split by dp, the sequence by ulysses and, with Megatron sequence parallelism, by tp (tp fastest
-// inside a ulysses block). Context parallelism is not part of a layout yet (the runtime does not run
-// it; docs/runtime.md): a cp layer's layout is that of the same strategy with cp ranks as copies.
+// split by dp, the sequence by cp, then ulysses and, with Megatron sequence parallelism, by tp (tp
+// fastest). Context parallelism balances causal attention as Megatron-LM and torchtitan do: the
+// sequence is cut into 2 cp chunks and cp rank c holds chunks c and 2 cp - 1 - c, so the sequence
+// blocks are contiguous in that order (the "load-balanced order" of cp, seq_order below), not in
+// the sample's: with cp > 1, block k of seq_parts holds positions seq_runs(T, cp, k * T /
+// seq_parts, T / seq_parts) of the sample.
 struct ActivationLayout {
   int batch_parts = 1, seq_parts = 1;
+  int cp = 1;  // the load-balanced order the sequence blocks are cut from (1: the sample's order)
   std::vector<int> batch_idx, seq_idx;  // per stage rank
   bool operator==(const ActivationLayout&) const = default;
   bool replicated() const { return batch_parts == 1 && seq_parts == 1; }
 };
 ActivationLayout layout_of(const LayerStrategy& s, int stage_size);
+
+// Positions of a sample of T tokens as runs [start, start + len), in order.
+struct SeqRun {
+  int64_t start = 0, len = 0;
+  bool operator==(const SeqRun&) const = default;
+};
+// The sample positions at places [begin, begin + len) of cp's load-balanced order (chunk c of 2 cp
+// chunks, then chunk 2 cp - 1 - c, for c = 0 .. cp - 1), adjacent runs merged; cp 1 is the sample's
+// order, one run. T must be a multiple of 2 cp when cp > 1 (runtime_supports checks it).
+std::vector<SeqRun> seq_runs(int64_t T, int cp, int64_t begin, int64_t len);
+// The positions stage rank `rank` holds under layout l, for samples of T tokens.
+std::vector<SeqRun> block_runs(const ActivationLayout& l, int rank, int64_t T);
 
 // The fields of a strategy that decide its layout: layout_of(s, S) depends on s only through
 // layout_key(s), so strategies with equal keys exchange activations with a neighbour at equal cost
@@ -54,7 +70,7 @@ std::vector<int> kv_replica_group(int rank, int stage_size, int pp, const LayerS
 // Every process group some rank needs to run the plan, each sorted, in a fixed order that every
 // rank computes alike (groups repeat; the runtime builds each distinct one once): the world; per
 // stage the stage, and for every layer and the embedding / head of the first and last stage, each
-// rank's tp, ulysses, shard (gradient sums and ZeRO shards) and, for layers, kv-replica groups;
+// rank's tp, ulysses, cp, shard (gradient sums and ZeRO shards) and, for layers, kv-replica groups;
 // then the pairs of ranks holding the two copies of an embedding tied across pipeline stages.
 std::vector<std::vector<int>> process_groups(const Plan& p);
 

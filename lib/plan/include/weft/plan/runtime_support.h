@@ -2,13 +2,14 @@
 // runtime (which refuses the rest before any process group exists) and the search (which keeps to
 // it when a plan is meant for weft's runtime, docs/search.md "weft's runtime") share one rule.
 //
-// The runtime runs every combination of tp, sp, ulysses, dp, ZeRO 0-3, recompute and a pipeline
-// under every schedule (gpipe, 1f1b, interleaved with any vp, zb-h1; uneven stages, a different
-// layout per layer) for models of decoder layers of one hidden width with learned or rotary
-// positions. It does not run yet: context parallelism (cp > 1), expert parallelism (ep > 1), MoE
-// layers, encoder and cross-attention layers, relative position biases, the zb-v schedule.
+// The runtime runs every combination of tp, sp, ulysses, cp (ring attention), dp, ZeRO 0-3,
+// recompute and a pipeline under gpipe, 1f1b, interleaved with any vp and zb-h1 (uneven stages, a
+// different layout per layer) for models of decoder layers of one hidden width with learned or
+// rotary positions. It does not run yet: expert parallelism (ep > 1), MoE layers, encoder and
+// cross-attention layers, relative position biases, the zb-v schedule.
 #pragma once
 
+#include <cstdint>
 #include <string>
 
 #include "weft/core/error.h"
@@ -19,10 +20,14 @@
 namespace weft {
 
 // Why the runtime cannot run a layer (or the embedding) with strategy s, as "FIELD: reason" naming
-// the degree, e.g. "cp: context parallelism (cp=2) is not supported by the weft runtime yet; ...";
-// empty when it can. Only cp and ep matter: every other field is run.
+// the degree, e.g. "ep: expert parallelism (ep=2) is not supported by the weft runtime yet"; empty
+// when it can. Only ep matters: every other field is run.
 std::string runtime_strategy_refusal(const LayerStrategy& s);
 inline bool runtime_runs_strategy(const LayerStrategy& s) { return runtime_strategy_refusal(s).empty(); }
+// Why the runtime cannot cut sequences of `seq` tokens as s asks, or empty: context parallelism
+// holds two of 2 cp chunks per rank (seq a multiple of 2 cp), and cp x ulysses x tp (with
+// sequence parallelism) blocks of equal length.
+std::string runtime_sequence_refusal(const LayerStrategy& s, int64_t seq);
 
 // Whether the runtime can run model m at all, whatever the strategy: an error (kBadInput) naming
 // the field or the layer, "model.position: ..." or "model layer 3: MoE layers (8 experts) ...".

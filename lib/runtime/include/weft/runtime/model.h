@@ -78,6 +78,7 @@ struct LayerCtx {
   Comm* tp = nullptr;
   Comm* ulysses = nullptr;
   Comm* kvrep = nullptr;             // tp ranks holding the same key/value heads (tp > kv heads)
+  Comm* cp = nullptr;                // context-parallel ranks (ring attention)
   const ActivationLayout* layout = nullptr;
   int unit = 0;
   int chunk = 0;                     // model chunk (interleaved: virtual stage stage + chunk * pp)
@@ -85,10 +86,13 @@ struct LayerCtx {
 };
 
 // Which rows of a micro-batch's tokens this rank reads: batch block / sequence block. The block
-// of batch_idx is rows [batch_offset, batch_offset + batch_rows) (uneven with train.dp_shares).
+// of batch_idx is rows [batch_offset, batch_offset + batch_rows) (uneven with train.dp_shares);
+// the sequence block is the sample positions `runs`, in order (under context parallelism two
+// mirrored chunks, geometry.h seq_runs).
 struct TokenBlock {
   int batch_parts = 1, batch_idx = 0, seq_parts = 1, seq_idx = 0;
   int64_t batch_offset = 0, batch_rows = 0;
+  std::vector<SeqRun> runs;
 };
 
 class Model {

@@ -32,6 +32,14 @@ at::Tensor reduce_scatter_seq(const at::Tensor& x, Comm& c);
 at::Tensor seq_to_heads(const at::Tensor& x, Comm& c);
 at::Tensor heads_to_seq(const at::Tensor& x, Comm& c);
 
+// Context parallelism: causal attention of this cp rank's share of the sequence (T / cp tokens:
+// chunks r and 2 cp - 1 - r of 2 cp, geometry.h seq_runs) against every share, the keys and values
+// passed round the ring of `cp`. q [b, T / cp, h, d], k and v [b, T / cp, hkv, d] (h a multiple of
+// hkv, query head i using key/value head i / (h / hkv)), positions already applied; returns
+// [b, T / cp, h, d], differentiable (its backward runs the ring again). A group of one rank is plain
+// causal attention.
+at::Tensor ring_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, Comm& cp, int64_t T);
+
 // Moves a stage's activations from one layout to another (forward), and their gradients back
 // (backward), through an all-gather over the stage group. x is this rank's [b, t, H] block under
 // `from`; returns its block under `to`.
