@@ -539,12 +539,18 @@ TEST(DistEnv, ReadsTorchrunVariablesWithFallbacks) {
 
 TEST(PlanSupport, RefusesWhatTheRuntimeCannotRunNamingIt) {
   using namespace rttest;
-  Plan cp = uniform(tiny_gpt(), 2, 1, strat(1, 2));
+  // Context parallelism runs where its 2 cp chunks cut the sequence evenly.
+  Plan cp = uniform(tiny_llama(), 2, 1, strat(1, 2));
   cp.stages[0].layers[1].dp = 1;
   cp.stages[0].layers[1].cp = 2;
+  EXPECT_TRUE(check_supported(cp).ok()) << check_supported(cp).error().message;
+  cp.train.seq = 18;
   Status s = check_supported(cp);
   ASSERT_FALSE(s.ok());
-  EXPECT_NE(s.error().message.find("stages[0].layers[1].cp: context parallelism"), std::string::npos)
+  EXPECT_NE(s.error().message.find("stages[0].layers[1].cp: context parallelism (cp=2) cuts the sequence into 2*cp = 4 "
+                                   "chunks (two per rank, for causal load balance), which does not divide sequence "
+                                   "length 18"),
+            std::string::npos)
       << s.error().message;
 
   Plan moe = uniform(tiny_gpt(), 1, 1, strat(1, 1));

@@ -702,13 +702,15 @@ TEST(RuntimeBadInput, PlanChecksNameFieldAndNumbers) {
     std::string want;
   };
   Plan tp3 = uniform(tiny_gpt(), 3, 1, strat(3, 1));
-  Plan cp = uniform(tiny_gpt(), 2, 1, strat(1, 2));
+  // Context parallelism runs, but its 2 cp = 4 chunks do not cut a sequence of 18.
+  Plan cp = uniform(tiny_llama(), 2, 1, strat(1, 2));
   cp.stages[0].layers[2].dp = 1;
   cp.stages[0].layers[2].cp = 2;
+  cp.train.seq = 18;
   Plan moe = uniform(tiny_gpt(), 1, 1, strat(1, 1));
   moe.model.groups[0].shape.moe = MoeSpec{4, 2, 64, 0};
   for (const auto& c : std::vector<Case>{{tp3, "does not divide 4 attention heads"},
-                                         {cp, "stages[0].layers[2].cp: context parallelism"},
+                                         {cp, "stages[0].layers[2].cp: context parallelism (cp=2) cuts the sequence into 2*cp = 4 chunks"},
                                          {moe, "MoE layers"}}) {
     const std::string plan = write_plan(c.p, dir, "p");
     const RunResult r = run("RANK=0 WORLD_SIZE=" + std::to_string(c.p.world_size()) + " " + driver() +
