@@ -7,10 +7,14 @@
 //   weft_runtime_bench [--steps 12] [--warmup 2] [--worlds 1,2,4] [--repeat 3] [--bucket-mb 25]
 //                      [--no-ddp] [--python /usr/bin/python3]
 //   weft_runtime_bench --pipeline 2 [--micro-batches 8] [--steps 12] [--warmup 2] [--repeat 3]
+//   weft_runtime_bench --sequence 2 [--steps 12] [--warmup 2] [--repeat 3]
 //
 // --pipeline PP: instead, the pipeline schedules side by side on PP ranks (one stage each, the
 // layers split evenly): gpipe, 1f1b and zb-h1 (weft/runtime/schedule.h) on the same model and
 // batch (--micro-batches micro-batches of 2 sequences), with the step-time ratio zb-h1 / 1f1b.
+// --sequence N: instead, the ways of cutting each sequence over N ranks side by side on the same
+// model and batch (8 sequences, one micro-batch): context parallelism (ring attention over mirrored
+// chunks), Ulysses and tp + Megatron-SP, with the step-time ratio cp / Ulysses.
 //
 // Prints, per world size: tokens/s and step time of each configuration, the time rank 0 waited for
 // the gradient reduction after backward ("sync wait": what overlap hides), and the step-time ratios
@@ -38,6 +42,7 @@ using namespace weft;
 struct Config {
   int steps = 12, warmup = 2, repeat = 3;
   int pipeline = 0, micro_batches = 8;  // --pipeline PP: the schedules on PP stages
+  int sequence = 0;                     // --sequence N: cp, Ulysses and tp + SP over N ranks
   double bucket_mb = 25;
   std::vector<int> worlds{1, 2, 4};
   bool ddp = true;
@@ -96,6 +101,20 @@ Plan pp_plan(int pp, Schedule sched, int micro_batches) {
   return p;
 }
 
+// Every layer and the embedding cutting the sequence over n ranks: "cp", "ulysses" or "tp-sp".
+Plan seq_plan(int n, const std::string& mode) {
+  Plan p = dp_plan(1);
+  p.cluster.gpus_per_node = n;
+  p.train.global_batch = kBatch;
+  LayerStrategy s;
+  if (mode == "cp") s.cp = n;
+  else if (mode == "ulysses") s.ulysses = n;
+  else s.tp = n, s.sp = true;
+  p.embedding = s;
+  p.stages[0].layers.assign(kLayers, s);
+  return p;
+}
+
 std::string capture(const std::string& cmd, int* status) {
   std::string out;
   FILE* f = popen((cmd + " 2>&1").c_str(), "r");
@@ -115,7 +134,8 @@ struct Figures {
 
 Figures run_weft(const Config& c, int world, const std::string& dir, bool overlap, const Plan* given = nullptr) {
   const Plan plan_value = given ? *given : dp_plan(world);
-  const std::string plan = dir + "/plan" + std::to_string(world) + (given ? to_string(given->train.schedule) : "") + ".json";
+  const std::string plan = dir + "/plan" + std::to_string(world) + (given ? to_string(given->train.schedule) : "") +
+                           (given ? "_" + label(given->stages[0].layers[0]) : "") + ".json";
   if (!write_plan_file(plan, plan_value).ok()) return {};
   std::string cmd;
   if (world > 1) cmd = std::string(WEFT_RT_DRIVER) + " launch -n " + std::to_string(world) + " -- ";
@@ -214,6 +234,37 @@ int pipeline_schedules(const Config& c, const std::string& dir) {
   return rc;
 }
 
+// --sequence: cp, Ulysses and tp + SP over the same ranks, in rotating rounds; medians.
+int sequence_modes(const Config& c, const std::string& dir) {
+  const int n = c.sequence;
+  if (n < 2 || kHeads % n != 0 || kSeq % (2 * n) != 0) {
+    std::fprintf(stderr, "--sequence %d: needs 2 <= N dividing %d heads and %d / 2 tokens\n", n, kHeads, kSeq);
+    return 2;
+  }
+  const char* modes[] = {"cp", "ulysses", "tp-sp"};
+  std::printf("model: GPT %d layers, hidden %d, %d heads, ffn %d, vocab %d; %d x %d tokens per step, every sequence "
+              "cut over %d ranks; %d steps, first %d untimed; median of %d rounds\n",
+              kLayers, kHidden, kHeads, kFfn, kVocab, kBatch, kSeq, n, c.steps, c.warmup, c.repeat);
+  std::vector<Figures> runs[3];
+  for (int r = 0; r < c.repeat; ++r)
+    for (int k = 0; k < 3; ++k) {
+      const int which = (k + r) % 3;
+      const Plan p = seq_plan(n, modes[which]);
+      runs[which].push_back(run_weft(c, n, dir, true, &p));
+    }
+  const double tokens = static_cast<double>(kBatch) * kSeq;
+  Figures f[3];
+  int rc = 0;
+  std::printf("%-8s | %9s %8s\n", "mode", "tokens/s", "s/step");
+  for (int k = 0; k < 3; ++k) {
+    f[k] = median(runs[k], tokens);
+    if (!f[k].ok) rc = 1;
+    std::printf("%-8s | %9.0f %8.3f\n", modes[k], f[k].tokens_per_s, f[k].step_s);
+  }
+  if (f[0].ok && f[1].ok) std::printf("step time cp / ulysses: %.3f\n", f[0].step_s / f[1].step_s);
+  return rc;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -235,6 +286,7 @@ int main(int argc, char** argv) {
     else if (a == "--python") c.python = next();
     else if (a == "--pipeline") c.pipeline = std::stoi(next());
     else if (a == "--micro-batches") c.micro_batches = std::stoi(next());
+    else if (a == "--sequence") c.sequence = std::stoi(next());
     else if (a == "--worlds") {
       c.worlds.clear();
       std::stringstream ss(next());
@@ -256,6 +308,7 @@ int main(int argc, char** argv) {
   const std::string dir = (std::filesystem::temp_directory_path() / "weft_runtime_bench").string();
   std::filesystem::create_directories(dir);
   if (c.pipeline > 0) return pipeline_schedules(c, dir);
+  if (c.sequence > 0) return sequence_modes(c, dir);
   std::printf("model: GPT %d layers, hidden %d, %d heads, ffn %d, vocab %d; %d x %d tokens per rank per step; "
               "%d steps, first %d untimed; gradient buckets of at most %g MiB; median of %d rounds\n",
               kLayers, kHidden, kHeads, kFfn, kVocab, kBatch, kSeq, c.steps, c.warmup, c.bucket_mb, c.repeat);
