@@ -202,7 +202,30 @@ Figures median(std::vector<Figures> runs, double tokens) {
   return m;
 }
 
-// --pipeline: gpipe, 1f1b and zb-h1 on the same stages, in rotating rounds; medians.
+// Three plans on the same `world` ranks in rotating rounds; prints each one's median tokens/s and
+// step time under `names` and the step-time ratio of plans `num` / `den`. 0, or 1 if a run failed.
+int side_by_side(const Config& c, const std::string& dir, int world, const Plan (&plans)[3], const char* what,
+                 const std::string (&names)[3], double tokens, int num, int den) {
+  std::vector<Figures> runs[3];
+  for (int r = 0; r < c.repeat; ++r)
+    for (int k = 0; k < 3; ++k) {
+      const int which = (k + r) % 3;
+      runs[which].push_back(run_weft(c, world, dir, true, &plans[which]));
+    }
+  Figures f[3];
+  int rc = 0;
+  std::printf("%-8s | %9s %8s\n", what, "tokens/s", "s/step");
+  for (int k = 0; k < 3; ++k) {
+    f[k] = median(runs[k], tokens);
+    if (!f[k].ok) rc = 1;
+    std::printf("%-8s | %9.0f %8.3f\n", names[k].c_str(), f[k].tokens_per_s, f[k].step_s);
+  }
+  if (f[num].ok && f[den].ok)
+    std::printf("step time %s / %s: %.3f\n", names[num].c_str(), names[den].c_str(), f[num].step_s / f[den].step_s);
+  return rc;
+}
+
+// --pipeline: gpipe, 1f1b and zb-h1 on the same stages.
 int pipeline_schedules(const Config& c, const std::string& dir) {
   const int pp = c.pipeline, m = c.micro_batches;
   if (pp < 2 || kLayers % pp != 0 || m < pp) {
@@ -210,59 +233,28 @@ int pipeline_schedules(const Config& c, const std::string& dir) {
                  kLayers, m);
     return 2;
   }
-  const Schedule scheds[] = {Schedule::kGpipe, Schedule::k1F1B, Schedule::kZbH1};
   std::printf("model: GPT %d layers, hidden %d, %d heads, ffn %d, vocab %d; %d stages of %d layers, one rank each; "
               "%d micro-batches of 2 x %d tokens; %d steps, first %d untimed; median of %d rounds\n",
               kLayers, kHidden, kHeads, kFfn, kVocab, pp, kLayers / pp, m, kSeq, c.steps, c.warmup, c.repeat);
-  std::vector<Figures> runs[3];
-  for (int r = 0; r < c.repeat; ++r)
-    for (int k = 0; k < 3; ++k) {
-      const int which = (k + r) % 3;
-      const Plan p = pp_plan(pp, scheds[which], m);
-      runs[which].push_back(run_weft(c, pp, dir, true, &p));
-    }
-  const double tokens = 2.0 * m * kSeq;
-  Figures f[3];
-  int rc = 0;
-  std::printf("%-8s | %9s %8s\n", "schedule", "tokens/s", "s/step");
-  for (int k = 0; k < 3; ++k) {
-    f[k] = median(runs[k], tokens);
-    if (!f[k].ok) rc = 1;
-    std::printf("%-8s | %9.0f %8.3f\n", to_string(scheds[k]), f[k].tokens_per_s, f[k].step_s);
-  }
-  if (f[1].ok && f[2].ok) std::printf("step time zb-h1 / 1f1b: %.3f\n", f[2].step_s / f[1].step_s);
-  return rc;
+  const Plan plans[3] = {pp_plan(pp, Schedule::kGpipe, m), pp_plan(pp, Schedule::k1F1B, m),
+                         pp_plan(pp, Schedule::kZbH1, m)};
+  const std::string names[3] = {"gpipe", "1f1b", "zb-h1"};
+  return side_by_side(c, dir, pp, plans, "schedule", names, 2.0 * m * kSeq, 2, 1);
 }
 
-// --sequence: cp, Ulysses and tp + SP over the same ranks, in rotating rounds; medians.
+// --sequence: cp, Ulysses and tp + SP over the same ranks.
 int sequence_modes(const Config& c, const std::string& dir) {
   const int n = c.sequence;
   if (n < 2 || kHeads % n != 0 || kSeq % (2 * n) != 0) {
     std::fprintf(stderr, "--sequence %d: needs 2 <= N dividing %d heads and %d / 2 tokens\n", n, kHeads, kSeq);
     return 2;
   }
-  const char* modes[] = {"cp", "ulysses", "tp-sp"};
   std::printf("model: GPT %d layers, hidden %d, %d heads, ffn %d, vocab %d; %d x %d tokens per step, every sequence "
               "cut over %d ranks; %d steps, first %d untimed; median of %d rounds\n",
               kLayers, kHidden, kHeads, kFfn, kVocab, kBatch, kSeq, n, c.steps, c.warmup, c.repeat);
-  std::vector<Figures> runs[3];
-  for (int r = 0; r < c.repeat; ++r)
-    for (int k = 0; k < 3; ++k) {
-      const int which = (k + r) % 3;
-      const Plan p = seq_plan(n, modes[which]);
-      runs[which].push_back(run_weft(c, n, dir, true, &p));
-    }
-  const double tokens = static_cast<double>(kBatch) * kSeq;
-  Figures f[3];
-  int rc = 0;
-  std::printf("%-8s | %9s %8s\n", "mode", "tokens/s", "s/step");
-  for (int k = 0; k < 3; ++k) {
-    f[k] = median(runs[k], tokens);
-    if (!f[k].ok) rc = 1;
-    std::printf("%-8s | %9.0f %8.3f\n", modes[k], f[k].tokens_per_s, f[k].step_s);
-  }
-  if (f[0].ok && f[1].ok) std::printf("step time cp / ulysses: %.3f\n", f[0].step_s / f[1].step_s);
-  return rc;
+  const std::string names[3] = {"cp", "ulysses", "tp-sp"};
+  const Plan plans[3] = {seq_plan(n, names[0]), seq_plan(n, names[1]), seq_plan(n, names[2])};
+  return side_by_side(c, dir, n, plans, "mode", names, static_cast<double>(kBatch) * kSeq, 0, 1);
 }
 
 }  // namespace

@@ -49,9 +49,10 @@ TEST(RuntimeSupport, RunsContextParallelismWhereItsChunksCutTheSequence) {
   EXPECT_EQ(runtime_sequence_refusal(LayerStrategy{.dp = 8}, 7), "");
 }
 
-TEST(RuntimeSupport, RunsTheInterleavedSchedule) {
+// 8 layers in 4 chunks of 2 on pp 2 (two chunks per device group) under schedule s.
+Plan two_chunks_per_group(Schedule s) {
   Plan p = uniform_plan(LayerStrategy{.dp = 4}, 2);
-  p.train.schedule = Schedule::kInterleaved;
+  p.train.schedule = s;
   p.train.vp = 2;
   p.stages.clear();
   for (int k = 0; k < 4; ++k) {
@@ -60,22 +61,18 @@ TEST(RuntimeSupport, RunsTheInterleavedSchedule) {
     st.layers.assign(2, LayerStrategy{.dp = 4});
     p.stages.push_back(st);
   }
+  return p;
+}
+
+TEST(RuntimeSupport, RunsTheInterleavedSchedule) {
+  const Plan p = two_chunks_per_group(Schedule::kInterleaved);
   ASSERT_TRUE(validate(p).ok()) << validate(p).error().message;
   EXPECT_TRUE(runtime_supports(p).ok()) << runtime_supports(p).error().message;
 }
 
 // zb-v is a valid plan that the runtime does not run yet: refused naming the field.
 TEST(RuntimeSupport, RefusesZbV) {
-  Plan p = uniform_plan(LayerStrategy{.dp = 4}, 2);
-  p.train.schedule = Schedule::kZbV;
-  p.train.vp = 2;
-  p.stages.clear();
-  for (int k = 0; k < 4; ++k) {
-    Stage st;
-    st.first_layer = 2 * k;
-    st.layers.assign(2, LayerStrategy{.dp = 4});
-    p.stages.push_back(st);
-  }
+  const Plan p = two_chunks_per_group(Schedule::kZbV);
   ASSERT_TRUE(validate(p).ok()) << validate(p).error().message;
   EXPECT_EQ(refusal_of(p), "plan: train.schedule: zb-v (two model chunks per device group in a V) is not supported "
                            "by the weft runtime yet; zb-h1 and interleaved are");

@@ -423,20 +423,26 @@ TEST(Search, ZbH1WinsInADeepPipelineAtEqualMemory) {
   EXPECT_LT(best.predicted.step_time_s, 0.97 * r1->top.front().predicted.step_time_s);
 }
 
+// Framework fw has no schedule s: asked for, it is refused naming both; its default space leaves
+// it out.
+void expect_no_schedule(const char* fw, Schedule s) {
+  SearchOptions o;
+  o.schedules = {Schedule::k1F1B, s};
+  const Status bad = restrict_to_framework(o, fw);
+  ASSERT_FALSE(bad.ok()) << fw;
+  EXPECT_NE(bad.error().message.find(std::string("--schedule: framework ") + fw + " has no " + to_string(s) +
+                                     " schedule ("),
+            std::string::npos)
+      << bad.error().message;
+  SearchOptions any;
+  ASSERT_TRUE(restrict_to_framework(any, fw).ok());
+  EXPECT_EQ(std::count(any.schedules.begin(), any.schedules.end(), s), 0) << fw;
+}
+
 // Frameworks without ZB-H1 refuse it by name; their default space leaves it out; weft runs it.
 TEST(Search, ZbH1OnlyWhereAFrameworkRunsIt) {
-  for (const char* fw : {"megatron", "megatron-deepspeed", "torchtitan", "torchtitan-compile"}) {
-    SearchOptions o;
-    o.schedules = {Schedule::k1F1B, Schedule::kZbH1};
-    const Status bad = restrict_to_framework(o, fw);
-    ASSERT_FALSE(bad.ok()) << fw;
-    EXPECT_NE(bad.error().message.find(std::string("--schedule: framework ") + fw + " has no zb-h1 schedule ("),
-              std::string::npos)
-        << bad.error().message;
-    SearchOptions any;
-    ASSERT_TRUE(restrict_to_framework(any, fw).ok());
-    EXPECT_EQ(std::count(any.schedules.begin(), any.schedules.end(), Schedule::kZbH1), 0) << fw;
-  }
+  for (const char* fw : {"megatron", "megatron-deepspeed", "torchtitan", "torchtitan-compile"})
+    expect_no_schedule(fw, Schedule::kZbH1);
   SearchOptions titan;
   titan.schedules = {Schedule::kZbH1};
   EXPECT_NE(restrict_to_framework(titan, "torchtitan").error().message.find("at least 2 stages per rank"),
@@ -505,18 +511,7 @@ TEST(Search, ZbVWinsInADeepPipeline) {
 // Frameworks without ZB-V refuse it by name, and leave it out of their default space; torchtitan
 // runs it (its default space includes it); weft's runtime does not yet.
 TEST(Search, ZbVOnlyWhereAFrameworkRunsIt) {
-  for (const char* fw : {"megatron", "megatron-deepspeed", "torchtitan-compile"}) {
-    SearchOptions o;
-    o.schedules = {Schedule::k1F1B, Schedule::kZbV};
-    const Status bad = restrict_to_framework(o, fw);
-    ASSERT_FALSE(bad.ok()) << fw;
-    EXPECT_NE(bad.error().message.find(std::string("--schedule: framework ") + fw + " has no zb-v schedule ("),
-              std::string::npos)
-        << bad.error().message;
-    SearchOptions any;
-    ASSERT_TRUE(restrict_to_framework(any, fw).ok());
-    EXPECT_EQ(std::count(any.schedules.begin(), any.schedules.end(), Schedule::kZbV), 0) << fw;
-  }
+  for (const char* fw : {"megatron", "megatron-deepspeed", "torchtitan-compile"}) expect_no_schedule(fw, Schedule::kZbV);
   SearchOptions titan;
   ASSERT_TRUE(restrict_to_framework(titan, "torchtitan").ok());
   EXPECT_EQ(titan.schedules, (std::vector<Schedule>{Schedule::kGpipe, Schedule::k1F1B, Schedule::kInterleaved,
