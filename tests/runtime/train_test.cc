@@ -728,6 +728,20 @@ TEST(RuntimeBadInput, PlanChecksNameFieldAndNumbers) {
   std::filesystem::remove_all(dir);
 }
 
+// A rank that never joins: the ranks that did stop after --timeout naming it, instead of waiting
+// the collective timeout (30 min) in the first process group.
+TEST(RuntimeBadInput, ARankThatNeverJoinsIsNamedAfterTheTimeout) {
+  const std::string dir = temp_dir("no_join");
+  const std::string plan = write_plan(uniform(tiny_gpt(), 2, 1, strat(1, 2)), dir, "p");
+  const std::string port = std::to_string(21000 + getpid() % 20000);
+  const RunResult r = run("RANK=0 WORLD_SIZE=2 MASTER_PORT=" + port + " " + driver() + " train --steps 1 --timeout 3 --plan " +
+                          plan);
+  EXPECT_NE(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("rank 1 of 2 did not join within 3"), std::string::npos) << r.output;
+  EXPECT_LT(r.seconds, 60) << r.output;
+  std::filesystem::remove_all(dir);
+}
+
 TEST(RuntimeBadInput, BadFlagsAndMissingData) {
   RunResult r = run(driver() + " train --format xml");
   EXPECT_EQ(r.status, 2);

@@ -19,8 +19,10 @@
 #endif
 
 #include <csignal>
+#include <cstdio>
 
 #include <algorithm>
+#include <stdexcept>
 #include <array>
 #include <atomic>
 
@@ -541,9 +543,27 @@ GroupSet::GroupSet(const CommConfig& cfg) : cfg_(cfg), impl_(std::make_unique<Im
     so.port = static_cast<std::uint16_t>(cfg.master_port);
     so.isServer = cfg.rank == 0;
     so.numWorkers = cfg.world;
-    so.waitWorkers = true;
+    so.waitWorkers = false;  // the join below waits, and fails naming who is missing
     so.timeout = cfg.timeout;
     impl_->store = c10::make_intrusive<c10d::TCPStore>(cfg.master_addr, so);
+    // Every rank says it joined and waits for all, up to cfg.timeout. TCPStore's own wait for its
+    // workers gives up silently when the timeout passes (libtorch 1.13), and the first Gloo group
+    // would then wait for a missing peer for the whole collective timeout (30 min by default).
+    std::vector<std::string> joined;
+    for (int r = 0; r < cfg.world; ++r) joined.push_back("weft/joined/" + std::to_string(r));
+    impl_->store->set(joined[cfg.rank], std::vector<uint8_t>{1});
+    try {
+      impl_->store->wait(joined, cfg.timeout);
+    } catch (const std::exception&) {
+      std::string missing;
+      int n = 0;
+      for (int r = 0; r < cfg.world; ++r)
+        if (!impl_->store->check({joined[r]})) missing += (n++ ? ", " : "") + std::to_string(r);
+      char within[32];
+      std::snprintf(within, sizeof within, "%g", static_cast<double>(cfg.timeout.count()) / 1000.0);
+      throw std::runtime_error((n == 1 ? "rank " : "ranks ") + missing + " of " + std::to_string(cfg.world) +
+                               " did not join within " + within + " s (--timeout)");
+    }
     impl_->device = is_loopback(cfg.master_addr) ? c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1")
                                                   : c10d::ProcessGroupGloo::createDefaultDevice();
   }
