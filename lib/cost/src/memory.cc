@@ -241,8 +241,8 @@ Bytes layer_activation_bytes(const LayerShape& s, const LayerStrategy& st, const
 }
 
 Bytes ring_attention_transient_bytes(const LayerShape& s, const LayerStrategy& st, const ActivationOptions& o) {
-  const auto [t, u, cp, e, h, q, kv, tokens, rep, blocks] = layer_dims(s, st, o);
-  (void)e, (void)h, (void)rep;
+  const LayerDims d = layer_dims(s, st, o);
+  const double t = d.t, u = d.u, cp = d.cp, q = d.q, kv = d.kv, tokens = d.tokens, blocks = d.blocks;
   if (cp <= 1) return Bytes(0);
   // After Ulysses' all-to-all a rank holds its cp share of every token of its heads: the same
   // element counts as tokens x width / t. In fp32: k, v, dk, dv and the next step's copy of the

@@ -84,20 +84,22 @@ struct AllToAll : torch::autograd::Function<AllToAll> {
   }
 };
 
-// The sample positions of every block of a layout hold (the local sequence, in order), as
-// [local offset, sample start, length] pieces.
+// Sample positions as a rank holds them: [local offset, sample start, length] pieces of its local
+// sequence, in order.
 struct Piece {
   int64_t local = 0, start = 0, len = 0;
 };
-std::vector<Piece> pieces(const ActivationLayout& l, int rank, int64_t T) {
+std::vector<Piece> pieces_of(const std::vector<SeqRun>& runs) {
   std::vector<Piece> out;
   int64_t local = 0;
-  for (const SeqRun& r : block_runs(l, rank, T)) {
+  for (const SeqRun& r : runs) {
     out.push_back({local, r.start, r.len});
     local += r.len;
   }
   return out;
 }
+// The pieces stage rank `rank` holds under layout l.
+std::vector<Piece> pieces(const ActivationLayout& l, int rank, int64_t T) { return pieces_of(block_runs(l, rank, T)); }
 
 at::Tensor move_blocks(const at::Tensor& x, Comm& stage, const ActivationLayout& from, const ActivationLayout& to) {
   const int64_t bl = x.size(0), tl = x.size(1);
@@ -133,15 +135,7 @@ at::Tensor move_blocks(const at::Tensor& x, Comm& stage, const ActivationLayout&
 
 // The sample positions of cp rank j's share (T / cp tokens: chunks j and 2 cp - 1 - j), as
 // [local offset, sample start, length] pieces.
-std::vector<Piece> share_pieces(int64_t T, int cp, int j) {
-  std::vector<Piece> out;
-  int64_t local = 0;
-  for (const SeqRun& r : seq_runs(T, cp, j * (T / cp), T / cp)) {
-    out.push_back({local, r.start, r.len});
-    local += r.len;
-  }
-  return out;
-}
+std::vector<Piece> share_pieces(int64_t T, int cp, int j) { return pieces_of(seq_runs(T, cp, j * (T / cp), T / cp)); }
 
 // How the queries of one piece see the keys of another under the causal mask.
 enum class Sight { kNone, kAll, kSome };
@@ -150,11 +144,18 @@ Sight sight(const Piece& q, const Piece& k) {
   if (q.start >= k.start + k.len - 1) return Sight::kAll;   // every key at or before every query
   return Sight::kSome;
 }
-// [q.len, k.len] true where the key comes after the query (masked).
-at::Tensor causal_mask(const Piece& q, const Piece& k, const at::TensorOptions& o) {
-  at::Tensor qp = at::arange(q.start, q.start + q.len, o.dtype(at::kLong)).unsqueeze(1);
-  at::Tensor kp = at::arange(k.start, k.start + k.len, o.dtype(at::kLong)).unsqueeze(0);
-  return kp.gt(qp);
+// The scaled scores of queries Qa (piece a) against keys Kb (piece b), [..., a.len, b.len], with
+// the keys that come after their query at -inf; `see` is sight(a, b), not kNone.
+at::Tensor block_scores(const at::Tensor& Qa, const at::Tensor& Kb, const Piece& a, const Piece& b, Sight see,
+                        double scale) {
+  at::Tensor S = at::matmul(Qa, Kb.transpose(-2, -1)) * scale;
+  if (see == Sight::kSome) {
+    const at::TensorOptions pos = S.options().dtype(at::kLong);
+    const at::Tensor qp = at::arange(a.start, a.start + a.len, pos).unsqueeze(1);
+    const at::Tensor kp = at::arange(b.start, b.start + b.len, pos).unsqueeze(0);
+    S.masked_fill_(kp.gt(qp), -std::numeric_limits<float>::infinity());
+  }
+  return S;
 }
 
 // Views of queries [b, t, h, d] as [b, hkv, g, t, d] (g query heads per key/value head, as
@@ -215,15 +216,14 @@ struct RingAttention : torch::autograd::Function<RingAttention> {
     kv_into(buf, 0, k);
     kv_into(buf, nk, v);
     for (int s = 0; s < n; ++s) {
-      const int src = (r - s + n) % n;
+      const std::vector<Piece> kp = share_pieces(T, n, (r - s + n) % n);
       const at::Tensor Ks = kv_view(buf, 0, k), Vs = kv_view(buf, nk, v);
       auto work = [&] {
         for (const Piece& a : qp)
-          for (const Piece& b : share_pieces(T, n, src)) {
+          for (const Piece& b : kp) {
             const Sight see = sight(a, b);
             if (see == Sight::kNone) continue;
-            at::Tensor S = at::matmul(Q.narrow(3, a.local, a.len), Ks.narrow(3, b.local, b.len).transpose(-2, -1)) * scale;
-            if (see == Sight::kSome) S.masked_fill_(causal_mask(a, b, S.options()), -inf);
+            const at::Tensor S = block_scores(Q.narrow(3, a.local, a.len), Ks.narrow(3, b.local, b.len), a, b, see, scale);
             at::Tensor mr = m.narrow(3, a.local, a.len), lr = l.narrow(3, a.local, a.len), ar = acc.narrow(3, a.local, a.len);
             at::Tensor nm = at::maximum(mr, std::get<0>(S.max(-1, true)));
             at::Tensor base = at::where(nm.isinf(), at::zeros_like(nm), nm);  // rows that see nothing yet
@@ -265,20 +265,17 @@ struct RingAttention : torch::autograd::Function<RingAttention> {
     kv_into(buf, nk, v);
     buf.narrow(0, 2 * nk, 2 * nk).zero_();
     const std::vector<Piece> qp = share_pieces(T, n, r);
-    const float inf = std::numeric_limits<float>::infinity();
     for (int s = 0; s < n; ++s) {
-      const int src = (r - s + n) % n;
+      const std::vector<Piece> kp = share_pieces(T, n, (r - s + n) % n);
       const at::Tensor Ks = kv_view(buf, 0, k), Vs = kv_view(buf, nk, v);
       at::Tensor dK = kv_view(buf, 2 * nk, k), dV = kv_view(buf, 3 * nk, v);
       for (const Piece& a : qp)
-        for (const Piece& b : share_pieces(T, n, src)) {
+        for (const Piece& b : kp) {
           const Sight see = sight(a, b);
           if (see == Sight::kNone) continue;
           const at::Tensor Qa = Q.narrow(3, a.local, a.len), dOa = dO.narrow(3, a.local, a.len);
           const at::Tensor Kb = Ks.narrow(3, b.local, b.len), Vb = Vs.narrow(3, b.local, b.len);
-          at::Tensor S = at::matmul(Qa, Kb.transpose(-2, -1)) * scale;
-          if (see == Sight::kSome) S.masked_fill_(causal_mask(a, b, S.options()), -inf);
-          const at::Tensor P = at::exp(S - lse.narrow(3, a.local, a.len));
+          const at::Tensor P = at::exp(block_scores(Qa, Kb, a, b, see, scale) - lse.narrow(3, a.local, a.len));
           dV.narrow(3, b.local, b.len).add_(at::matmul(P.transpose(-2, -1), dOa).sum(2, true));
           const at::Tensor dS = P * (at::matmul(dOa, Vb.transpose(-2, -1)) - D.narrow(3, a.local, a.len));
           dQ.narrow(3, a.local, a.len).add_(at::matmul(dS, Kb) * scale);
