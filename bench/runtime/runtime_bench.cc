@@ -9,9 +9,11 @@
 //   weft_runtime_bench --pipeline 2 [--micro-batches 8] [--steps 12] [--warmup 2] [--repeat 3]
 //   weft_runtime_bench --sequence 2 [--steps 12] [--warmup 2] [--repeat 3]
 //
-// --pipeline PP: instead, the pipeline schedules side by side on PP ranks (one stage each, the
-// layers split evenly): gpipe, 1f1b and zb-h1 (weft/runtime/schedule.h) on the same model and
-// batch (--micro-batches micro-batches of 2 sequences), with the step-time ratio zb-h1 / 1f1b.
+// --pipeline PP: instead, the pipeline schedules side by side on PP ranks (the layers split
+// evenly): gpipe, 1f1b and zb-h1 (one stage per rank) and zb-v (two chunks per rank in a V, where
+// PP * 2 divides the layers; weft/plan/pipeline_order.h) on the same model and batch
+// (--micro-batches micro-batches of 2 sequences), with the step-time ratios zb-h1 / 1f1b and
+// zb-v / 1f1b.
 // --sequence N: instead, the ways of cutting each sequence over N ranks side by side on the same
 // model and batch (8 sequences, one micro-batch): context parallelism (ring attention over mirrored
 // chunks), Ulysses and tp + Megatron-SP, with the step-time ratio cp / Ulysses.
@@ -31,6 +33,7 @@
 #include <filesystem>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "weft/plan/plan.h"
@@ -87,7 +90,8 @@ Plan dp_plan(int world) {
   return p;
 }
 
-// PP stages of kLayers / PP layers, one rank each; micro-batches of 2 sequences.
+// PP stages of kLayers / PP layers, one rank each (zb-v: 2 PP chunks of kLayers / (2 PP) layers,
+// two per rank); micro-batches of 2 sequences.
 Plan pp_plan(int pp, Schedule sched, int micro_batches) {
   Plan p = dp_plan(1);
   p.cluster.gpus_per_node = pp;
@@ -97,7 +101,10 @@ Plan pp_plan(int pp, Schedule sched, int micro_batches) {
   p.train.global_batch = 2 * micro_batches;
   const LayerStrategy s;
   p.stages.clear();
-  for (int i = 0; i < pp; ++i) p.stages.push_back(Stage{i * (kLayers / pp), std::vector<LayerStrategy>(kLayers / pp, s), {}});
+  const int stages = sched == Schedule::kZbV ? 2 * pp : pp;
+  p.train.vp = stages / pp;
+  for (int i = 0; i < stages; ++i)
+    p.stages.push_back(Stage{i * (kLayers / stages), std::vector<LayerStrategy>(kLayers / stages, s), {}});
   return p;
 }
 
@@ -202,30 +209,33 @@ Figures median(std::vector<Figures> runs, double tokens) {
   return m;
 }
 
-// Three plans on the same `world` ranks in rotating rounds; prints each one's median tokens/s and
-// step time under `names` and the step-time ratio of plans `num` / `den`. 0, or 1 if a run failed.
-int side_by_side(const Config& c, const std::string& dir, int world, const Plan (&plans)[3], const char* what,
-                 const std::string (&names)[3], double tokens, int num, int den) {
-  std::vector<Figures> runs[3];
+// Plans on the same `world` ranks in rotating rounds; prints each one's median tokens/s and step
+// time under `names` and the step-time ratios of plans ratios[i].first / ratios[i].second. 0, or 1
+// if a run failed.
+int side_by_side(const Config& c, const std::string& dir, int world, const std::vector<Plan>& plans, const char* what,
+                 const std::vector<std::string>& names, double tokens, const std::vector<std::pair<int, int>>& ratios) {
+  const size_t n = plans.size();
+  std::vector<std::vector<Figures>> runs(n);
   for (int r = 0; r < c.repeat; ++r)
-    for (int k = 0; k < 3; ++k) {
-      const int which = (k + r) % 3;
+    for (size_t k = 0; k < n; ++k) {
+      const size_t which = (k + static_cast<size_t>(r)) % n;
       runs[which].push_back(run_weft(c, world, dir, true, &plans[which]));
     }
-  Figures f[3];
+  std::vector<Figures> f(n);
   int rc = 0;
   std::printf("%-8s | %9s %8s\n", what, "tokens/s", "s/step");
-  for (int k = 0; k < 3; ++k) {
+  for (size_t k = 0; k < n; ++k) {
     f[k] = median(runs[k], tokens);
     if (!f[k].ok) rc = 1;
     std::printf("%-8s | %9.0f %8.3f\n", names[k].c_str(), f[k].tokens_per_s, f[k].step_s);
   }
-  if (f[num].ok && f[den].ok)
-    std::printf("step time %s / %s: %.3f\n", names[num].c_str(), names[den].c_str(), f[num].step_s / f[den].step_s);
+  for (const auto& [num, den] : ratios)
+    if (f[num].ok && f[den].ok)
+      std::printf("step time %s / %s: %.3f\n", names[num].c_str(), names[den].c_str(), f[num].step_s / f[den].step_s);
   return rc;
 }
 
-// --pipeline: gpipe, 1f1b and zb-h1 on the same stages.
+// --pipeline: gpipe, 1f1b, zb-h1 and (where 2 PP chunks divide the layers) zb-v on the same ranks.
 int pipeline_schedules(const Config& c, const std::string& dir) {
   const int pp = c.pipeline, m = c.micro_batches;
   if (pp < 2 || kLayers % pp != 0 || m < pp) {
@@ -233,13 +243,20 @@ int pipeline_schedules(const Config& c, const std::string& dir) {
                  kLayers, m);
     return 2;
   }
-  std::printf("model: GPT %d layers, hidden %d, %d heads, ffn %d, vocab %d; %d stages of %d layers, one rank each; "
-              "%d micro-batches of 2 x %d tokens; %d steps, first %d untimed; median of %d rounds\n",
-              kLayers, kHidden, kHeads, kFfn, kVocab, pp, kLayers / pp, m, kSeq, c.steps, c.warmup, c.repeat);
-  const Plan plans[3] = {pp_plan(pp, Schedule::kGpipe, m), pp_plan(pp, Schedule::k1F1B, m),
-                         pp_plan(pp, Schedule::kZbH1, m)};
-  const std::string names[3] = {"gpipe", "1f1b", "zb-h1"};
-  return side_by_side(c, dir, pp, plans, "schedule", names, 2.0 * m * kSeq, 2, 1);
+  std::printf("model: GPT %d layers, hidden %d, %d heads, ffn %d, vocab %d; %d stages of %d layers, one rank each "
+              "(zb-v: %d chunks, two per rank in a V, rank 0 holding the embedding and the head); %d micro-batches of "
+              "2 x %d tokens; %d steps, first %d untimed; median of %d rounds\n",
+              kLayers, kHidden, kHeads, kFfn, kVocab, pp, kLayers / pp, 2 * pp, m, kSeq, c.steps, c.warmup, c.repeat);
+  std::vector<Plan> plans;
+  std::vector<std::string> names;
+  std::vector<std::pair<int, int>> ratios{{2, 1}};
+  for (Schedule s : {Schedule::kGpipe, Schedule::k1F1B, Schedule::kZbH1, Schedule::kZbV}) {
+    if (s == Schedule::kZbV && kLayers % (2 * pp) != 0) continue;
+    plans.push_back(pp_plan(pp, s, m));
+    names.push_back(to_string(s));
+  }
+  if (plans.size() == 4) ratios.emplace_back(3, 1);
+  return side_by_side(c, dir, pp, plans, "schedule", names, 2.0 * m * kSeq, ratios);
 }
 
 // --sequence: cp, Ulysses and tp + SP over the same ranks.
@@ -252,9 +269,9 @@ int sequence_modes(const Config& c, const std::string& dir) {
   std::printf("model: GPT %d layers, hidden %d, %d heads, ffn %d, vocab %d; %d x %d tokens per step, every sequence "
               "cut over %d ranks; %d steps, first %d untimed; median of %d rounds\n",
               kLayers, kHidden, kHeads, kFfn, kVocab, kBatch, kSeq, n, c.steps, c.warmup, c.repeat);
-  const std::string names[3] = {"cp", "ulysses", "tp-sp"};
-  const Plan plans[3] = {seq_plan(n, names[0]), seq_plan(n, names[1]), seq_plan(n, names[2])};
-  return side_by_side(c, dir, n, plans, "mode", names, static_cast<double>(kBatch) * kSeq, 0, 1);
+  const std::vector<std::string> names{"cp", "ulysses", "tp-sp"};
+  const std::vector<Plan> plans{seq_plan(n, names[0]), seq_plan(n, names[1]), seq_plan(n, names[2])};
+  return side_by_side(c, dir, n, plans, "mode", names, static_cast<double>(kBatch) * kSeq, {{0, 1}});
 }
 
 }  // namespace

@@ -322,8 +322,8 @@ void run_plan(const PlanFlags& f) {
                                            "cannot run the plan)"});
     runtime_only = true;
     notes.push_back(
-        "searched only what weft's runtime (weft train) runs: no expert parallelism (ep), no zb-v schedule; "
-        "--all-strategies searches them too (for planning only), --framework NAME plans for another framework");
+        "searched only what weft's runtime (weft train) runs: no expert parallelism (ep); "
+        "--all-strategies searches it too (for planning only), --framework NAME plans for another framework");
   }
   // Progress: only on a terminal, and only once the search has run for half a second.
   const bool tty = isatty(fileno(stderr));

@@ -70,12 +70,10 @@ TEST(RuntimeSupport, RunsTheInterleavedSchedule) {
   EXPECT_TRUE(runtime_supports(p).ok()) << runtime_supports(p).error().message;
 }
 
-// zb-v is a valid plan that the runtime does not run yet: refused naming the field.
-TEST(RuntimeSupport, RefusesZbV) {
+TEST(RuntimeSupport, RunsZbV) {
   const Plan p = two_chunks_per_group(Schedule::kZbV);
   ASSERT_TRUE(validate(p).ok()) << validate(p).error().message;
-  EXPECT_EQ(refusal_of(p), "plan: train.schedule: zb-v (two model chunks per device group in a V) is not supported "
-                           "by the weft runtime yet; zb-h1 and interleaved are");
+  EXPECT_TRUE(runtime_supports(p).ok()) << runtime_supports(p).error().message;
 }
 
 TEST(RuntimeSupport, RefusesModelsItCannotRunNamingTheFieldOrLayer) {

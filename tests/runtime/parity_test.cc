@@ -164,6 +164,33 @@ TEST(RuntimeParity, Pipeline2ZeroBubbleH1Ulysses2RecomputeSelective) {
                 "pp2_zbh1_uly2_rc");
 }
 
+// ZB-V: two model chunks per device group in a V (group g runs virtual stages g and 2 pp - 1 - g),
+// split backwards as under zb-h1. Group 0 holds the embedding and the head (GPT-2's tied table is
+// used by both its chunks, its gradient reduced once); the last group hands its chunk 0's output
+// to its chunk 1 in memory.
+TEST(RuntimeParity, Pipeline2ZeroBubbleV) {
+  expect_parity(uniform(tiny_gpt(), 2, 2, strat(1, 1), {1, 1, 1, 1}, Schedule::kZbV, 8, 4), "pp2_zbv");
+}
+// Four groups, uneven chunks, fewer micro-batches than the V's 2 pp - 1 warm-up (its slots past m
+// are skipped).
+TEST(RuntimeParity, Pipeline4ZeroBubbleVUnevenFewMicroBatches) {
+  expect_parity(uniform(tiny_llama(10), 4, 4, strat(1, 1), {2, 1, 1, 1, 1, 1, 1, 2}, Schedule::kZbV, 8, 4),
+                "pp4_zbv");
+}
+TEST(RuntimeParity, Pipeline2ZeroBubbleVZero2Dp2SmallBuckets) {
+  expect_parity(uniform(tiny_gpt(), 4, 2, strat(1, 2, 1, false, 2), {1, 1, 1, 1}, Schedule::kZbV, 8, 2),
+                "pp2_zbv_zero2", kSmallBuckets);
+}
+TEST(RuntimeParity, Pipeline2ZeroBubbleVZero3Dp2) {
+  expect_parity(uniform(tiny_gpt(), 4, 2, strat(1, 2, 1, false, 3), {1, 1, 1, 1}, Schedule::kZbV, 8, 4),
+                "pp2_zbv_zero3");
+}
+TEST(RuntimeParity, Pipeline2ZeroBubbleVTp2SpRecomputeFull) {
+  expect_parity(
+      uniform(tiny_llama(), 4, 2, strat(2, 1, 1, true, 0, Recompute::kFull), {1, 1, 1, 1}, Schedule::kZbV, 8, 4),
+      "pp2_zbv_tp2sp_rc");
+}
+
 // Context parallelism: ring attention over mirrored chunks (rank c holds chunks c and 2 cp - 1 - c
 // of the sample), the embedding and the loss on the same chunks; gradients summed over cp as over
 // dp.
@@ -202,6 +229,14 @@ TEST(RuntimeParity, ContextParallel2Pipeline2ZeroBubbleH1RecomputeFull) {
 TEST(RuntimeParity, LayerwiseContextParallelUlyssesTp) {
   const LayerStrategy cp = with_cp(strat(1, 1), 2), uly = strat(1, 1, 2), tp = strat(2, 1, 1, true), dp = strat(1, 2);
   expect_parity(make_plan(tiny_llama(), 2, 1, Schedule::k1F1B, dp, {{cp, uly, tp, cp}}), "layerwise_cp");
+}
+
+// ZB-V whose chunks switch layouts, across the turn too (group 1's chunk 0 runs tp 2 + SP, its
+// chunk 1 context parallelism): the handed-over activations are re-distributed as a received
+// block would be.
+TEST(RuntimeParity, Pipeline2ZeroBubbleVMixedLayouts) {
+  const LayerStrategy cp = with_cp(strat(1, 1), 2), uly = strat(1, 1, 2), tp = strat(2, 1, 1, true), dp = strat(1, 2);
+  expect_parity(make_plan(tiny_llama(), 4, 2, Schedule::kZbV, dp, {{uly}, {tp}, {cp}, {dp}}, 8, 4), "pp2_zbv_mixed");
 }
 
 TEST(RuntimeParity, RecomputeFullTp2Sp) {

@@ -8,6 +8,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <condition_variable>
 #include <map>
 #include <mutex>
@@ -104,8 +105,8 @@ TEST_P(PipelineExecutor, TwoStagesGiveTheLossAndGradientsOfOneModel) {
   FakeComm c0(mb, 0), c1(mb, 1);
   FakeStage s0(true, false, 2.0f), s1(false, true, 3.0f);
   double loss0 = -1, loss1 = -1;
-  std::thread t0([&] { loss0 = run_pipeline_step(pipeline_actions(GetParam(), 2, 0, m), s0, {&c0, -1, 1, 0, 2}, divisor); });
-  std::thread t1([&] { loss1 = run_pipeline_step(pipeline_actions(GetParam(), 2, 1, m), s1, {&c1, 0, -1, 1, 2}, divisor); });
+  std::thread t0([&] { loss0 = run_pipeline_step(pipeline_actions(GetParam(), 2, 0, m), s0, {&c0, {0, 1}, 0, GetParam()}, divisor); });
+  std::thread t1([&] { loss1 = run_pipeline_step(pipeline_actions(GetParam(), 2, 1, m), s1, {&c1, {0, 1}, 1, GetParam()}, divisor); });
   t0.join();
   t1.join();
 
@@ -142,6 +143,67 @@ INSTANTIATE_TEST_SUITE_P(Schedules, PipelineExecutor,
                              if (c == '-') c = '_';
                            return n;
                          });
+
+// Two chunks per device group in a V (zb-v): group 0 runs virtual stages 0 and 3 (the input and
+// the loss), group 1 stages 1 and 2, handing stage 1's output to stage 2 (and its gradient back) in
+// memory. Chunk c of group g multiplies by weight w[g][c].
+class FakeChunkedStage : public PipelineStage {
+ public:
+  FakeChunkedStage(bool ends, float w0, float w1)
+      : ends_(ends), w{at::full({2}, w0).requires_grad_(true), at::full({2}, w1).requires_grad_(true)} {}
+  bool first_stage() const override { return ends_; }
+  bool last_stage() const override { return ends_; }
+  int chunks() const override { return 2; }
+  at::Tensor input(int k) override { return at::full({2}, k + 1.0f); }
+  at::Tensor input_buffer(int) override { return at::empty({2}); }
+  at::Tensor forward(const at::Tensor& x, int c) override { return x * w[c]; }
+  at::Tensor loss(const at::Tensor& y, int) override { return y.sum(); }
+  void begin_backward(bool last, int c) override { lasts[c].push_back(last); }
+  void end_backward() override {}
+
+  bool ends_;
+  at::Tensor w[2];
+  std::vector<bool> lasts[2];
+};
+
+TEST(PipelineExecutorZbV, TwoGroupsInAVGiveTheLossAndGradientsOfOneModel) {
+  const int m = 3;
+  const double divisor = 4;
+  Mailbox mb;
+  FakeComm c0(mb, 0), c1(mb, 1);
+  // Virtual stages 0..3 multiply by 2, 3, 5, 7.
+  FakeChunkedStage s0(true, 2.0f, 7.0f), s1(false, 3.0f, 5.0f);
+  double loss0 = -1, loss1 = -1;
+  const Schedule v = Schedule::kZbV;
+  std::thread t0([&] { loss0 = run_pipeline_step(pipeline_actions(v, 2, 0, m, 2), s0, {&c0, {0, 1}, 0, v}, divisor); });
+  std::thread t1([&] { loss1 = run_pipeline_step(pipeline_actions(v, 2, 1, m, 2), s1, {&c1, {0, 1}, 1, v}, divisor); });
+  t0.join();
+  t1.join();
+
+  // loss_k = 2 elements * (k + 1) * 210: 2520 over k = 0..2, on group 0 (which holds the head).
+  EXPECT_DOUBLE_EQ(loss0, 2520.0);
+  EXPECT_DOUBLE_EQ(loss1, 0.0);
+  // d(sum_k loss_k / 4) / dw = sum_k (k + 1) * (210 / w) / 4 = 1.5 * 210 / w per element.
+  const std::pair<const at::Tensor*, double> grads[] = {{&s0.w[0], 2}, {&s1.w[0], 3}, {&s1.w[1], 5}, {&s0.w[1], 7}};
+  for (const auto& [t, wv] : grads) {
+    ASSERT_TRUE(t->grad().defined()) << "weight " << wv;
+    EXPECT_TRUE(at::allclose(t->grad(), at::full({2}, 1.5f * 210.0f / static_cast<float>(wv)))) << "weight " << wv;
+  }
+  // Between the groups only the boundaries 0|1 (tags 2k forward, 2k + 1 back) and 2|3 (tags
+  // 2 (2 m + k), + 1) are sent; the turn 1|2 stays on group 1.
+  std::vector<std::tuple<int, int, int>> sent = mb.sent;
+  std::sort(sent.begin(), sent.end());
+  EXPECT_EQ(sent, (std::vector<std::tuple<int, int, int>>{
+                      {0, 1, 0}, {0, 1, 2}, {0, 1, 4}, {0, 1, 13}, {0, 1, 15}, {0, 1, 17},
+                      {1, 0, 1}, {1, 0, 3}, {1, 0, 5}, {1, 0, 12}, {1, 0, 14}, {1, 0, 16}}));
+  // Each chunk's gradients are final at its last backward only.
+  for (const FakeChunkedStage* s : {&s0, &s1})
+    for (int c = 0; c < 2; ++c) {
+      ASSERT_FALSE(s->lasts[c].empty());
+      EXPECT_TRUE(s->lasts[c].back());
+      EXPECT_EQ(std::count(s->lasts[c].begin(), s->lasts[c].end(), true), 1);
+    }
+}
 
 // A split backward (zero-bubble schedules): B gives the input the gradient of one whole backward and
 // the weights nothing; W then gives each weight the whole backward's gradient. The graph has a norm

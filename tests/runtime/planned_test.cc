@@ -147,7 +147,8 @@ INSTANTIATE_TEST_SUITE_P(Searched, PlannedPlans,
                                            Case{"qwen2-7b", "h100-80gb", 8, 8192, 128},
                                            // The schedules the search's best plans above do not pick.
                                            Case{"llama-2-13b", "a100-40gb", 8, 4096, 256, Schedule::kZbH1, 4},
-                                           Case{"gpt3-1.3b", "a100-40gb", 4, 2048, 256, Schedule::kInterleaved, 2}),
+                                           Case{"gpt3-1.3b", "a100-40gb", 4, 2048, 256, Schedule::kInterleaved, 2},
+                                           Case{"gpt3-1.3b", "a100-40gb", 4, 2048, 256, Schedule::kZbV, 2}),
                          [](const ::testing::TestParamInfo<Case>& i) {
                            std::string n = i.param.model;
                            if (i.param.schedule) n += std::string("_") + to_string(*i.param.schedule);

@@ -91,7 +91,7 @@ inline Plan make_plan(const ModelSpec& m, int world, int pp, Schedule sched, con
   p.train.micro_batches = micro;
   p.train.pp = pp;
   p.train.schedule = sched;
-  if (sched == Schedule::kInterleaved) p.train.vp = static_cast<int>(stages.size()) / pp;
+  if (sched == Schedule::kInterleaved || sched == Schedule::kZbV) p.train.vp = static_cast<int>(stages.size()) / pp;
   p.train.dtype = DType::kFp32;
   p.embedding = emb;
   int first = 0;

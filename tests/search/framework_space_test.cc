@@ -80,9 +80,9 @@ TEST(FrameworkSpace, WeftIsTheRuntimesRestriction) {
     EXPECT_EQ(o->allow_cp, runtime.allow_cp);
     EXPECT_EQ(o->allow_ulysses, runtime.allow_ulysses);
   }
-  // Every schedule but zb-v, which the runtime does not run yet.
+  // Every schedule, zb-h1 and zb-v included.
   EXPECT_EQ(weft.schedules, (std::vector<Schedule>{Schedule::kGpipe, Schedule::k1F1B, Schedule::kInterleaved,
-                                                   Schedule::kZbH1}));
+                                                   Schedule::kZbH1, Schedule::kZbV}));
   EXPECT_TRUE(weft.allow_cp);  // context parallelism runs (ring attention)
   int accepted = 0, refused = 0;
   for (int tp : {1, 2})

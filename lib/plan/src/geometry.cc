@@ -4,6 +4,8 @@
 #include <cmath>
 #include <set>
 
+#include "weft/plan/pipeline_order.h"
+
 namespace weft {
 
 namespace {
@@ -174,8 +176,13 @@ std::vector<int> kv_replica_group(int rank, int stage_size, int pp, const LayerS
 }
 
 namespace {
-// Model chunks per device group: vp (plan.h: stage s of the pp * vp runs on device group s % pp).
+// Model chunks per device group: vp (chunk c of group g is stage group_stage(p, g, c), plan.h).
 int chunks(const Plan& p) { return std::max(1, p.train.vp); }
+// The embedding runs on group 0 (the first stage's), the head on head_group(p) (the last
+// stage's): group pp - 1, or group 0 again under zb-v.
+bool holds_embedding(const Plan& p, int g) { return g == 0 || g == head_group(p); }
+// A tied table is held twice, on groups 0 and head_group(p), when those differ.
+bool tied_across(const Plan& p) { return p.model.tied_embeddings && head_group(p) != 0; }
 }  // namespace
 
 std::vector<std::vector<int>> process_groups(const Plan& p) {
@@ -201,14 +208,14 @@ std::vector<std::vector<int>> process_groups(const Plan& p) {
     for (int j = 0; j < S; ++j) stage.push_back(g * S + j);
     out.push_back(stage);
     for (int c = 0; c < chunks(p); ++c) {
-      const Stage& st = p.stages[g + c * pp];
+      const Stage& st = p.stages[group_stage(p, g, c)];
       for (int i = 0; i < st.num_layers(); ++i)
         add_strategy(st.layers[i], g, kv_heads(p.model.layer(st.first_layer + i)));
     }
-    if (g == 0 || g == pp - 1) add_strategy(p.embedding, g, 0);
+    if (holds_embedding(p, g)) add_strategy(p.embedding, g, 0);
   }
-  if (p.model.tied_embeddings && pp > 1)
-    for (int j = 0; j < S; ++j) out.push_back({j, (pp - 1) * S + j});
+  if (tied_across(p))
+    for (int j = 0; j < S; ++j) out.push_back({j, head_group(p) * S + j});
   return out;
 }
 
@@ -222,8 +229,8 @@ std::vector<std::vector<int>> grad_groups(const Plan& p) {
   };
   for (int g = 0; g < pp; ++g) {
     for (int c = 0; c < chunks(p); ++c)
-      for (const LayerStrategy& s : p.stages[g + c * pp].layers) add(s, g);
-    if (g == 0 || g == pp - 1) add(p.embedding, g);
+      for (const LayerStrategy& s : p.stages[group_stage(p, g, c)].layers) add(s, g);
+    if (holds_embedding(p, g)) add(p.embedding, g);
   }
   return out;
 }
@@ -241,23 +248,23 @@ std::vector<UnitSpec> unit_specs(const Plan& p, int rank) {
   const int S = p.devices_per_stage();
   const int pp = p.train.pp;
   const int stage = rank / S;
-  const bool first = stage == 0, last = stage == pp - 1;
+  const bool first = stage == 0, last = stage == head_group(p);
   const int64_t V = m.vocab, H = m.hidden;
   const LayerStrategy& emb = p.embedding;
   const RankCoords eco = coords_of(rank, S, emb);
   const int64_t vshard = (V + emb.tp - 1) / emb.tp;
   const int64_t vstart = std::min<int64_t>(V, eco.tp * vshard);
   const int64_t vlen = std::min<int64_t>(V, vstart + vshard) - vstart;
-  const bool tied_across = m.tied_embeddings && pp > 1;
+  const bool tied = tied_across(p);
   const bool norm_bias = m.norm == NormKind::kLayerNorm;
   std::vector<UnitSpec> out;
   std::vector<int> tied_pair;
-  if (tied_across) tied_pair = {rank % S, (pp - 1) * S + rank % S};
+  if (tied) tied_pair = {rank % S, head_group(p) * S + rank % S};
 
   if (first) {
     UnitBuilder b("wte");
     b.add("embed.wte", {V, H}, 0, vstart, vlen, true, true, kInitStd);
-    if (tied_across) b.u.tied_ranks = tied_pair;
+    if (tied) b.u.tied_ranks = tied_pair;
     out.push_back(b.finish(emb.zero, shard_group(rank, S, pp, emb)));
     if (m.position == PositionKind::kLearned) {
       UnitBuilder w("wpe");
@@ -267,7 +274,7 @@ std::vector<UnitSpec> unit_specs(const Plan& p, int rank) {
     }
   }
   for (int c = 0; c < chunks(p); ++c) {
-    const Stage& st = p.stages[stage + c * pp];
+    const Stage& st = p.stages[group_stage(p, stage, c)];
     for (int i = 0; i < st.num_layers(); ++i) {
       const int li = st.first_layer + i;
       const LayerStrategy& s = st.layers[i];
@@ -278,14 +285,14 @@ std::vector<UnitSpec> unit_specs(const Plan& p, int rank) {
     }
   }
   if (last) {
-    const int lc = chunks(p) - 1;
+    const int lc = stage_chunk(p.train.schedule, pp, static_cast<int>(p.stages.size()) - 1);
     UnitBuilder b("head");
     b.add("head.norm.weight", {H}, -1, 0, 0, false, eco.tp == 0, -1);
     if (norm_bias) b.add("head.norm.bias", {H}, -1, 0, 0, false, eco.tp == 0, 0);
     if (!m.tied_embeddings) b.add("head.lm_head", {V, H}, 0, vstart, vlen, true, true, kInitStd);
     out.push_back(b.finish(emb.zero, shard_group(rank, S, pp, emb)));
     out.back().chunk = lc;
-    if (tied_across) {
+    if (tied) {
       UnitBuilder w("wte_copy");
       w.add("embed.wte", {V, H}, 0, vstart, vlen, true, false, kInitStd);
       w.u.tied_ranks = tied_pair;
@@ -301,10 +308,11 @@ std::vector<ParamSpec> model_params(const Plan& p) {
   std::set<std::string> seen;  // a tied table's copy on the last stage is the same tensor
   const int S = p.devices_per_stage();
   const int pp = p.train.pp;
-  // Units in model order: by virtual stage (g + chunk * pp), in each in forward order.
+  // Units in model order: by virtual stage (group_stage of their group and chunk), in each in
+  // forward order.
   std::vector<std::pair<int, UnitSpec>> units;
   for (int g = 0; g < pp; ++g)
-    for (UnitSpec& u : unit_specs(p, g * S)) units.emplace_back(g + u.chunk * pp, std::move(u));
+    for (UnitSpec& u : unit_specs(p, g * S)) units.emplace_back(group_stage(p, g, u.chunk), std::move(u));
   std::stable_sort(units.begin(), units.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
   for (auto& [stage, u] : units)
     for (ParamSpec& ps : u.params)

@@ -9,6 +9,7 @@
 namespace weft {
 
 int stage_group(const TrainSettings& t, int s) { return stage_device_group(t.schedule, std::max(1, t.pp), s); }
+int group_stage(const TrainSettings& t, int g, int c) { return virtual_stage(t.schedule, std::max(1, t.pp), g, c); }
 
 std::string shares_label(const TrainSettings& t) {
   std::string out;

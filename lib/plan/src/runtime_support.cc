@@ -48,9 +48,6 @@ Status runtime_supports(const Plan& p) {
   Status v = validate(p);
   if (!v.ok()) return v.error().with_context("plan");
   if (Status m = runtime_runs_model(p.model); !m.ok()) return m.error().with_context("plan");
-  if (p.train.schedule == Schedule::kZbV)
-    return Error{ErrorKind::kBadInput, "plan: train.schedule: zb-v (two model chunks per device group in a V) is not "
-                                       "supported by the weft runtime yet; zb-h1 and interleaved are"};
   auto refusal = [&](const LayerStrategy& s) {
     std::string why = runtime_strategy_refusal(s);
     return why.empty() ? runtime_sequence_refusal(s, p.train.seq) : why;

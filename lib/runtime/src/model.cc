@@ -122,7 +122,7 @@ Model::Model(const Plan& p, int rank, GroupSet& groups, uint64_t seed, at::Devic
   layouts_.push_back(layout_of(p.embedding, S_));
   emb_layout_ = &layouts_.back();
   for (int c = 0; c < chunks(); ++c) {
-    const int vs = stage_ + c * pp;
+    const int vs = group_stage(p, stage_, c);
     prev_layouts_.push_back(nullptr);
     if (vs == 0) continue;
     layouts_.push_back(layout_of(p.stages[vs - 1].layers.back(), S_));
@@ -194,7 +194,7 @@ Model::Model(const Plan& p, int rank, GroupSet& groups, uint64_t seed, at::Devic
   }
 
   for (int c = 0; c < chunks(); ++c) {
-    const Stage& st = p.stages[stage_ + c * pp];
+    const Stage& st = p.stages[group_stage(p, stage_, c)];
     for (int i = 0; i < st.num_layers(); ++i) {
       LayerCtx L;
       L.chunk = c;
@@ -565,7 +565,7 @@ at::Tensor Model::layer_forward(const LayerCtx& L, const at::Tensor& x0, bool re
 at::Tensor Model::head_loss(const at::Tensor& x_in, const at::Tensor& targets) {
   const LayerStrategy& e = plan_.embedding;
   const bool tp = e.tp > 1, sp = e.sp && tp;
-  at::Tensor x = redistribute(x_in, *stage_comm_, output_layout(chunks() - 1), *emb_layout_);
+  at::Tensor x = redistribute(x_in, *stage_comm_, output_layout(chunks() - 1), *emb_layout_);  // the head's chunk
   Unit* head = find_unit("head");
   at::Tensor head_full, table_full;
   std::vector<at::Tensor> w = head->weights(&head_full);

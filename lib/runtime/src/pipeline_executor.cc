@@ -3,6 +3,7 @@
 #include <torch/autograd.h>
 
 #include <algorithm>
+#include <utility>
 
 #include "weft/runtime/split_backward.h"
 
@@ -15,8 +16,13 @@ double run_pipeline_step(const std::vector<PipeAction>& actions, PipelineStage& 
   int m = 0;
   for (const PipeAction& a : actions) m = std::max(m, a.micro_batch + 1);
   // Chunk c is virtual stage vs(c); it takes the embedding's output on the first virtual stage
-  // and ends in the loss on the last.
-  auto vs = [&](int c) { return links.group + c * links.groups; };
+  // and ends in the loss on the last. The neighbouring virtual stages run on the device groups
+  // group_of(vs(c) -+ 1): on a peer, or on this group itself (zb-v's turn: handed over in memory).
+  const int groups = static_cast<int>(links.peers.size());
+  auto vs = [&](int c) { return virtual_stage(links.schedule, groups, links.group, c); };
+  auto group_of = [&](int v) { return stage_device_group(links.schedule, groups, v); };
+  auto peer = [&](int v) { return links.peers.at(group_of(v)); };
+  auto local = [&](int v) { return group_of(v) == links.group; };
   auto first = [&](int c) { return stage.first_stage() && c == 0; };
   auto last = [&](int c) { return stage.last_stage() && c == chunks - 1; };
   // Per chunk, where its gradients are final: its step's last backward, or its last
@@ -32,6 +38,8 @@ double run_pipeline_step(const std::vector<PipeAction>& actions, PipelineStage& 
   std::vector<at::Tensor> xin(slots), yout(slots);
   std::vector<WeightGradWork> pending(slots);
   std::vector<Pending> sends;
+  // Handed over in memory at zb-v's turn, by micro-batch: chunk 0's output, chunk 1's input gradient.
+  std::vector<at::Tensor> handed_act(m), handed_grad(m);
   double loss_sum = 0;
   // Transfers across the boundary after virtual stage s: activations of micro-batch k with tag
   // 2 (s m + k), their gradient with that + 1.
@@ -40,13 +48,16 @@ double run_pipeline_step(const std::vector<PipeAction>& actions, PipelineStage& 
   auto output_grad = [&](int c, int k) {
     if (last(c)) return at::Tensor();
     const at::Tensor& y = yout[c * m + k];
+    if (local(vs(c) + 1)) return std::exchange(handed_grad[k], at::Tensor());
     at::Tensor dy = at::empty(y.sizes(), y.options());
-    comm.recv(dy, links.next, tag(vs(c), k) + 1);
+    comm.recv(dy, peer(vs(c) + 1), tag(vs(c), k) + 1);
     return dy;
   };
   auto send_input_grad = [&](int c, int k, const at::Tensor& g) {
     const at::Tensor& x = xin[c * m + k];
-    sends.push_back(comm.send(g.defined() ? g : at::zeros_like(x), links.prev, tag(vs(c) - 1, k) + 1));
+    at::Tensor dx = g.defined() ? g : at::zeros_like(x);
+    if (local(vs(c) - 1)) handed_grad[k] = dx;
+    else sends.push_back(comm.send(dx, peer(vs(c) - 1), tag(vs(c) - 1, k) + 1));
   };
   for (size_t ai = 0; ai < actions.size(); ++ai) {
     const PipeAction& a = actions[ai];
@@ -58,8 +69,12 @@ double run_pipeline_step(const std::vector<PipeAction>& actions, PipelineStage& 
         if (first(c)) {
           x = stage.input(k);
         } else {
-          x = stage.input_buffer(c);
-          comm.recv(x, links.prev, tag(vs(c) - 1, k));
+          if (local(vs(c) - 1)) {
+            x = std::exchange(handed_act[k], at::Tensor());
+          } else {
+            x = stage.input_buffer(c);
+            comm.recv(x, peer(vs(c) - 1), tag(vs(c) - 1, k));
+          }
           x.requires_grad_(true);
           xin[i] = x;
         }
@@ -69,7 +84,8 @@ double run_pipeline_step(const std::vector<PipeAction>& actions, PipelineStage& 
           loss_sum += l.item<double>();
           yout[i] = l / loss_divisor;
         } else {
-          sends.push_back(comm.send(y.detach(), links.next, tag(vs(c), k)));
+          if (local(vs(c) + 1)) handed_act[k] = y.detach();
+          else sends.push_back(comm.send(y.detach(), peer(vs(c) + 1), tag(vs(c), k)));
           yout[i] = y;
         }
         break;

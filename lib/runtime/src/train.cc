@@ -246,16 +246,12 @@ class TimedStage : public PipelineStage {
   double work_ = 0;  // own compute since the last backward pass ended (less the time blocked in collectives)
 };
 
-// This rank's pipeline neighbours on the world group: the same position in the previous and the
-// next device group, round a ring when device groups hold several model chunks (interleaved).
+// This rank's counterparts in every device group on the world group (the same position in each),
+// which the executor picks its pipeline neighbours from by the schedule's virtual stages.
 StageLinks stage_links(Comm& world, const Plan& plan, int rank) {
-  const int S = plan.devices_per_stage(), pp = plan.train.pp;
-  const int g = rank / S, j = rank % S;
-  StageLinks l{&world, (g - 1) * S + j, (g + 1) * S + j, g, pp};
-  if (plan.train.vp > 1) {
-    l.prev = ((g + pp - 1) % pp) * S + j;
-    l.next = ((g + 1) % pp) * S + j;
-  }
+  const int S = plan.devices_per_stage();
+  StageLinks l{&world, {}, rank / S, plan.train.schedule};
+  for (int g = 0; g < plan.train.pp; ++g) l.peers.push_back(g * S + rank % S);
   return l;
 }
 

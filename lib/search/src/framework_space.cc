@@ -156,15 +156,11 @@ Status framework_runs(const Plan& p, const std::string& name) {
 }
 
 Status restrict_to_runtime(SearchOptions& opt) {
-  // The runtime runs every schedule but zb-v and every strategy (weft/plan/runtime_support.h) but
-  // expert parallelism, and context parallelism where its chunks cut the sequence evenly. A
-  // filter set before (a framework's) still applies.
-  for (Schedule s : opt.schedules)
-    if (s == Schedule::kZbV)
-      return Error{ErrorKind::kBadInput, "--schedule: weft's runtime (weft train) has no zb-v schedule yet (its "
-                                         "pipeline places a group's chunks as g + c pp, not in a V)"};
+  // The runtime runs every schedule and every strategy (weft/plan/runtime_support.h) but expert
+  // parallelism, and context parallelism where its chunks cut the sequence evenly. A filter set
+  // before (a framework's) still applies.
   if (opt.schedules.empty())
-    opt.schedules = {Schedule::kGpipe, Schedule::k1F1B, Schedule::kInterleaved, Schedule::kZbH1};
+    opt.schedules = {Schedule::kGpipe, Schedule::k1F1B, Schedule::kInterleaved, Schedule::kZbH1, Schedule::kZbV};
   auto before = std::move(opt.accept);
   const int64_t seq = opt.seq;
   opt.accept = [before, seq](const LayerStrategy& s, const LayerShape* shape) {

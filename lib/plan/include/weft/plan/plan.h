@@ -126,5 +126,12 @@ Status validate(const Plan& p);
 // weft/plan/pipeline_order.h). The one place a stage is mapped to its devices.
 int stage_group(const TrainSettings& t, int s);
 inline int stage_group(const Plan& p, int s) { return stage_group(p.train, s); }
+// Its inverse: the (virtual) stage that model chunk c (0..vp-1) of device group g runs, g + c pp or
+// zb-v's V (virtual_stage(), weft/plan/pipeline_order.h).
+int group_stage(const TrainSettings& t, int g, int c);
+inline int group_stage(const Plan& p, int g, int c) { return group_stage(p.train, g, c); }
+// The device group of the last (virtual) stage, which holds the head and the loss: pp - 1, or 0
+// under zb-v (whose V ends where it began).
+inline int head_group(const Plan& p) { return stage_group(p, static_cast<int>(p.stages.size()) - 1); }
 
 }  // namespace weft

@@ -81,7 +81,7 @@ struct LayerCtx {
   Comm* cp = nullptr;                // context-parallel ranks (ring attention)
   const ActivationLayout* layout = nullptr;
   int unit = 0;
-  int chunk = 0;                     // model chunk (interleaved: virtual stage stage + chunk * pp)
+  int chunk = 0;                     // model chunk (virtual stage group_stage(plan, stage, chunk))
   int64_t heads_local = 0, kv_local = 0, ffn_local = 0;
 };
 
@@ -113,10 +113,11 @@ class Model {
   at::ScalarType compute_dtype() const { return compute_; }
 
   // Whether this rank's device group holds the first virtual stage (the embedding) / the last (the
-  // head and loss). Under the interleaved schedule a device group holds `chunks()` model chunks,
-  // chunk c being virtual stage stage() + c * pp.
+  // head and loss). Under the interleaved and zb-v schedules a device group holds `chunks()` model
+  // chunks, chunk c being virtual stage group_stage(plan, stage(), c) (stage() + c * pp, or zb-v's
+  // V, whose last virtual stage is group 0's chunk 1); the head is always in the last chunk.
   bool first_stage() const { return stage_ == 0; }
-  bool last_stage() const { return stage_ == plan_.train.pp - 1; }
+  bool last_stage() const { return stage_ == head_group(plan_); }
   int stage() const { return stage_; }
   int chunks() const { return std::max(1, plan_.train.vp); }
   // Activation layout chunk c receives / sends between stages (the previous virtual stage's / its

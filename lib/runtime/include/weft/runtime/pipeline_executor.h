@@ -4,8 +4,9 @@
 // through PipelineStage, and the transfers go through a Comm, so both can be fakes in a test.
 //
 // Transfers of micro-batch k: the activations from virtual stage s to s + 1 have tag 2 (s m + k)
-// (m micro-batches), their gradient from s + 1 back to s has tag 2 (s m + k) + 1. Sends are asynchronous and receives block, which every
-// schedule of pipeline_actions() allows without deadlock.
+// (m micro-batches), their gradient from s + 1 back to s has tag 2 (s m + k) + 1. Sends are
+// asynchronous and receives block, which every schedule of pipeline_actions() allows without
+// deadlock.
 // Internal API of the runtime (needs libtorch), like comm.h.
 #pragma once
 
@@ -26,8 +27,8 @@ class PipelineStage {
   virtual ~PipelineStage() = default;
   virtual bool first_stage() const = 0;
   virtual bool last_stage() const = 0;
-  // Model chunks of the stage (the interleaved schedule's virtual stages group + c * groups, see
-  // StageLinks); first_stage() concerns chunk 0, last_stage() the last chunk.
+  // Model chunks of the stage (its virtual stages, see StageLinks); first_stage() concerns chunk 0,
+  // last_stage() the last chunk.
   virtual int chunks() const { return 1; }
   // First stage: the hidden states that micro-batch k's tokens enter the layers with.
   virtual at::Tensor input(int k) = 0;
@@ -47,15 +48,18 @@ class PipelineStage {
   virtual void end_input_grad() {}
 };
 
-// Where a stage's transfers go: `comm` carries them; `prev` and `next` are the ranks in comm of
-// this rank's peers on the previous and the next stage (unused on the first / last stage; with
-// several chunks the previous and next device groups round a ring: chunk c's input comes from
-// the last group's chunk c - 1). This stage is device group `group` of `groups`; chunk c is
-// virtual stage group + c * groups.
+// Where a stage's transfers go: `comm` carries them; `peers[h]` is the rank in comm of this rank's
+// counterpart (the same position) in device group h, so peers[group] is this rank. This stage is
+// device group `group` of peers.size(); chunk c is virtual stage virtual_stage(schedule, groups,
+// group, c), and its input comes from the group of the virtual stage before it, its output goes to
+// the group of the one after (stage_device_group(); round a ring under the interleaved schedule).
+// Where that group is this one (zb-v's turn, chunk 0 of the last group feeding its chunk 1) the
+// activations and their gradient are handed over in memory, not sent.
 struct StageLinks {
   Comm* comm = nullptr;
-  int prev = -1, next = -1;
-  int group = 0, groups = 1;
+  std::vector<int> peers;
+  int group = 0;
+  Schedule schedule = Schedule::k1F1B;
 };
 
 // Runs `actions` (one step of this stage) and waits for its sends. Forward of micro-batch k: the
