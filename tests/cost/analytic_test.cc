@@ -485,11 +485,14 @@ TEST(AnalyticMemory, ZbH1KeepsWeightGradStateOnLaterGroups) {
 
 // ZB-V memory, per layer (Llama-2-7B, tp 2, one sample of 4096 tokens a micro-batch, pp 4, m 8):
 // a layer of group g's chunk 0 (virtual stage g) holds 7 - g micro-batches' activations, one of
-// its chunk 1 (virtual stage 7 - g) g + 1, and each half a micro-batch's W state (470,810,624
-// bytes, as above). A layer of each chunk together: 8 micro-batches' activations, twice what a
-// layer of 1F1B's first group holds (4), plus one W state. With half the layers per chunk, a
-// device holds 1F1B's first group's activations plus one W state of a chunk.
-TEST(AnalyticMemory, ZbVHoldsOneF1BsActivationsPlusOneWState) {
+// its chunk 1 (virtual stage 7 - g) g + 1, and each half of a micro-batch's W state less the
+// linears' inputs, which are its activations still counted (output gradients per token: QKV 6144,
+// output projection 4096, two norms 8192, gate and up 11008, down 4096 = 33,536; x 4096 tokens x
+// 2 bytes = 274,726,912 bytes, against 470,810,624 with the inputs, as above). A layer of each
+// chunk together: 8 micro-batches' activations, twice what a layer of 1F1B's first group holds
+// (4), plus those gradients. With half the layers per chunk, a device holds 1F1B's first group's
+// activations plus one chunk's W gradients.
+TEST(AnalyticMemory, ZbVHoldsOneF1BsActivationsPlusOneWStatesGradients) {
   Bench s("llama-2-7b", "a100-80gb");
   s.train.pp = 4;
   s.train.micro_batches = 8;
@@ -499,7 +502,7 @@ TEST(AnalyticMemory, ZbVHoldsOneF1BsActivationsPlusOneWState) {
   s.train.schedule = Schedule::kZbV;
   s.train.vp = 2;
   auto act = [&](int stage) { return cm.layer(s.layer(0, stage, 8), strat(2, 1)).memory.activations.value(); };
-  for (int g = 0; g < 4; ++g) EXPECT_NEAR(act(g) + act(7 - g), 2 * one + 470810624.0, 2.0) << g;
+  for (int g = 0; g < 4; ++g) EXPECT_NEAR(act(g) + act(7 - g), 2 * one + 274726912.0, 2.0) << g;
   EXPECT_NEAR(act(0) - act(7), 6 * one / 4, 2.0);  // 7 against 1 micro-batch
 }
 

@@ -178,7 +178,7 @@ CalibratedCostModel::Compute CalibratedCostModel::measured_compute(const LayerCo
   const double ref = layer_activation_bytes(L, measured_as, ao).value();
   const double act = layer_activation_bytes(L, s, ao).value();
   out.act = pc->activation_bytes * (ref > 0 ? act / ref : 1.0);
-  out.weight_grad_state = weight_grad_state_bytes(L, s, ao).value();
+  out.weight_grad_state = weight_grad_state_bytes(L, s, ao, weight_grad_inputs_held(ctx.train)).value();
   if (pc->extrapolated)
     out.why = (out.why.empty() ? "" : out.why + "; ") + "extrapolated beyond the profiled micro-batch / sequence range";
   return out;

@@ -131,7 +131,8 @@ LayerCost AnalyticCostModel::layer(const LayerContext& ctx, const LayerStrategy&
   mem.grads = Bytes(sd.grads * dense_local + se.grads * expert_local);
   mem.optimizer = Bytes(sd.optimizer * dense_local + se.optimizer * expert_local);
   mem.activations = layer_activation_bytes(L, s, lc.activations) * micro_batches_in_flight(tr, ctx.stage) +
-                    weight_grad_state_bytes(L, s, lc.activations) * pending_weight_grads(tr, ctx.stage);
+                    weight_grad_state_bytes(L, s, lc.activations, weight_grad_inputs_held(tr)) *
+                        pending_weight_grads(tr, ctx.stage);
   // ZeRO >= 2 holds one layer's gradient (and ZeRO-3 two layers' gathered weights) in full while
   // it runs, once per device: each layer carries its share over the layers of its device group.
   const double per_device_layers = std::max(1.0, static_cast<double>(ctx.model->num_layers()) / std::max(1, tr.pp));
@@ -144,20 +145,21 @@ LayerCost AnalyticCostModel::layer(const LayerContext& ctx, const LayerStrategy&
   // for one micro-batch are held at the peak besides every layer's input (Korthikanti et al. 2022,
   // §4.1; measured: GPT-3 1.3B at micro-batch 16 in fp32 on an H100, data/reference/h100), once per
   // device (a transient: not at once with the loss's logits).
+  Bytes recomputed(0);
   if (s.recompute == Recompute::kFull) {
     LayerStrategy kept = s;
     kept.recompute = Recompute::kNone;
-    mem.transient = layer_activation_bytes(L, kept, lc.activations);
-    out.transient_share = mem.transient / per_device_layers;
+    recomputed = layer_activation_bytes(L, kept, lc.activations);
   }
-  // Ring attention's backward buffers, once per device (the framework weft prices its own ring).
-  if (s.cp > 1 && opt_.framework == Framework::kWeft) {
-    const Bytes ring = ring_attention_transient_bytes(L, s, lc.activations);
-    if (ring > mem.transient) {
-      mem.transient = ring;
-      out.transient_share = ring / per_device_layers;
-    }
-  }
+  // §5.2 The layer's backward working set on top (the framework weft prices its own; its ring
+  // attention's buffers where larger), once per device.
+  Bytes working(0);
+  if (opt_.backward_transient)
+    working = layer_backward_transient_bytes(L, s, lc.activations, !opt_.fused_grad_accumulation);
+  if (s.cp > 1 && opt_.framework == Framework::kWeft)
+    working = std::max(working, ring_attention_transient_bytes(L, s, lc.activations));
+  mem.transient = recomputed + working;
+  if (mem.transient.value() > 0) out.transient_share = mem.transient / per_device_layers;
   return out;
 }
 

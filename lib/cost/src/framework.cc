@@ -52,6 +52,8 @@ AnalyticOptions framework_options(Framework f, AnalyticOptions o) {
       o.eager_attention_copy = false;
       o.dropout = false;
       o.fused_grad_accumulation = false;
+      o.sp_regather_inputs = false;
+      o.backward_transient = true;
       o.loss_in_fp32 = false;
       o.overlap_grad_sync = true;
       o.selective = SelectivePolicy::kAttentionCore;

@@ -337,6 +337,7 @@ LayerCompute layer_compute(const LayerContext& ctx, const LayerStrategy& s, cons
   ao.eager_attention_copy = opt.eager_attention_copy;
   ao.alternate_matmuls = opt.selective == SelectivePolicy::kAlternateMatmuls;
   ao.fp8_gemm_inputs = fp8;
+  ao.sp_gathered_inputs = !opt.sp_regather_inputs;
   return out;
 }
 

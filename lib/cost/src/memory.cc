@@ -199,7 +199,9 @@ Bytes layer_activation_bytes(const LayerShape& s, const LayerStrategy& st, const
   // mask and dropped output (per local head: heads / (t*u), queries s/cp, keys s).
   const double scores = o.samples * heads_local * (o.seq / cp) * o.seq;
   const double g = o.fp8_gemm_inputs ? 1.0 : e;  // bytes of a saved GEMM input element
-  double attn = e * tokens * h * rep + g * tokens * h * rep + e * tokens * (q + 2 * kv) / t + e * tokens * q / t +
+  // A column-parallel linear's saved input: the shard, or the gathered sequence (sp_gathered_inputs).
+  const double gemm_in = o.sp_gathered_inputs ? 1.0 : rep;
+  double attn = e * tokens * h * rep + g * tokens * h * gemm_in + e * tokens * (q + 2 * kv) / t + e * tokens * q / t +
                 (o.fp8_gemm_inputs ? g * tokens * q / t : 0.0) + mask * tokens * h * rep;
   const bool keep_core = st.recompute == Recompute::kNone;
   if (o.flash_attention) {
@@ -222,7 +224,7 @@ Bytes layer_activation_bytes(const LayerShape& s, const LayerStrategy& st, const
   if (s.kind == LayerKind::kCrossDecoder) attn *= 2;  // self- and cross-attention blocks
 
   // FFN block: norm input, FC1 input, activation inputs, the down projection's input, dropout mask.
-  double ffn = e * tokens * h * rep + g * tokens * h * rep + mask * tokens * h * rep;
+  double ffn = e * tokens * h * rep + g * tokens * h * gemm_in + mask * tokens * h * rep;
   if (o.eager_elementwise && o.rms_norm) ffn += o.eager_norm_bytes * tokens * h * rep;
   // Per FFN element: the activation's inputs (gate and up, or the GELU input), the down
   // projection's input; eager SwiGLU also keeps the SiLU output for the product's backward.
@@ -256,6 +258,19 @@ Bytes ring_attention_transient_bytes(const LayerShape& s, const LayerStrategy& s
   return Bytes(blocks * bytes);
 }
 
+Bytes layer_backward_transient_bytes(const LayerShape& s, const LayerStrategy& st, const ActivationOptions& o,
+                                     bool weight_grad_copy) {
+  const LayerDims d = layer_dims(s, st, o);
+  // The down projection's rows and width: every token over the FFN, or top_k routed copies over an
+  // expert's.
+  double rows = d.tokens, width = static_cast<double>(s.ffn);
+  if (s.moe.enabled()) rows = d.tokens * s.moe.top_k, width = static_cast<double>(s.moe.expert_ffn);
+  const double output_grad = d.tokens * d.h;  // gathered under SP: the whole local sequence
+  const double input_grad = rows * width / d.t;
+  const double weight_grad = weight_grad_copy ? d.h * width / d.t : 0.0;
+  return Bytes(d.e * (output_grad + input_grad + weight_grad));
+}
+
 double micro_batches_in_flight(const TrainSettings& t, int stage) {
   const int m = std::max(1, t.micro_batches);
   const int pp = std::max(1, t.pp);
@@ -278,21 +293,23 @@ double micro_batches_in_flight(const TrainSettings& t, int stage) {
   return std::min(m, pp - g);
 }
 
-Bytes weight_grad_state_bytes(const LayerShape& s, const LayerStrategy& st, const ActivationOptions& o) {
+Bytes weight_grad_state_bytes(const LayerShape& s, const LayerStrategy& st, const ActivationOptions& o,
+                              bool with_inputs) {
   const auto [t, u, cp, e, h, q, kv, tokens, rep, blocks] = layer_dims(s, st, o);
   const double in_mats = s.ffn_kind == FfnKind::kSwiglu ? 2 : 1;
+  const double in = with_inputs ? 1.0 : 0.0;  // the linears' inputs (and the norms')
   // Attention: QKV input and output gradient, output projection input and output gradient.
-  const double attn = blocks * (h * rep + (q + 2 * kv) / t + q / t + h * rep);
+  const double attn = blocks * (in * h * rep + (q + 2 * kv) / t + in * q / t + h * rep);
   // A dense FFN of width ff over n token rows: its input, the gate/up output gradients, the down
   // projection's input and output gradient.
-  auto ffn = [&](double rows, double ff) { return rows * (h * rep + in_mats * ff / t + ff / t + h * rep); };
+  auto ffn = [&](double rows, double ff) { return rows * (in * h * rep + in_mats * ff / t + in * ff / t + h * rep); };
   // weft's split backward keeps every node that leads to a weight, the norms' scales too: each norm
   // (one before each attention block, one before the FFN) keeps its input and output gradient.
-  const double norms = 2 * (blocks + 1) * h * rep;
+  const double norms = (1 + in) * (blocks + 1) * h * rep;
   double per_layer = tokens * (attn + norms);
   if (s.moe.enabled()) {
     const double ef = static_cast<double>(s.moe.expert_ffn);
-    per_layer += tokens * (h * rep + s.moe.experts * rep);                       // router
+    per_layer += tokens * (in * h * rep + s.moe.experts * rep);                  // router
     per_layer += ffn(tokens * s.moe.top_k, ef);                                   // routed experts
     if (s.moe.shared_experts > 0) per_layer += ffn(tokens, s.moe.shared_experts * ef);
   } else {
@@ -301,10 +318,12 @@ Bytes weight_grad_state_bytes(const LayerShape& s, const LayerStrategy& st, cons
   return Bytes(e * per_layer);
 }
 
+bool weight_grad_inputs_held(const TrainSettings& t) { return t.schedule != Schedule::kZbV; }
+
 double pending_weight_grads(const TrainSettings& t, int stage) {
   const int m = std::max(1, t.micro_batches);
-  // ZB-V's steady state runs each W right after its B: one chunk-micro-batch's W state per group,
-  // counted half on each of its two chunks.
+  // ZB-V's steady state runs each W right after its B: one chunk-micro-batch's W state per group
+  // (its output gradients, weight_grad_inputs_held), counted half on each of its two chunks.
   if (t.schedule == Schedule::kZbV) return 0.5;
   if (t.schedule != Schedule::kZbH1) return 0;
   return std::min(stage_group(t, stage), m - 1);

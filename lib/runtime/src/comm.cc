@@ -22,9 +22,12 @@
 #include <cstdio>
 
 #include <algorithm>
-#include <stdexcept>
 #include <array>
 #include <atomic>
+#include <exception>
+#include <memory>
+#include <stdexcept>
+#include <thread>
 
 #include "weft/core/assert.h"
 
@@ -71,9 +74,21 @@ std::atomic<int64_t> g_blocked_ns{0};
 
 double comm_blocked_s() { return 1e-9 * static_cast<double>(g_blocked_ns.load(std::memory_order_relaxed)); }
 
+namespace {
+std::atomic<bool> g_settle_work{false};
+}  // namespace
+
+void settle_work_on_wait(bool on) { g_settle_work.store(on, std::memory_order_relaxed); }
+
 void wait_work(const c10::intrusive_ptr<c10d::Work>& w) {
   const auto t = std::chrono::steady_clock::now();
   w->wait();
+  if (g_settle_work.load(std::memory_order_relaxed)) {
+    // Gloo's worker thread still holds the work (and the tensors it was given) for a moment after
+    // it completes; let it go first, so the tensors are freed on this thread (bounded: 50 ms).
+    const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(50);
+    while (w.use_count() > 1 && std::chrono::steady_clock::now() < until) std::this_thread::yield();
+  }
   g_blocked_ns.fetch_add(std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t).count(),
                          std::memory_order_relaxed);
 }
@@ -87,6 +102,49 @@ void Pending::wait() {
   keep_.clear();
   then_ = nullptr;
 }
+
+namespace {
+
+// Gloo completes a send only inside its wait(): isCompleted() stays false until then, so a sender
+// polling Pending::completed() could never let go of what its peer already received (1F1B's first
+// stage would keep every micro-batch's output until the step ends). This waits on its own thread
+// and says when the send is through; wait() joins that. A dropped one leaves its thread to finish
+// (or fail with the transport) on its own, holding the state it shares.
+class WaitedInBackground : public c10d::Work {
+ public:
+  explicit WaitedInBackground(c10::intrusive_ptr<c10d::Work> w) : state_(std::make_shared<State>()) {
+    state_->inner = std::move(w);
+    thread_ = std::thread([s = state_] {
+      try {
+        s->inner->wait();
+      } catch (...) {
+        s->error = std::current_exception();
+      }
+      s->inner.reset();
+      s->done.store(true, std::memory_order_release);
+    });
+  }
+  ~WaitedInBackground() override {
+    if (thread_.joinable()) thread_.detach();
+  }
+  bool isCompleted() override { return state_->done.load(std::memory_order_acquire); }
+  bool wait(std::chrono::milliseconds) override {
+    if (thread_.joinable()) thread_.join();
+    if (state_->error) std::rethrow_exception(state_->error);
+    return true;
+  }
+
+ private:
+  struct State {
+    c10::intrusive_ptr<c10d::Work> inner;
+    std::exception_ptr error;
+    std::atomic<bool> done{false};
+  };
+  std::shared_ptr<State> state_;
+  std::thread thread_;
+};
+
+}  // namespace
 
 namespace {
 
@@ -255,8 +313,7 @@ class GlooComm final : public Comm {
 
   Pending send(const at::Tensor& t, int peer, int tag) override {
     std::vector<at::Tensor> v{t.contiguous()};
-    auto w = pg_->send(v, peer, tag);
-    return Pending(w, v);
+    return Pending(c10::make_intrusive<WaitedInBackground>(pg_->send(v, peer, tag)), v);
   }
 
   void recv(at::Tensor& t, int peer, int tag) override {

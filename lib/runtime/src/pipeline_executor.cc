@@ -59,7 +59,16 @@ double run_pipeline_step(const std::vector<PipeAction>& actions, PipelineStage& 
     if (local(vs(c) - 1)) handed_grad[k] = dx;
     else sends.push_back(comm.send(dx, peer(vs(c) - 1), tag(vs(c) - 1, k) + 1));
   };
+  // A send keeps its tensor until it is waited on: let go of those the peer has received, so a
+  // stage holds no more than the micro-batches in flight (1F1B's first stage would otherwise keep
+  // every micro-batch's output until the step ends).
+  auto release_sent = [&] {
+    for (Pending& s : sends)
+      if (!s.done() && s.completed()) s.wait();
+    sends.erase(std::remove_if(sends.begin(), sends.end(), [](const Pending& s) { return s.done(); }), sends.end());
+  };
   for (size_t ai = 0; ai < actions.size(); ++ai) {
+    release_sent();
     const PipeAction& a = actions[ai];
     const int k = a.micro_batch, c = a.chunk;
     const size_t i = static_cast<size_t>(c) * m + k;

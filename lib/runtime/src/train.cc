@@ -426,6 +426,7 @@ Status train(const TrainOptions& given) {
   if (given.measure_memory) {
     cpu_memory = std::make_shared<CpuMemory>();
     cpu_memory_guard.emplace(c10::DebugInfoKind::PROFILER_STATE, cpu_memory);
+    settle_work_on_wait(true);
   }
   auto plan_r = load_plan(given, env);
   if (!plan_r.ok()) return plan_r.error();

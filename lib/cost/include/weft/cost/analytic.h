@@ -73,6 +73,14 @@ struct AnalyticOptions {
   // kernel of their own (PyTorch's AccumulateGrad, as in weft's runtime: 3 e bytes per parameter per
   // backward; docs/cost-model.md §2.3).
   bool fused_grad_accumulation = true;
+  // Megatron-SP's column-parallel linears keep their input's sequence shard and all-gather it again
+  // in backward (Megatron-LM), or keep the gathered input (weft's runtime; ActivationOptions::
+  // sp_gathered_inputs).
+  bool sp_regather_inputs = true;
+  // Price one layer's backward working set (layer_backward_transient_bytes) as a transient: weft's
+  // runtime, whose allocations were traced to it; the other frameworks' figures are held against
+  // their published memory (data/reference) without it.
+  bool backward_transient = false;
   // The loss over an fp32 copy of the logits as Megatron's and PyTorch's cross entropy run it, or
   // weft's runtime's own eager one (§2.3: in fp32, after a cast of the logits when the compute
   // dtype is narrower).

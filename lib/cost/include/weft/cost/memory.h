@@ -162,6 +162,10 @@ struct ActivationOptions {
   // element) for the weight gradient instead of 16-bit ones; the attention kernel's own output stays
   // 16-bit beside the output projection's fp8 input.
   bool fp8_gemm_inputs = false;
+  // Under Megatron-SP the column-parallel linears (QKV, FC1) save the all-gathered input for their
+  // weight gradient (weft's runtime) instead of the sequence shard Megatron keeps and gathers again
+  // in backward (Korthikanti et al. 2022, section 4.2.2).
+  bool sp_gathered_inputs = false;
 };
 
 // One matmul of a layer's forward on one device, per token: n output and k reduction elements.
@@ -190,6 +194,15 @@ Bytes layer_activation_bytes(const LayerShape& s, const LayerStrategy& st, const
 // ring, runtime/ops.cc).
 Bytes ring_attention_transient_bytes(const LayerShape& s, const LayerStrategy& st, const ActivationOptions& o);
 
+// What one layer's backward holds beyond the saved activations at its peak, the FFN's down
+// projection's backward (where weft's runtime peaks, traced in its allocations): the gradient
+// arriving at the layer's output (all-gathered under Megatron-SP, for the row-parallel
+// projection), the gradient of the down projection's input and, with `weight_grad_copy` (weight
+// gradients added into the gradient buffer by AccumulateGrad, not accumulated by the GEMM), the
+// projection's weight gradient before it is added in. Once per device, a transient.
+Bytes layer_backward_transient_bytes(const LayerShape& s, const LayerStrategy& st, const ActivationOptions& o,
+                                     bool weight_grad_copy);
+
 // Micro-batches whose activations a device group holds at its peak:
 //   GPipe: m; 1F1B: min(m, pp - group); interleaved with v chunks: Megatron-LM's warm-up depth
 //   min(m*v, 2*(pp - group - 1) + (v - 1)*pp + 1) chunk-micro-batches, spread over its v chunks,
@@ -212,17 +225,23 @@ double micro_batches_in_flight(const TrainSettings& t, int stage);
 // split backward defers the norms' scales too). Tensors of hidden width are split over the sequence by cp * ulysses (* tp with sequence
 // parallelism), those of the heads or the FFN width by tp; elements of o.elem_bytes (the
 // activation dtype; an fp8 run keeps these in 16 bits too, priced the same).
-Bytes weight_grad_state_bytes(const LayerShape& s, const LayerStrategy& st, const ActivationOptions& o);
+// With `with_inputs` false: the output gradients alone.
+Bytes weight_grad_state_bytes(const LayerShape& s, const LayerStrategy& st, const ActivationOptions& o,
+                              bool with_inputs = true);
+// Whether a waiting W state counts the linears' inputs too (false under zb-v, whose W follows its
+// B while the inputs are still counted as the micro-batch's activations).
+bool weight_grad_inputs_held(const TrainSettings& t);
 
 // Micro-batches whose W state (weight_grad_state_bytes) a device group holds at its peak besides
 // micro_batches_in_flight: ZB-H1 defers the W of device group g by g micro-batches, so up to
-// min(g, m - 1) of them wait; 0 on group 0. ZB-V runs each W right after its B in the steady state,
-// so one chunk-micro-batch's W state sits beside 2 pp - 1 of activations: 0.5 on each of the
-// group's two chunks, which with micro_batches_in_flight covers both states of the steady state
-// (2 pp activations after a forward; 2 pp - 1 and one W state after a B). Not priced: ZB-V's
-// cool-down, which runs the B passes of group g's last 2 g + 1 chunk-micro-batches before their W;
-// it holds more than this only where a chunk-micro-batch's W state outweighs its activations (full
-// recompute). 0 under every other schedule.
+// min(g, m - 1) of them wait; 0 on group 0. ZB-V runs each W right after its B in the steady state:
+// one chunk-micro-batch's W state per group, 0.5 on each of its two chunks, of which only the
+// output gradients are new (weight_grad_inputs_held false): the linears' inputs are that
+// chunk-micro-batch's activations, still counted in flight. Not priced: ZB-V's cool-down, which
+// runs the B passes of group g's last 2 g + 1 chunk-micro-batches before their W; it holds more
+// than this only where a chunk-micro-batch's W state outweighs its activations (full recompute).
+// 0 under every other schedule. (Measured on weft's runtime: RuntimeMemory.ZeroBubbleV* and
+// RuntimeMemory.ZeroBubbleWeightGradientState*, tests/runtime/memory_test.cc.)
 double pending_weight_grads(const TrainSettings& t, int stage);
 
 }  // namespace weft

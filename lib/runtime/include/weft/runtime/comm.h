@@ -44,6 +44,12 @@ class Pending {
 
 // Waits for a transport operation, counting the time blocked in comm_blocked_s().
 void wait_work(const c10::intrusive_ptr<c10d::Work>& w);
+// --measure-memory counts what this thread allocates and frees (c10's memory reporting is per
+// thread), but Gloo's worker thread drops its reference to a finished work a moment after waking
+// the waiter, and when it drops the last one the tensors the work holds are freed there, unseen,
+// which inflates the count by chance. With `on`, wait_work() then waits (at most 50 ms) until the
+// caller holds the work alone. Off by default: a run that does not measure never waits for it.
+void settle_work_on_wait(bool on);
 // Seconds this process has spent blocked waiting for collectives and point-to-point operations
 // (every wait of a Comm or a Pending), from its start; rises monotonically. The --slow test hook
 // subtracts it from a pass's time to get the rank's own compute.
