@@ -159,7 +159,8 @@ void expect_activations(Plan p, const std::string& name) {
   p.train.seq = 256;
   ASSERT_TRUE(validate(p).ok()) << validate(p).error().message;
   const std::string dir = temp_dir(name);
-  const RunResult r = train_plan(p, dir, name, 2, " --device cpu --measure-memory");
+  const std::string precision = p.train.dtype == DType::kBf16 ? " --precision bf16" : "";
+  const RunResult r = train_plan(p, dir, name, 2, " --device cpu --measure-memory" + precision);
   std::filesystem::remove_all(dir);
   ASSERT_EQ(r.status, 0) << r.output;
   ASSERT_TRUE(r.summary.is_object()) << r.output;
@@ -170,10 +171,16 @@ void expect_activations(Plan p, const std::string& name) {
   for (int rank = 0; rank < p.world_size(); ++rank) {
     const double got = static_cast<double>(r.summary["ranks"][rank].at("step_peak_cpu_bytes").get<int64_t>());
     const MemoryBreakdown& m = e.stages[rank / S].memory;
-    const double want = m.activations.value() + m.transient.value();
-    std::printf("%s rank %d: step allocates %.1f MB, the model %.1f MB (activations %.1f, transient %.1f): %+.1f %%\n",
+    // Mixed precision casts the fp32 parameters (the optimizer's master copy) to bf16 at the start
+    // of each step and keeps the copies to its end: 2 bytes per parameter the rank holds (its
+    // param_bytes are 4 per parameter, equal to the model's: ZeroStagesShardWhatTheModelSays).
+    const double copies =
+        p.train.dtype == DType::kBf16 ? r.summary["ranks"][rank].at("param_bytes").get<int64_t>() / 2.0 : 0.0;
+    const double want = m.activations.value() + m.transient.value() + copies;
+    std::printf("%s rank %d: step allocates %.1f MB, the model %.1f MB (activations %.1f, transient %.1f, bf16 "
+                "weights %.1f): %+.1f %%\n",
                 name.c_str(), rank, got / 1e6, want / 1e6, m.activations.value() / 1e6, m.transient.value() / 1e6,
-                100 * (got / want - 1));
+                copies / 1e6, 100 * (got / want - 1));
     EXPECT_NEAR(got, want, 0.1 * want) << name << " rank " << rank;
   }
 }
@@ -242,7 +249,8 @@ TEST(RuntimeMemory, ZeroBubbleVActivationsAsTheModelSays) {
         transient = std::max(transient, e.stages[s].memory.transient.value());
       }
     const double want = act + transient;
-    std::printf("zb-v rank %d: step allocates %.1f MB, the model %.1f MB (activations %.1f, transient %.1f): %+.1f %%\n",
+    std::printf("zb-v rank %d: step allocates %.1f MB, the model %.1f MB (activations %.1f, transient %.1f): "
+                "%+.1f %%\n",
                 rank, got / 1e6, want / 1e6, act / 1e6, transient / 1e6, 100 * (got / want - 1));
     EXPECT_NEAR(got, want, 0.1 * want) << "rank " << rank;
   }
@@ -263,8 +271,8 @@ TEST(RuntimeMemory, ActivationsAsTheModelSaysUlysses2) {
 // Full recompute: every layer's input, and in the backward of one layer its recomputed activations
 // with the backward's working set on top.
 TEST(RuntimeMemory, ActivationsAsTheModelSaysRecomputeFull) {
-  expect_activations(uniform(activation_gpt(), 1, 1, strat(1, 1, 1, false, 0, Recompute::kFull), {}, Schedule::k1F1B, 4, 1),
-                     "act_rc_full");
+  const LayerStrategy rc = strat(1, 1, 1, false, 0, Recompute::kFull);
+  expect_activations(uniform(activation_gpt(), 1, 1, rc, {}, Schedule::k1F1B, 4, 1), "act_rc_full");
 }
 TEST(RuntimeMemory, ActivationsAsTheModelSaysRecomputeSelective) {
   expect_activations(
@@ -276,6 +284,27 @@ TEST(RuntimeMemory, ActivationsAsTheModelSaysRecomputeSelective) {
 // backward, not at the loss).
 TEST(RuntimeMemory, ActivationsAsTheModelSaysPipeline2OneFOneB) {
   expect_activations(uniform(activation_gpt(), 2, 2, strat(1, 1), {}, Schedule::k1F1B, 8, 8), "act_pp2");
+}
+
+// bf16 mixed precision (--precision bf16): 2-byte activations, the loss's logits in fp32, and the
+// bf16 copies of the parameters the step casts.
+Plan in_bf16(Plan p) {
+  p.train.dtype = DType::kBf16;
+  return p;
+}
+TEST(RuntimeMemory, ActivationsAsTheModelSaysBf16OneRank) {
+  expect_activations(in_bf16(uniform(activation_gpt(), 1, 1, strat(1, 1), {}, Schedule::k1F1B, 4, 1)), "act_bf16");
+}
+TEST(RuntimeMemory, ActivationsAsTheModelSaysBf16Tp2SequenceParallel) {
+  expect_activations(in_bf16(uniform(activation_gpt(), 2, 1, strat(2, 1, 1, true), {}, Schedule::k1F1B, 4, 1)),
+                     "act_bf16_tp2sp");
+}
+TEST(RuntimeMemory, ActivationsAsTheModelSaysBf16Pipeline2OneFOneB) {
+  expect_activations(in_bf16(uniform(activation_gpt(), 2, 2, strat(1, 1), {}, Schedule::k1F1B, 8, 8)), "act_bf16_pp2");
+}
+TEST(RuntimeMemory, ActivationsAsTheModelSaysBf16RecomputeFull) {
+  const LayerStrategy rc = strat(1, 1, 1, false, 0, Recompute::kFull);
+  expect_activations(in_bf16(uniform(activation_gpt(), 1, 1, rc, {}, Schedule::k1F1B, 4, 1)), "act_bf16_rc");
 }
 
 // A stage lets go of each activation it sent once the next stage has it: what a step allocates

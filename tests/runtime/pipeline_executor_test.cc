@@ -105,8 +105,9 @@ TEST_P(PipelineExecutor, TwoStagesGiveTheLossAndGradientsOfOneModel) {
   FakeComm c0(mb, 0), c1(mb, 1);
   FakeStage s0(true, false, 2.0f), s1(false, true, 3.0f);
   double loss0 = -1, loss1 = -1;
-  std::thread t0([&] { loss0 = run_pipeline_step(pipeline_actions(GetParam(), 2, 0, m), s0, {&c0, {0, 1}, 0, GetParam()}, divisor); });
-  std::thread t1([&] { loss1 = run_pipeline_step(pipeline_actions(GetParam(), 2, 1, m), s1, {&c1, {0, 1}, 1, GetParam()}, divisor); });
+  const Schedule sc = GetParam();
+  std::thread t0([&] { loss0 = run_pipeline_step(pipeline_actions(sc, 2, 0, m), s0, {&c0, {0, 1}, 0, sc}, divisor); });
+  std::thread t1([&] { loss1 = run_pipeline_step(pipeline_actions(sc, 2, 1, m), s1, {&c1, {0, 1}, 1, sc}, divisor); });
   t0.join();
   t1.join();
 
