@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <fstream>
 #include <numeric>
 #include <optional>
 
@@ -156,6 +157,45 @@ INSTANTIATE_TEST_SUITE_P(Searched, PlannedPlans,
                              if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
                            return n;
                          });
+
+// The relied-on path end to end: `weft plan ... --out P` with --schedule zb-v, --schedule
+// interleaved --vp 2, --cp 2 and --ulysses 2 writes a plan that `weft launch -n N -- weft train
+// --plan P` trains, on a tiny model given as a weft model JSON (4 ranks of a100-80gb: the runtime
+// runs the plan's structure on the CPU).
+TEST(PlannedCli, PlansWrittenWithOutTrainUnderLaunch) {
+  const std::string dir = temp_dir("planned_cli");
+  ModelSpec m = tiny_llama(8);
+  m.name = "tiny-cli";
+  {
+    std::ofstream f(dir + "/model.json");
+    f << to_json(m).dump(2);
+  }
+  struct Want {
+    std::string name, flags, field;
+    Json value;
+  };
+  const std::vector<Want> wants{
+      {"zbv", " --pp 2 --schedule zb-v", "/train/schedule", "zb-v"},
+      {"interleaved", " --pp 2 --schedule interleaved --vp 2", "/train/vp", 2},
+      {"cp", " --pp 1 --cp 2", "/stages/0/layers/0/cp", 2},
+      {"ulysses", " --pp 1 --ulysses 2", "/stages/0/layers/0/ulysses", 2},
+  };
+  for (const Want& w : wants) {
+    const std::string plan = dir + "/" + w.name + ".json";
+    const RunResult planned = run(std::string(WEFT_CLI) + " plan --model " + dir + "/model.json --cluster a100-80gb " +
+                                  "--gpus 4 --seq 16 --global-batch 8" + w.flags + " --out " + plan);
+    ASSERT_EQ(planned.status, 0) << w.name << "\n" << planned.output;
+    auto p = read_plan_file(plan);
+    ASSERT_TRUE(p.ok()) << w.name << ": " << p.error().message;
+    EXPECT_EQ(to_json(*p).at(Json::json_pointer(w.field)), w.value) << w.name;
+    const RunResult trained = run(std::string(WEFT_CLI) + " launch -n 4 -- " + WEFT_CLI + train_flags(2) +
+                                  " --plan " + plan);
+    ASSERT_EQ(trained.status, 0) << w.name << "\n" << trained.output;
+    ASSERT_EQ(trained.losses.size(), 2u) << w.name << "\n" << trained.output;
+    EXPECT_TRUE(std::isfinite(trained.losses.back())) << w.name;
+  }
+  std::filesystem::remove_all(dir);
+}
 
 }  // namespace
 }  // namespace weft::rttest
