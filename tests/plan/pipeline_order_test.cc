@@ -212,6 +212,7 @@ TEST(PipelineSchedule, ZeroBubbleVPlacesTheChunksInAV) {
         EXPECT_EQ(stage_chunk(s, 4, vs), c) << to_string(s) << " " << vs;
       }
   EXPECT_EQ(stage_device_group(Schedule::kZbV, 4, 4), 3);  // the turn: virtual stages 3 and 4 on group 3
+  EXPECT_DEATH(stage_device_group(Schedule::kZbV, 4, 8), "zb-v has 8 virtual stages, asked for 8");
   EXPECT_EQ(stage_device_group(Schedule::k1F1B, 4, 2), 2);
   EXPECT_EQ(stage_chunk(Schedule::k1F1B, 4, 2), 0);
   // The last group of 2 with 4 micro-batches: 1 forward of chunk 0, then (F1, F0) once, then

@@ -127,7 +127,11 @@ int virtual_stage(Schedule s, int stages, int stage, int chunk) {
 int stage_device_group(Schedule s, int stages, int vstage) {
   WEFT_ASSERT(stages >= 1 && vstage >= 0, "stage_device_group: virtual stage " + std::to_string(vstage) + " of " +
                                               std::to_string(stages) + " device groups");
-  if (s == Schedule::kZbV && vstage >= stages) return std::max(0, 2 * stages - 1 - vstage);
+  if (s == Schedule::kZbV && vstage >= stages) {
+    WEFT_ASSERT(vstage < 2 * stages, "stage_device_group: zb-v has " + std::to_string(2 * stages) +
+                                         " virtual stages, asked for " + std::to_string(vstage));
+    return 2 * stages - 1 - vstage;
+  }
   return vstage % stages;
 }
 

@@ -29,7 +29,7 @@ int virtual_stage(Schedule s, int stages, int stage, int chunk);
 // and 2 stages - 1 - vstage after it, so that group 0 holds the first and the last virtual stage
 // (the embedding and the head) and group stages - 1 the two at the turn. Every place that maps a
 // virtual stage to its devices asks this (through stage_group(), weft/plan/plan.h, where a plan is
-// at hand). Precondition (WEFT_ASSERT): stages >= 1, vstage >= 0.
+// at hand). Precondition (WEFT_ASSERT): stages >= 1, vstage >= 0 (and < 2 stages under zb-v).
 int stage_device_group(Schedule s, int stages, int vstage);
 // Which model chunk of its device group virtual stage `vstage` is: vstage / stages, or under zb-v
 // 0 before the turn and 1 after it.
