@@ -372,12 +372,28 @@ TEST(RuntimeGradSync, Zero2HoldsOnlyTheGradientShard) {
 
 // ---- stragglers ----
 
+// tiny_gpt with `layers` layers of `hidden` (4 heads, FFN 4 x hidden, vocab = hidden) up to
+// sequence 64: compute that grows with the batch and is large enough that four ranks on two cores
+// measure it steadily.
+ModelSpec wider_gpt(int layers, int hidden) {
+  ModelSpec m = tiny_gpt(layers);
+  m.hidden = hidden;
+  m.vocab = hidden;
+  m.max_seq = 64;
+  m.groups[0].shape.hidden = hidden;
+  m.groups[0].shape.head_dim = hidden / 4;
+  m.groups[0].shape.ffn = 4 * hidden;
+  return m;
+}
+
 // A rank made three times slower (--slow) is named in the log after three steps, its compute time
 // per step (in every step's JSON and the summary's mean) stands out, and the losses are those of
 // the run without it, bit for bit. (A margin of 1.6: four ranks sharing this machine's two cores see
 // their own compute vary by half from step to step.)
 TEST(RuntimeStragglers, ASlowRankIsNamedAndChangesNothingElse) {
-  const Plan p = uniform(tiny_gpt(), 4, 1, strat(1, 4), {}, Schedule::k1F1B, 8, 2);
+  // Enough compute per step that four ranks on two cores measure it steadily: with tiny_gpt's the
+  // scheduler's jitter alone sometimes made a rank 1.6 times slower than the others.
+  const Plan p = uniform(wider_gpt(2, 256), 4, 1, strat(1, 4), {}, Schedule::k1F1B, 8, 2);
   const std::string dir = temp_dir("stragglers");
   const RunResult base = train_plan(p, dir, "base", 6, " --straggler-margin 1.6");
   const RunResult slow = train_plan(p, dir, "slow", 6, " --slow 1:3 --straggler-margin 1.6");
@@ -409,19 +425,6 @@ TEST(RuntimeStragglers, ASlowRankIsNamedAndChangesNothingElse) {
   EXPECT_NE(bad.output.find("rank 3 is outside the job's 1 ranks"), std::string::npos) << bad.output;
 }
 
-// tiny_gpt with `layers` layers of `hidden` (4 heads, FFN 4 x hidden, vocab = hidden) up to
-// sequence 64: compute that grows with the batch and is large enough that four ranks on two cores
-// measure it steadily.
-ModelSpec wider_gpt(int layers, int hidden) {
-  ModelSpec m = tiny_gpt(layers);
-  m.hidden = hidden;
-  m.vocab = hidden;
-  m.max_seq = 64;
-  m.groups[0].shape.hidden = hidden;
-  m.groups[0].shape.head_dim = hidden / 4;
-  m.groups[0].shape.ffn = 4 * hidden;
-  return m;
-}
 
 // Rank 0's per-step JSON objects that carry a plan switch (--adapt), in step order.
 std::vector<Json> switched_steps(const std::string& output) {
