@@ -123,6 +123,45 @@ TEST(HfConfig, Qwen2MoeSharedExperts) {
   EXPECT_LT(std::abs(active_params(m) - 2.7e9) / 2.7e9, 0.01) << active_params(m);
 }
 
+// Qwen3-30B-A3B (its Hugging Face config.json): 128 experts of 768, top 8, no shared expert, head
+// width 128 given apart from hidden / heads (32 x 128 = 4096 against hidden 2048), no Q/K/V biases.
+TEST(HfConfig, Qwen3Moe) {
+  testing::internal::CaptureStderr();
+  const ModelSpec m = load("qwen3-30b-a3b.config.json");
+  const std::string err = testing::internal::GetCapturedStderr();
+  EXPECT_EQ(err, "") << "qwen3_moe is a known model_type";
+  ASSERT_EQ(m.groups.size(), 1u);
+  const LayerShape& s = m.groups[0].shape;
+  EXPECT_EQ(m.groups[0].count, 48);
+  EXPECT_EQ(s.heads, 32);
+  EXPECT_EQ(s.kv_heads, 4);
+  EXPECT_EQ(s.head_dim, 128);
+  EXPECT_FALSE(s.bias);
+  EXPECT_FALSE(s.qkv_bias);
+  EXPECT_EQ(s.moe.experts, 128);
+  EXPECT_EQ(s.moe.top_k, 8);
+  EXPECT_EQ(s.moe.expert_ffn, 768);
+  EXPECT_EQ(s.moe.shared_experts, 0);
+  EXPECT_FALSE(m.tied_embeddings);
+  // "Number of Parameters: 30.5B in total and 3.3B activated" (the model card).
+  EXPECT_LT(std::abs(total_params(m) - 30.5e9) / 30.5e9, 0.005) << total_params(m);
+  EXPECT_LT(std::abs(active_params(m) - 3.3e9) / 3.3e9, 0.02) << active_params(m);
+  // The dense Qwen3 reads as a Llama-style decoder with its own head width, the class name alone
+  // naming the type too.
+  Json dense = read_json_file(kData + "/qwen3-30b-a3b.config.json");
+  dense.erase("model_type");
+  dense["architectures"] = {"Qwen3ForCausalLM"};
+  for (const char* k : {"num_experts", "num_experts_per_tok", "moe_intermediate_size", "decoder_sparse_step"})
+    dense.erase(k);
+  testing::internal::CaptureStderr();
+  const ModelSpec d = model_from_hf_config(dense).value();
+  EXPECT_EQ(testing::internal::GetCapturedStderr(), "");
+  EXPECT_FALSE(d.groups[0].shape.moe.enabled());
+  EXPECT_EQ(d.groups[0].shape.ffn, 6144);
+  EXPECT_EQ(d.groups[0].shape.head_dim, 128);
+  EXPECT_FALSE(d.groups[0].shape.qkv_bias);
+}
+
 TEST(HfConfig, Qwen2MoeDenseLayersBecomeSeparateGroups) {
   Json j = read_json_file(kData + "/qwen1.5-moe-a2.7b.config.json");
   j["mlp_only_layers"] = {0, 1};

@@ -15,10 +15,13 @@ namespace weft {
 namespace {
 
 // Families weft reads. kGeneric is an unknown model_type that carries the Llama-style keys.
-enum class Family { kLlama, kMistral, kQwen2, kQwen2Moe, kMixtral, kDeepseek, kGpt2, kBert, kT5, kGeneric };
+enum class Family {
+  kLlama, kMistral, kQwen2, kQwen2Moe, kQwen3, kQwen3Moe, kMixtral, kDeepseek, kGpt2, kBert, kT5, kGeneric
+};
 
 const char* kKnownTypes =
-    "llama, mistral, qwen2, qwen2_moe, mixtral, deepseek_v2, deepseek_v3, gpt2, bert, roberta, t5, mt5";
+    "llama, mistral, qwen2, qwen2_moe, qwen3, qwen3_moe, mixtral, deepseek_v2, deepseek_v3, gpt2, bert, roberta, "
+    "t5, mt5";
 
 void warn(const std::string& msg) { std::fprintf(stderr, "weft: warning: %s\n", msg.c_str()); }
 
@@ -66,6 +69,8 @@ std::optional<Family> family_of(const std::string& t) {
   if (t == "mistral") return Family::kMistral;
   if (t == "qwen2") return Family::kQwen2;
   if (t == "qwen2_moe") return Family::kQwen2Moe;
+  if (t == "qwen3") return Family::kQwen3;
+  if (t == "qwen3_moe") return Family::kQwen3Moe;
   if (t == "mixtral") return Family::kMixtral;
   if (t == "deepseek_v2" || t == "deepseek_v3") return Family::kDeepseek;
   if (t == "gpt2") return Family::kGpt2;
@@ -77,6 +82,7 @@ std::optional<Family> family_of(const std::string& t) {
 // "LlamaForCausalLM" -> "llama" for configs that name only the architecture.
 std::string type_from_architecture(const std::string& a) {
   const std::pair<const char*, const char*> prefixes[] = {
+      {"Qwen3Moe", "qwen3_moe"}, {"Qwen3", "qwen3"},
       {"Qwen2Moe", "qwen2_moe"}, {"Qwen2", "qwen2"},     {"Llama", "llama"},   {"Mistral", "mistral"},
       {"Mixtral", "mixtral"},    {"DeepseekV3", "deepseek_v3"}, {"DeepseekV2", "deepseek_v2"},
       {"GPT2", "gpt2"},          {"Bert", "bert"},       {"Roberta", "roberta"}, {"MT5", "mt5"},
@@ -159,7 +165,8 @@ void add_layer_runs(ModelSpec& m, int layers, const LayerShape& dense, const Lay
   }
 }
 
-// Llama, Mistral, Qwen2, Qwen2-MoE, Mixtral, DeepSeek and unknown decoders with the same keys.
+// Llama, Mistral, Qwen2, Qwen2-MoE, Qwen3, Qwen3-MoE, Mixtral, DeepSeek and unknown decoders with the
+// same keys.
 ModelSpec llama_like(const JsonObj& o, Family fam, const std::string& type) {
   ModelSpec m;
   m.vocab = positive(o, "vocab_size");
@@ -210,7 +217,9 @@ ModelSpec llama_like(const JsonObj& o, Family fam, const std::string& type) {
     moe.moe.top_k = static_cast<int>(positive(o, "num_experts_per_tok"));
     moe.moe.expert_ffn = dense.ffn;
     std::fill(is_moe.begin(), is_moe.end(), true);
-  } else if (fam == Family::kQwen2Moe) {
+  } else if (fam == Family::kQwen2Moe || fam == Family::kQwen3Moe) {
+    // Qwen3-MoE has Qwen2-MoE's keys without the shared expert (and without Q/K/V biases, above;
+    // its per-head Q/K norms are 2 x head_dim weights a layer, left out).
     dense.ffn = positive(o, "intermediate_size");
     const long long experts = opt_int(o, "num_experts").value_or(0);
     if (experts > 0) {
