@@ -144,10 +144,6 @@ class WaitedInBackground : public c10d::Work {
   std::thread thread_;
 };
 
-}  // namespace
-
-namespace {
-
 std::string group_name(const std::vector<int>& ranks) {
   std::string s = "g";
   for (int r : ranks) s += "_" + std::to_string(r);

@@ -565,7 +565,7 @@ at::Tensor Model::layer_forward(const LayerCtx& L, const at::Tensor& x0, bool re
 at::Tensor Model::head_loss(const at::Tensor& x_in, const at::Tensor& targets) {
   const LayerStrategy& e = plan_.embedding;
   const bool tp = e.tp > 1, sp = e.sp && tp;
-  at::Tensor x = redistribute(x_in, *stage_comm_, output_layout(chunks() - 1), *emb_layout_);  // the head's chunk
+  at::Tensor x = redistribute(x_in, *stage_comm_, output_layout(chunks() - 1), *emb_layout_);
   Unit* head = find_unit("head");
   at::Tensor head_full, table_full;
   std::vector<at::Tensor> w = head->weights(&head_full);

@@ -47,8 +47,8 @@ double run_pipeline_step(const std::vector<PipeAction>& actions, PipelineStage& 
   // The gradient of the output of (c, k): from the loss on the last virtual stage, else received.
   auto output_grad = [&](int c, int k) {
     if (last(c)) return at::Tensor();
-    const at::Tensor& y = yout[c * m + k];
     if (local(vs(c) + 1)) return std::exchange(handed_grad[k], at::Tensor());
+    const at::Tensor& y = yout[c * m + k];
     at::Tensor dy = at::empty(y.sizes(), y.options());
     comm.recv(dy, peer(vs(c) + 1), tag(vs(c), k) + 1);
     return dy;
