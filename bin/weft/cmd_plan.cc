@@ -66,7 +66,7 @@ Json device_groups_json(const HeteroEstimate& e) {
                      {"ranks", g.ranks},
                      {"slowest", g.slowest},
                      {"layers", g.layers},
-                     {"samples_per_micro_batch", g.samples},
+                     {"samples_per_step", g.samples},
                      {"time_s", g.time_s},
                      {"memory_gib", g.memory_gib},
                      {"memory_budget_gib", g.budget_gib}});
@@ -81,7 +81,7 @@ std::string device_groups_table(const Plan& p, const HeteroEstimate& e) {
                (S(g.first_rank) + "-" + S(g.first_rank + g.ranks - 1)).c_str(), g.slowest, g.layers, g.samples,
                duration_text(g.time_s).c_str(), g.memory_gib, g.budget_gib);
   }
-  out += "samples: of each micro-batch of " + S(p.train.pipeline_micro_batch()) +
+  out += "samples: of each step's " + S(p.train.global_batch) +
          ", per stage its groups run; busy/step: the busiest data-parallel replica of a stage on it,\n"
          "compute and communication summed (gradient traffic that overlaps the backward included, so it can\n"
          "exceed the step)\n";
@@ -563,7 +563,7 @@ void run_estimate(const EstimateFlags& f, const CLI::App& cmd) {
                     "stragglers given here (--straggler, a cluster file or a profile's measured speeds)");
   }
   // Galvatron's model: its exact accounting (the plan's own task and buffer).
-  const Estimate e = p.devices ? hetero_estimate(p, in.cost()).total : unwrap(galvatron::estimate_with(in.setup, p));
+  const Estimate e = p.devices || !p.train.dp_shares.empty() ? hetero_estimate(p, in.cost()).total : unwrap(galvatron::estimate_with(in.setup, p));
   annotate(p, e, in.cost());
   if (!f.out.empty()) check(write_plan_file(f.out, p));
   if (f.format == "json") {

@@ -160,6 +160,46 @@ TEST(PlanJson, UnevenDataParallelShares) {
       << message_of(validate(bad));
 }
 
+// train.dp_micro_batches: micro-batches per replica, written only when given, needing shares, and
+// checked against the replicas, the plan's micro-batches and the global batch.
+TEST(PlanJson, MicroBatchesPerReplica) {
+  Plan p = uniform_plan(LayerStrategy{.dp = 8}, 1, 8, 64);  // one sample per replica per micro-batch
+  EXPECT_FALSE(to_json(p).at("train").contains("dp_micro_batches"));
+  p.train.dp_shares = {1, 1, 1, 1, 1, 1, 1, 1};
+  p.train.dp_micro_batches = {9, 5, 9, 9, 8, 8, 8, 8};  // 64 samples; 9 micro-batches, which do not divide 64
+  p.train.micro_batches = 9;
+  ASSERT_TRUE(validate(p).ok()) << validate(p).error().message;
+  auto back = plan_from_json(to_json(p));
+  ASSERT_TRUE(back.ok()) << back.error().message;
+  EXPECT_EQ(back.value(), p);
+  EXPECT_EQ(shares_label(p.train), "1:1:1:1:1:1:1:1 x 9:5:9:9:8:8:8:8 micro-batches");
+  // Where each micro-batch's samples lie: replica 1 passes through micro-batches 5 to 8 empty.
+  EXPECT_EQ(p.train.replica_rows(8, 1, 4), 1);
+  EXPECT_EQ(p.train.replica_rows(8, 1, 5), 0);
+  EXPECT_EQ(p.train.micro_batch_rows(8, 5), 7);
+  EXPECT_EQ(p.train.micro_batch_rows(8, 8), 3);
+  EXPECT_EQ(p.train.micro_batch_offset(8, 6), 5 * 8 + 7);
+  EXPECT_EQ(p.train.replica_samples(8, 1), 5);
+  auto msg = [](Plan q) { return message_of(validate(q)); };
+  Plan bad = p;
+  bad.train.dp_micro_batches = {9, 5, 9, 9, 8, 8, 8};
+  EXPECT_NE(msg(bad).find("train.dp_micro_batches: 7 counts for 8 replicas"), std::string::npos) << msg(bad);
+  bad.train.dp_micro_batches = {9, 5, 9, 9, 8, 8, 8, 7};
+  EXPECT_NE(msg(bad).find("shares x counts sum to 63 samples but the global batch is 64"), std::string::npos)
+      << msg(bad);
+  bad.train.dp_micro_batches = {10, 4, 9, 9, 8, 8, 8, 8};
+  EXPECT_NE(msg(bad).find("train.dp_micro_batches[0]: must be 0..9 (train.micro_batches), got 10"), std::string::npos)
+      << msg(bad);
+  bad = p;
+  bad.train.micro_batches = 10;
+  EXPECT_NE(msg(bad).find("train.micro_batches: 10 but the most any replica runs (train.dp_micro_batches) is 9"),
+            std::string::npos)
+      << msg(bad);
+  bad = p;
+  bad.train.dp_shares.clear();
+  EXPECT_NE(msg(bad).find("train.dp_micro_batches: needs train.dp_shares"), std::string::npos) << msg(bad);
+}
+
 TEST(Strategy, Labels) {
   EXPECT_EQ(label(LayerStrategy{.tp = 4, .sp = true, .dp = 2, .zero = 1}), "tp4+sp dp2 z1");
   EXPECT_EQ(label(LayerStrategy{.ulysses = 2, .cp = 2, .dp = 2, .recompute = Recompute::kFull}),

@@ -1,5 +1,7 @@
 // Every parallel mode against a single-process run of the same model, batch and seed: 5 steps of
 // AdamW must give losses within 1e-5 relative and final parameters within 1e-5 absolute.
+#include <algorithm>
+
 #include "parity_util.h"
 
 namespace weft::rttest {
@@ -46,6 +48,35 @@ TEST(RuntimeParity, SuspendedReplicaUlysses2Dp2) {
 }
 TEST(RuntimeParity, SuspendedReplicaPipeline2Dp2Zero1) {
   expect_parity(with_shares(uniform(tiny_gpt(), 4, 2, strat(1, 2, 1, false, 1)), {4, 0}), "suspended_pp2_dp2");
+}
+
+// Micro-batches per replica (train.dp_micro_batches): replica j computes its first counts[j]
+// micro-batches of shares[j] samples and passes the rest through with none, every replica running
+// the plan's micro_batches (the largest count) through the schedule, so every mode's collectives
+// stay matched. The global batch (shares x counts) need not divide by the micro-batches.
+Plan with_counts(Plan p, std::vector<int> shares, std::vector<int> counts) {
+  p.train.dp_shares = std::move(shares);
+  p.train.micro_batches = *std::max_element(counts.begin(), counts.end());
+  p.train.dp_micro_batches = std::move(counts);
+  return p;
+}
+TEST(RuntimeParity, MicroBatchCountsDp2) {
+  expect_parity(with_counts(uniform(tiny_gpt(), 2, 1, strat(1, 2)), {2, 2}, {3, 1}), "counts_dp2");
+}
+TEST(RuntimeParity, MicroBatchCountsZero3Dp4) {
+  expect_parity(with_counts(uniform(tiny_llama(), 4, 1, strat(1, 4, 1, false, 3), {}, Schedule::k1F1B, 16, 2),
+                            {1, 1, 1, 1}, {6, 2, 5, 3}),
+                "counts_zero3_dp4");
+}
+TEST(RuntimeParity, MicroBatchCountsTp2SpDp2) {
+  expect_parity(with_counts(uniform(tiny_gpt(), 4, 1, strat(2, 2, 1, true)), {1, 1}, {5, 3}), "counts_tp2_dp2");
+}
+TEST(RuntimeParity, MicroBatchCountsPipeline2Dp2Zero1) {
+  expect_parity(with_counts(uniform(tiny_gpt(), 4, 2, strat(1, 2, 1, false, 1)), {2, 2}, {3, 1}), "counts_pp2_dp2");
+}
+TEST(RuntimeParity, MicroBatchCountsZeroBubblePipeline2Dp2) {
+  expect_parity(with_counts(uniform(tiny_llama(), 4, 2, strat(1, 2), {}, Schedule::kZbH1), {2, 2}, {1, 3}),
+                "counts_zbh1_pp2_dp2");
 }
 
 TEST(RuntimeParity, Zero1Dp2) { expect_parity(uniform(tiny_gpt(), 2, 1, strat(1, 2, 1, false, 1)), "zero1"); }

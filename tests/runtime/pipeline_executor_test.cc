@@ -76,7 +76,7 @@ class FakeStage : public PipelineStage {
   bool first_stage() const override { return first_; }
   bool last_stage() const override { return last_; }
   at::Tensor input(int k) override { return at::full({2}, k + 1.0f); }
-  at::Tensor input_buffer(int) override { return at::empty({2}); }
+  at::Tensor input_buffer(int, int) override { return at::empty({2}); }
   at::Tensor forward(const at::Tensor& x, int) override { return x * w; }
   at::Tensor loss(const at::Tensor& y, int) override { return y.sum(); }
   void begin_backward(bool last, int) override { lasts.push_back(last); }
@@ -156,7 +156,7 @@ class FakeChunkedStage : public PipelineStage {
   bool last_stage() const override { return ends_; }
   int chunks() const override { return 2; }
   at::Tensor input(int k) override { return at::full({2}, k + 1.0f); }
-  at::Tensor input_buffer(int) override { return at::empty({2}); }
+  at::Tensor input_buffer(int, int) override { return at::empty({2}); }
   at::Tensor forward(const at::Tensor& x, int c) override { return x * w[c]; }
   at::Tensor loss(const at::Tensor& y, int) override { return y.sum(); }
   void begin_backward(bool last, int c) override { lasts[c].push_back(last); }

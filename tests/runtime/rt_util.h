@@ -118,8 +118,9 @@ inline Plan uniform(const ModelSpec& m, int world, int pp, const LayerStrategy& 
 
 // The single-device plan with the same model and batch.
 inline Plan reference_of(const Plan& p) {
-  return uniform(p.model, 1, 1, LayerStrategy{}, {p.model.num_layers()}, Schedule::k1F1B, p.train.global_batch,
-                 p.train.micro_batches);
+  // (With train.dp_micro_batches the global batch need not divide by the micro-batches: then one.)
+  const int m = p.train.global_batch % p.train.micro_batches == 0 ? p.train.micro_batches : 1;
+  return uniform(p.model, 1, 1, LayerStrategy{}, {p.model.num_layers()}, Schedule::k1F1B, p.train.global_batch, m);
 }
 
 struct RunResult {

@@ -3,6 +3,7 @@
 // errors.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <numeric>
 
 #include "weft/cost/analytic.h"
@@ -108,6 +109,48 @@ TEST(Hetero, AVerySlowGpuIsSuspended) {
   ASSERT_EQ(working.train.dp_shares.size(), 4u);
   EXPECT_GE(working.train.dp_shares[1], 1);
   EXPECT_LT(h.total.step_time.value(), hetero_estimate(working, cm).total.step_time.value());
+}
+
+// With one sample per replica in each micro-batch there is no smaller share to give a slow GPU;
+// micro-batch counts (train.dp_micro_batches) give it fewer micro-batches of that one sample
+// instead, and gain nearly the ideal over the uniform plan, which waits for it.
+TEST(Hetero, OneSampleReplicasTakeFewerMicroBatches) {
+  const AnalyticCostModel cm;
+  const ClusterSpec c = testing::small_cluster(8, 8);
+  const MixedCluster dev = with_straggler(c, "1:2");
+  auto r = search(model(), c, cm, options(2048, 64));
+  ASSERT_TRUE(r.ok()) << r.error().message;
+  Plan p;
+  for (const Plan& q : r->top)
+    if (q.train.pp == 1 && q.embedding.dp == 8) p = q;
+  ASSERT_EQ(p.embedding.dp, 8) << "no data-parallel plan among the search's best";
+  p.train.micro_batches = 8;  // one sample per replica per micro-batch
+  const Plan even = place(p, dev, {0});
+  const double even_s = hetero_estimate(even, cm).total.step_time.value();
+  const Plan balanced = balance_shares(even, cm, /*suspend=*/false);
+  ASSERT_TRUE(validate(balanced).ok()) << validate(balanced).error().message;
+  ASSERT_EQ(balanced.train.dp_micro_batches.size(), 8u) << shares_label(balanced.train);
+  const auto& n = balanced.train.dp_micro_batches;
+  for (int j = 0; j < 8; ++j) {
+    EXPECT_EQ(balanced.train.dp_shares[j], 1);
+    if (j != 1) EXPECT_GE(n[j], 2 * n[1] - 1) << shares_label(balanced.train);
+  }
+  EXPECT_EQ(balanced.train.micro_batches, *std::max_element(n.begin(), n.end()));
+  const HeteroEstimate h = hetero_estimate(balanced, cm);
+  // Ideal: 8 GPUs' work on 7.5 GPUs' speed against the uniform plan's twice the healthy step.
+  EXPECT_GT(even_s / h.total.step_time.value(), 1.6) << shares_label(balanced.train);
+  EXPECT_LE(even_s / h.total.step_time.value(), 2.0 * 7.5 / 8 * 1.0001);
+  // What each rank computes per step: its samples times its layers.
+  const std::vector<double> work = rank_work(balanced);
+  EXPECT_DOUBLE_EQ(work[1] * n[0], work[0] * n[1]);
+  // The plan round-trips through its file format.
+  auto back = plan_from_json(to_json(balanced));
+  ASSERT_TRUE(back.ok()) << back.error().message;
+  EXPECT_EQ(*back, balanced);
+  // --adapt's rebalance re-sets shares of the plan's micro-batches only, and says so.
+  auto rb = rebalance(balanced, std::vector<double>(8, 1.0), cm);
+  ASSERT_FALSE(rb.ok());
+  EXPECT_NE(rb.error().message.find("train.dp_micro_batches"), std::string::npos) << rb.error().message;
 }
 
 TEST(Hetero, PipelineStagesOnFasterGpusTakeMoreLayers) {

@@ -52,12 +52,15 @@ TEST(MetisReference, EveryPlanWeftExpressesIsValidAndFitsAsMetisFoundIt) {
   }
 }
 
-TEST(MetisReference, WeftPicksMetisChoiceAndOrdersMicroBatchesAsMetisDoes) {
+TEST(MetisReference, WeftRanksMetisPlansAsMetisDoesAndOrdersMicroBatchesAlike) {
   const metis::Setup s = setup();
   const AnalyticCostModel cm(s.options);
   const metis::Comparison c = metis::compare(s, cm);
   std::printf("Spearman over %zu plans: %.3f\n", c.costed.size(), c.spearman);
-  EXPECT_GT(c.spearman, 0.3);
+  // 0.51 while a replica's only share was of every micro-batch (a T4 replica at one sample per
+  // micro-batch took 1/8 of the batch at m16 and m32); its own micro-batch count
+  // (train.dp_micro_batches) gives it the part it can do at any m, as Metis's estimates assume.
+  EXPECT_GE(c.spearman, 0.8);
   int pairs = 0, agree = 0;
   for (size_t i = 0; i < c.costed.size(); ++i)
     for (size_t j = i + 1; j < c.costed.size(); ++j) {
@@ -70,11 +73,20 @@ TEST(MetisReference, WeftPicksMetisChoiceAndOrdersMicroBatchesAsMetisDoes) {
       const bool weft_i = c.costed[i].weft_ms() < c.costed[j].weft_ms();
       agree += metis_i == weft_i;
     }
-  // Metis's choice is weft's choice among them (at least as fast under Metis's own figures).
+  // weft's choice among them is one of Metis's first three, within 15 % of Metis's choice under
+  // Metis's own figures. Not Metis's choice itself: that plan (T4s beside A100s in its first stage)
+  // relies on Metis splitting each stage's micro-batch afresh, so its second stage's A100s take
+  // the work of the first stage's T4s; weft's replicas keep one path through the stages, where
+  // those A100s wait for the T4s (docs/search.md, "Against Metis").
   const auto first = std::min_element(c.costed.begin(), c.costed.end(), [](const auto& x, const auto& y) {
     return x.weft_ms() < y.weft_ms();
   });
-  EXPECT_EQ(first->row.rank, 1);
+  double metis_best = 1e30;
+  for (const metis::Costed& k : c.costed) metis_best = std::min(metis_best, k.row.cost_ms);
+  std::printf("weft's choice: Metis rank %d, %.1f ms on Metis's figures (its choice %.1f ms)\n", first->row.rank,
+              first->row.cost_ms, metis_best);
+  EXPECT_LE(first->row.rank, 3);
+  EXPECT_LE(first->row.cost_ms, 1.15 * metis_best);
   std::printf("plans differing only in micro-batches: %d of %d pairs in Metis's order\n", agree, pairs);
   EXPECT_GE(pairs, 4);
   EXPECT_GE(agree, pairs - 1);

@@ -11,9 +11,39 @@ namespace weft {
 int stage_group(const TrainSettings& t, int s) { return stage_device_group(t.schedule, std::max(1, t.pp), s); }
 int group_stage(const TrainSettings& t, int g, int c) { return virtual_stage(t.schedule, std::max(1, t.pp), g, c); }
 
+int TrainSettings::replica_rows(int replicas, int j, int k) const {
+  if (!dp_micro_batches.empty() && k >= dp_micro_batches[j]) return 0;
+  if (!dp_shares.empty()) return dp_shares[j];
+  return pipeline_micro_batch() / std::max(1, replicas);
+}
+
+int TrainSettings::micro_batch_rows(int replicas, int k) const {
+  if (dp_micro_batches.empty() && dp_shares.empty()) return pipeline_micro_batch();
+  int n = 0;
+  for (int j = 0; j < replicas; ++j) n += replica_rows(replicas, j, k);
+  return n;
+}
+
+int TrainSettings::micro_batch_offset(int replicas, int k) const {
+  if (dp_micro_batches.empty()) return k * pipeline_micro_batch();
+  int n = 0;
+  for (int i = 0; i < k; ++i) n += micro_batch_rows(replicas, i);
+  return n;
+}
+
+int TrainSettings::replica_samples(int replicas, int j) const {
+  if (dp_micro_batches.empty()) return replica_rows(replicas, j, 0) * micro_batches;
+  return dp_micro_batches[j] * dp_shares[j];
+}
+
 std::string shares_label(const TrainSettings& t) {
   std::string out;
   for (int x : t.dp_shares) out += (out.empty() ? "" : ":") + std::to_string(x);
+  if (!t.dp_micro_batches.empty()) {
+    out += " x ";
+    for (size_t j = 0; j < t.dp_micro_batches.size(); ++j) out += (j ? ":" : "") + std::to_string(t.dp_micro_batches[j]);
+    out += " micro-batches";
+  }
   return out;
 }
 
@@ -86,6 +116,7 @@ Json to_json(const Plan& p) {
                 {"dtype", to_string(p.train.dtype)}};
   if (p.train.varlen) j["train"]["varlen"] = {{"min_group", p.train.min_group}, {"max_group", p.train.max_group}};
   if (!p.train.dp_shares.empty()) j["train"]["dp_shares"] = p.train.dp_shares;
+  if (!p.train.dp_micro_batches.empty()) j["train"]["dp_micro_batches"] = p.train.dp_micro_batches;
   j["embedding"] = to_json(p.embedding);
   Json stages = Json::array();
   const int S = p.devices_per_stage();
@@ -154,9 +185,12 @@ Result<Plan> plan_from_json(const Json& j, const std::string& path) {
     }
 
     JsonObj t = o.obj("train");
-    t.reject_unknown({"seq", "global_batch", "micro_batches", "pp", "vp", "schedule", "dtype", "varlen", "dp_shares"});
+    t.reject_unknown(
+        {"seq", "global_batch", "micro_batches", "pp", "vp", "schedule", "dtype", "varlen", "dp_shares", "dp_micro_batches"});
     if (t.has("dp_shares"))
       for (long long x : t.array_of_int("dp_shares")) p.train.dp_shares.push_back(static_cast<int>(x));
+    if (t.has("dp_micro_batches"))
+      for (long long x : t.array_of_int("dp_micro_batches")) p.train.dp_micro_batches.push_back(static_cast<int>(x));
     if (t.has("varlen")) {
       JsonObj v = t.obj("varlen");
       v.reject_unknown({"min_group", "max_group"});

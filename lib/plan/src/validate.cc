@@ -1,5 +1,6 @@
 // Plan validation: everything checked here is checked before any search result is written and
 // before the runtime builds a process group. Messages name the field and the numbers.
+#include <algorithm>
 #include <string>
 
 #include "weft/core/format.h"
@@ -83,7 +84,7 @@ void validate_or_throw(const Plan& p) {
     require(t.micro_batches == 1, "train.micro_batches: " + S(t.micro_batches) +
                                       " in a variable-length plan, whose batch planner picks each step's micro-batches: "
                                       "must be 1");
-  else
+  else if (t.dp_micro_batches.empty())
     require(t.global_batch % t.micro_batches == 0, "train.micro_batches: " + S(t.micro_batches) +
                                                        " does not divide global batch " + S(t.global_batch));
   require(t.pp >= 1, "train.pp: must be >= 1, got " + S(t.pp));
@@ -115,6 +116,9 @@ void validate_or_throw(const Plan& p) {
             "train.varlen: min_group " + S(t.min_group) + " and max_group " + S(t.max_group) +
                 " must be powers of two, min_group <= max_group (max_group 0: as many as the heads allow)");
   }
+  if (!t.dp_micro_batches.empty())
+    require(!t.dp_shares.empty(), "train.dp_micro_batches: needs train.dp_shares (the samples of each replica's "
+                                  "micro-batches)");
   if (!t.dp_shares.empty()) {
     require(!t.varlen, "train.dp_shares: a variable-length plan (train.varlen) places its documents per step; "
                        "drop dp_shares");
@@ -123,9 +127,28 @@ void validate_or_throw(const Plan& p) {
       require(t.dp_shares[i] >= 0, "train.dp_shares[" + S(i) + "]: must be >= 0, got " + S(t.dp_shares[i]));
       sum += t.dp_shares[i];
     }
-    require(sum == t.pipeline_micro_batch(), "train.dp_shares: sum to " + S(sum) + " but a micro-batch holds " +
-                                                 S(t.pipeline_micro_batch()) + " samples (global batch " +
-                                                 S(t.global_batch) + " / " + S(t.micro_batches) + " micro-batches)");
+    if (t.dp_micro_batches.empty()) {
+      require(sum == t.pipeline_micro_batch(), "train.dp_shares: sum to " + S(sum) + " but a micro-batch holds " +
+                                                   S(t.pipeline_micro_batch()) + " samples (global batch " +
+                                                   S(t.global_batch) + " / " + S(t.micro_batches) + " micro-batches)");
+    } else {
+      require(t.dp_micro_batches.size() == t.dp_shares.size(),
+              "train.dp_micro_batches: " + S(t.dp_micro_batches.size()) + " counts for " + S(t.dp_shares.size()) +
+                  " replicas (train.dp_shares)");
+      long long samples = 0;
+      int most = 0;
+      for (size_t i = 0; i < t.dp_micro_batches.size(); ++i) {
+        const int c = t.dp_micro_batches[i];
+        require(c >= 0 && c <= t.micro_batches, "train.dp_micro_batches[" + S(i) + "]: must be 0.." +
+                                                    S(t.micro_batches) + " (train.micro_batches), got " + S(c));
+        samples += static_cast<long long>(c) * t.dp_shares[i];
+        most = std::max(most, c);
+      }
+      require(most == t.micro_batches, "train.micro_batches: " + S(t.micro_batches) +
+                                           " but the most any replica runs (train.dp_micro_batches) is " + S(most));
+      require(samples == t.global_batch, "train.dp_micro_batches: shares x counts sum to " + S(samples) +
+                                             " samples but the global batch is " + S(t.global_batch));
+    }
     const int S0 = p.devices_per_stage();
     if (S0 > 0) {
       const ActivationLayout want = layout_of(p.embedding, S0);

@@ -240,23 +240,18 @@ const ActivationLayout& Model::output_layout(int chunk) const {
 
 namespace {
 
-// Rows [first, first + second) of a micro-batch held by data-parallel block `idx` of `parts`.
-std::pair<int64_t, int64_t> batch_rows(const Plan& p, int parts, int idx) {
-  const std::vector<int>& shares = p.train.dp_shares;
-  if (shares.empty()) {
-    const int64_t rows = p.train.pipeline_micro_batch() / parts;
-    return {idx * rows, rows};
-  }
+// Rows [first, first + second) of micro-batch k held by data-parallel block `idx` of `parts`.
+std::pair<int64_t, int64_t> batch_rows(const Plan& p, int parts, int idx, int k) {
   int64_t offset = 0;
-  for (int i = 0; i < idx; ++i) offset += shares[i];
-  return {offset, shares[idx]};
+  for (int i = 0; i < idx; ++i) offset += p.train.replica_rows(parts, i, k);
+  return {offset, p.train.replica_rows(parts, idx, k)};
 }
 
 }  // namespace
 
-std::vector<int64_t> Model::input_shape(int chunk) const {
+std::vector<int64_t> Model::input_shape(int chunk, int k) const {
   const ActivationLayout& l = input_layout(chunk);
-  const int64_t rows = batch_rows(plan_, l.batch_parts, l.batch_idx[stage_comm_->rank()]).second;
+  const int64_t rows = batch_rows(plan_, l.batch_parts, l.batch_idx[stage_comm_->rank()], k).second;
   return {rows, plan_.train.seq / l.seq_parts, plan_.model.hidden};
 }
 
@@ -264,10 +259,16 @@ TokenBlock Model::token_block() const {
   const LayerStrategy& e = plan_.embedding;
   // The embedding's tp ranks read the same tokens (Megatron-SP cuts their output afterwards).
   TokenBlock b{e.dp, emb_co_.dp, e.cp * e.ulysses, emb_co_.cp * e.ulysses + emb_co_.ulysses};
-  std::tie(b.batch_offset, b.batch_rows) = batch_rows(plan_, b.batch_parts, b.batch_idx);
+  std::tie(b.batch_offset, b.batch_rows) = batch_rows(plan_, b.batch_parts, b.batch_idx, 0);
   const int64_t T = plan_.train.seq, t = T / b.seq_parts;
   b.runs = seq_runs(T, e.cp, b.seq_idx * t, t);
   return b;
+}
+
+std::pair<int64_t, int64_t> Model::micro_batch_rows(int k) const {
+  const LayerStrategy& e = plan_.embedding;
+  const auto [offset, rows] = batch_rows(plan_, e.dp, emb_co_.dp, k);
+  return {plan_.train.micro_batch_offset(e.dp, k) + offset, rows};
 }
 
 namespace {

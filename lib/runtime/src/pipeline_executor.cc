@@ -81,7 +81,7 @@ double run_pipeline_step(const std::vector<PipeAction>& actions, PipelineStage& 
           if (local(vs(c) - 1)) {
             x = std::exchange(handed_act[k], at::Tensor());
           } else {
-            x = stage.input_buffer(c);
+            x = stage.input_buffer(c, k);
             comm.recv(x, peer(vs(c) - 1), tag(vs(c) - 1, k));
           }
           x.requires_grad_(true);

@@ -113,7 +113,8 @@ void print_start(Reporter& rep, const TrainOptions& o, const Plan& plan, int wor
       << " ahead";
   else
     h << "; global batch " << plan.train.global_batch << " x seq " << plan.train.seq << " in " << m << " micro-batch"
-      << (m > 1 ? "es" : "");
+      << (m > 1 ? "es" : "")
+      << (plan.train.dp_shares.empty() ? std::string() : ", data-parallel shares " + shares_label(plan.train));
   h << "; data: " << data.describe();
   rep.line(h.str());
   rep.line(precision);
@@ -153,16 +154,15 @@ struct Job {
 class TrainStage : public PipelineStage {
  public:
   TrainStage(Model& m, Optimizer& opt, const TokenSource& data, const Plan& plan)
-      : m_(m), opt_(opt), data_(data), seq_(plan.train.seq), pmb_(plan.train.pipeline_micro_batch()),
-        blk_(m.token_block()), bl_(blk_.batch_rows), tl_(seq_ / blk_.seq_parts) {}
+      : m_(m), opt_(opt), data_(data), seq_(plan.train.seq), blk_(m.token_block()), tl_(seq_ / blk_.seq_parts) {}
   int step = 0;  // the step whose micro-batches input() and loss() read
 
   bool first_stage() const override { return m_.first_stage(); }
   bool last_stage() const override { return m_.last_stage(); }
   int chunks() const override { return m_.chunks(); }
   at::Tensor input(int k) override { return m_.embed(batch(k, false)); }
-  at::Tensor input_buffer(int chunk) override {
-    return at::empty(m_.input_shape(chunk), at::TensorOptions().dtype(m_.compute_dtype()).device(m_.device()));
+  at::Tensor input_buffer(int chunk, int k) override {
+    return at::empty(m_.input_shape(chunk, k), at::TensorOptions().dtype(m_.compute_dtype()).device(m_.device()));
   }
   at::Tensor forward(const at::Tensor& x, int chunk) override { return m_.forward_layers(x, chunk); }
   at::Tensor loss(const at::Tensor& y, int k) override { return m_.head_loss(y, batch(k, true)); }
@@ -172,10 +172,11 @@ class TrainStage : public PipelineStage {
  private:
   // Tokens (inputs) or targets of micro-batch k for this rank's block.
   at::Tensor batch(int k, bool targets) const {
-    at::Tensor t = at::empty({bl_, tl_}, at::kLong);
+    const auto [first, rows] = m_.micro_batch_rows(k);
+    at::Tensor t = at::empty({rows, tl_}, at::kLong);
     std::vector<int64_t> buf(seq_ + 1);
-    for (int64_t j = 0; j < bl_; ++j) {
-      data_.sample(step, k * pmb_ + blk_.batch_offset + j, seq_ + 1, buf.data());
+    for (int64_t j = 0; j < rows; ++j) {
+      data_.sample(step, first + j, seq_ + 1, buf.data());
       int64_t* dst = t[j].data_ptr<int64_t>();
       for (const SeqRun& r : blk_.runs) dst = std::copy_n(buf.data() + r.start + (targets ? 1 : 0), r.len, dst);
     }
@@ -184,9 +185,9 @@ class TrainStage : public PipelineStage {
   Model& m_;
   Optimizer& opt_;
   const TokenSource& data_;
-  int64_t seq_, pmb_;
+  int64_t seq_;
   TokenBlock blk_;
-  int64_t bl_, tl_;
+  int64_t tl_;
 };
 
 // A stage with its passes timed: the rank's compute time of a step is what its forward passes
@@ -205,7 +206,7 @@ class TimedStage : public PipelineStage {
   bool last_stage() const override { return s_.last_stage(); }
   int chunks() const override { return s_.chunks(); }
   at::Tensor input(int k) override { return timed([&] { return s_.input(k); }); }
-  at::Tensor input_buffer(int chunk) override { return s_.input_buffer(chunk); }
+  at::Tensor input_buffer(int chunk, int k) override { return s_.input_buffer(chunk, k); }
   at::Tensor forward(const at::Tensor& x, int chunk) override { return timed([&] { return s_.forward(x, chunk); }); }
   at::Tensor loss(const at::Tensor& y, int k) override { return timed([&] { return s_.loss(y, k); }); }
   void begin_backward(bool last, int chunk) override {

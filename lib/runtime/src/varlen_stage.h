@@ -60,7 +60,7 @@ class VarlenStage : public PipelineStage {
   bool first_stage() const override { return true; }
   bool last_stage() const override { return true; }
   at::Tensor input(int k) override;
-  at::Tensor input_buffer(int) override { return {}; }
+  at::Tensor input_buffer(int, int) override { return {}; }
   at::Tensor forward(const at::Tensor& x, int) override { return m_.forward_layers(x); }
   at::Tensor loss(const at::Tensor& y, int k) override;
   void begin_backward(bool last, int) override { opt_.begin_backward(last); }

@@ -149,22 +149,26 @@ struct ReplicaCost {
   bool fits = true;
 };
 
-// Plan p as one replica taking `share` samples of each micro-batch sees it: every replica at that
-// share, so the cost model's per-device batch is the share (a suspended replica, share 0, is costed
-// as one of share 1 whose passes are then taken out: replica_cost).
-Plan with_share(const Plan& p, const Units& u, int share) {
+// Plan p as one replica taking `share` samples of each of `count` micro-batches sees it: every
+// replica at that share and count, so the cost model's per-device batch is the share and its
+// pipeline runs `count` micro-batches (a suspended replica, share or count 0, is costed as one of
+// share 1 and one micro-batch whose passes are then taken out: replica_cost). The micro-batches a
+// replica passes through with no samples (train.dp_micro_batches) take no time.
+Plan with_share(const Plan& p, const Units& u, int share, int count) {
   Plan q = p;
   q.train.dp_shares.clear();
+  q.train.dp_micro_batches.clear();
+  q.train.micro_batches = std::max(1, count);
   q.train.global_batch = std::max(1, share) * u.replicas * q.train.micro_batches;
   return q;
 }
 
-// Replica j of plan p taking `share` samples of each micro-batch. Share 0 suspends the replica
-// (Malleus's suspended devices): it runs no forward or backward pass but still holds its model
-// states, joins the gradient reduction and steps its optimizer; its memory is taken at share 1 (an
-// upper bound: one sample's activations it does not hold).
-ReplicaCost replica_cost(const Plan& p, const Units& u, const CostModel& cm, int j, int share) {
-  const Plan q = with_share(p, u, share);
+// Replica j of plan p taking `share` samples of each of `count` micro-batches. Share or count 0
+// suspends the replica (Malleus's suspended devices): it runs no forward or backward pass but still
+// holds its model states, joins the gradient reduction and steps its optimizer; its memory is taken
+// at share 1 (an upper bound: one sample's activations it does not hold).
+ReplicaCost replica_cost(const Plan& p, const Units& u, const CostModel& cm, int j, int share, int count) {
+  const Plan q = with_share(p, u, share, count);
   std::vector<ClusterSpec> clusters;
   for (size_t s = 0; s < q.stages.size(); ++s) clusters.push_back(u.cluster[stage_group(q, static_cast<int>(s))][j]);
   ReplicaCost rc;
@@ -178,7 +182,7 @@ ReplicaCost replica_cost(const Plan& p, const Units& u, const CostModel& cm, int
     rc.sums[s].bwd = rc.sums[s].bwd * f;
     rc.sums[s].wgrad = rc.sums[s].wgrad * f;
   }
-  if (share == 0)
+  if (share == 0 || count == 0)
     for (StageSums& ss : rc.sums) ss.fwd = ss.bwd = ss.wgrad = ss.p2p = Seconds(0);
   rc.step = cm.step(q.train, rc.sums);
   rc.group_mem.assign(u.pp, Bytes(0));
@@ -194,6 +198,17 @@ ReplicaCost replica_cost(const Plan& p, const Units& u, const CostModel& cm, int
 int share_of(const Plan& p, const Units& u, int j) {
   if (!p.train.dp_shares.empty()) return p.train.dp_shares[j];
   return p.train.pipeline_micro_batch() / std::max(1, u.replicas);
+}
+
+// The micro-batches replica j computes (train.dp_micro_batches, or all of them).
+int count_of(const Plan& p, int j) {
+  return p.train.dp_micro_batches.empty() ? p.train.micro_batches : p.train.dp_micro_batches[j];
+}
+
+// Replica j's samples per step (the whole micro-batch when the plan is costed as one unit).
+int samples_of(const Plan& p, const Units& u, int j) {
+  if (u.replicas <= 1) return p.train.global_batch;
+  return share_of(p, u, j) * count_of(p, j);
 }
 
 double nominal_peak_sum(const MixedCluster& d, DType dtype) {
@@ -223,15 +238,22 @@ struct ShareCurve {
   }
 };
 
-ShareCurve share_curve(const Plan& p, const Units& u, const CostModel& cm, int j, int largest) {
+// Replica j's curve over its share b of each micro-batch (share 0), or over the count b of its
+// micro-batches at `share` samples each. A count curve is exact up to twice the pipeline's stages
+// and at `largest`, linear between: beyond that a pipeline's step grows by one slowest stage per
+// micro-batch (sum + (m - 1) x max) and its activations in flight no longer grow (every schedule
+// but gpipe's, whose grow linearly), so the two ends bound it.
+ShareCurve share_curve(const Plan& p, const Units& u, const CostModel& cm, int j, int largest, int share = 0) {
   ShareCurve c;
+  const int dense = share == 0 ? largest : 2 * std::max(1, p.train.pp) * std::max(1, p.train.vp);
   for (int b = 1; b <= largest;) {
-    const ReplicaCost rc = replica_cost(p, u, cm, j, b);
+    const ReplicaCost rc =
+        share == 0 ? replica_cost(p, u, cm, j, b, p.train.micro_batches) : replica_cost(p, u, cm, j, share, b);
     c.at.push_back(b);
     c.time.push_back(rc.step.step_time.value());
     c.fits.push_back(rc.fits ? 1 : 0);
     if (b == largest) break;
-    b = std::min(largest, b < 4 ? b + 1 : b + b / 2);
+    b = b >= dense ? largest : std::min(largest, b < 4 ? b + 1 : b + b / 2);
   }
   return c;
 }
@@ -257,38 +279,74 @@ std::vector<int> water_fill(int replicas, int total, const std::function<double(
   return x;
 }
 
-// Balances the replicas: integer shares summing to the micro-batch that minimise the slowest
+// Balances the replicas, two ways, keeping the fastest of them and even shares by the exact
+// estimate (even wins ties): shares, integers summing to the micro-batch that minimise the slowest
 // replica's step (min-max water filling over each distinct replica's share curve, one sample at a
-// time to the replica that would finish first), within each replica's memory; with `suspend` a
-// replica may get none. Kept only if the exact estimate beats even shares.
+// time to the replica that would finish first); and, where a replica's part of a micro-batch is
+// small (under 4 samples: a one-sample replica has no smaller share to take), counts, the
+// micro-batches of the even size each replica computes (train.dp_micro_batches), water-filled the
+// same way over its count curve, so the plan runs the largest count. Both within each replica's
+// memory; with `suspend` a replica may get none.
 void fit_shares(Plan& p, const MixedCluster& d, const CostModel& cm, bool suspend = true) {
+  if (!p.train.dp_micro_batches.empty()) {
+    // Counts set before (by an earlier fit): back to micro-batches of the shares' samples.
+    long long per = 0;
+    for (int x : p.train.dp_shares) per += x;
+    if (per > 0 && p.train.global_batch % per == 0) p.train.micro_batches = static_cast<int>(p.train.global_batch / per);
+  }
   p.train.dp_shares.clear();
+  p.train.dp_micro_batches.clear();
   const int dp = p.embedding.dp;
   const int P = p.train.pipeline_micro_batch();
+  const int m = p.train.micro_batches;
   const int least = suspend ? 0 : 1;
-  if (dp <= 1 || P < 2 || P <= least * dp || !single_layout(p)) return;
+  if (dp <= 1 || !single_layout(p)) return;
   const Units u = units_of(p, d);
-  const int largest = P - least * (dp - 1);
-  std::map<std::string, ShareCurve> curves;
-  std::vector<const ShareCurve*> curve(dp);
-  for (int j = 0; j < dp; ++j) {
-    auto it = curves.find(u.signature[j]);
-    if (it == curves.end()) it = curves.emplace(u.signature[j], share_curve(p, u, cm, j, largest)).first;
-    curve[j] = &it->second;
+  std::optional<Plan> best;
+  double best_s = 0;
+  auto consider = [&](Plan q) {
+    const HeteroEstimate e = hetero_estimate(q, cm);
+    if (!e.total.fits || (best && e.total.step_time.value() >= best_s)) return;
+    best_s = e.total.step_time.value();
+    best = std::move(q);
+  };
+  if (P % dp == 0) consider(p);
+  auto fill = [&](int total, int share) {
+    const int largest = total - least * (dp - 1);
+    std::map<std::string, ShareCurve> curves;
+    std::vector<const ShareCurve*> curve(dp);
+    for (int j = 0; j < dp; ++j) {
+      auto it = curves.find(u.signature[j]);
+      if (it == curves.end()) it = curves.emplace(u.signature[j], share_curve(p, u, cm, j, largest, share)).first;
+      curve[j] = &it->second;
+    }
+    std::vector<int> x = water_fill(
+        dp, total, [&](int j, int b) { return (*curve[j])(b); }, [&](int j) { return curve[j]->most(); }, least);
+    if (std::all_of(x.begin(), x.end(), [&](int v) { return v == x[0]; })) x.clear();  // even (or none)
+    return x;
+  };
+  if (P >= 2 && P > least * dp) {
+    std::vector<int> x = fill(P, 0);
+    if (!x.empty()) {
+      Plan q = p;
+      q.train.dp_shares = std::move(x);
+      consider(std::move(q));
+    }
   }
-  std::vector<int> x = water_fill(
-      dp, P, [&](int j, int b) { return (*curve[j])(b); }, [&](int j) { return curve[j]->most(); }, least);
-  if (x.empty()) return;  // the micro-batch does not fit the replicas: even shares stay
-  if (std::all_of(x.begin(), x.end(), [&](int v) { return v == x[0]; })) return;  // even
-  Plan q = p;
-  q.train.dp_shares = x;
-  const HeteroEstimate uneven = hetero_estimate(q, cm);
-  if (!uneven.total.fits) return;
-  if (P % dp == 0) {
-    const HeteroEstimate even = hetero_estimate(p, cm);
-    if (even.total.fits && even.total.step_time <= uneven.total.step_time) return;
+  const int share = P / dp;
+  // (Not interleaved: its micro-batches come in multiples of pp, which a count curve steps over.)
+  if (P % dp == 0 && p.train.schedule != Schedule::kInterleaved) {
+    std::vector<int> c = fill(m * dp, share);
+    const int most = c.empty() ? 0 : *std::max_element(c.begin(), c.end());
+    if (most > 0) {
+      Plan q = p;
+      q.train.dp_shares.assign(dp, share);
+      q.train.dp_micro_batches = std::move(c);
+      q.train.micro_batches = most;
+      consider(std::move(q));
+    }
   }
-  p.train.dp_shares = std::move(x);
+  if (best) p = std::move(*best);
 }
 
 // Re-cuts the stage boundaries: each stage's layers by the search's partition DP over the stage's
@@ -309,13 +367,16 @@ void recut(Plan& p, const MixedCluster& d, const CostModel& cm) {
   for (int s = 0; s < pp; ++s) {
     std::map<std::string, int> seen;
     for (int j = 0; j < u.replicas; ++j) {
-      const int share = share_of(p, u, j);
-      const std::string key = unit_key(u.cluster[s][j]) + "x" + num(u.slow[s][j]) + "#" + std::to_string(share);
+      const int share = share_of(p, u, j), count = count_of(p, j);
+      const std::string key = unit_key(u.cluster[s][j]) + "x" + num(u.slow[s][j]) + "#" + std::to_string(share) + "/" +
+                              std::to_string(count);
       if (seen.count(key)) continue;
       seen[key] = 1;
-      const Plan q = with_share(p, u, share);
+      const Plan q = with_share(p, u, share, p.train.micro_batches);
       const ClusterSpec& cl = u.cluster[s][j];
-      const double pass = share == 0 ? 0.0 : u.slow[s][j];  // time factor: a suspended replica runs no pass
+      // Time factor: a suspended replica runs no pass, one of fewer micro-batches (dp_micro_batches)
+      // its share of the step's (the objective's micro-batches are the plan's).
+      const double pass = share == 0 ? 0.0 : u.slow[s][j] * count / std::max(1, p.train.micro_batches);
       const StageContext sc = stage_context(q, s, cl);
       LayerContext lc;
       static_cast<StageContext&>(lc) = sc;
@@ -487,10 +548,10 @@ HeteroEstimate hetero_estimate(const Plan& p, const CostModel& cm) {
   bool have_room = false;
   int slowest = 0;
   for (int j = 0; j < u.replicas; ++j) {
-    const int share = share_of(p, u, j);
-    const std::string key = u.signature[j] + "#" + std::to_string(share);
+    const int share = share_of(p, u, j), count = count_of(p, j);
+    const std::string key = u.signature[j] + "#" + std::to_string(share) + "/" + std::to_string(count);
     auto it = memo.find(key);
-    if (it == memo.end()) it = memo.emplace(key, replica_cost(p, u, cm, j, share)).first;
+    if (it == memo.end()) it = memo.emplace(key, replica_cost(p, u, cm, j, share, count)).first;
     const ReplicaCost& rc = it->second;
     he.replica_time.push_back(rc.step.step_time);
     if (rc.step.step_time > he.replica_time[slowest]) slowest = j;
@@ -516,7 +577,8 @@ HeteroEstimate hetero_estimate(const Plan& p, const CostModel& cm) {
     }
   }
   {
-    const std::string key = u.signature[slowest] + "#" + std::to_string(share_of(p, u, slowest));
+    const std::string key = u.signature[slowest] + "#" + std::to_string(share_of(p, u, slowest)) + "/" +
+                            std::to_string(count_of(p, slowest));
     const ReplicaCost& rc = memo.at(key);
     e.step_time = rc.step.step_time;
     e.breakdown = rc.step.time;
@@ -541,7 +603,7 @@ HeteroEstimate hetero_estimate(const Plan& p, const CostModel& cm) {
       for (int j = 0; j < u.replicas; ++j) {
         const int ua = a + j * u.size;
         if (ua + u.size <= use.first_rank || ua >= use.first_rank + use.ranks) continue;
-        use.samples += u.replicas > 1 ? share_of(p, u, j) : p.train.pipeline_micro_batch();
+        use.samples += samples_of(p, u, j);
         use.time_s = std::max(use.time_s, unit_time[sg][j]);
         use.memory_gib = std::max(use.memory_gib, to_gib(unit_mem[sg][j]));
         use.budget_gib = use.budget_gib == 0 ? to_gib(unit_budget[sg][j]) : std::min(use.budget_gib, to_gib(unit_budget[sg][j]));
@@ -561,8 +623,7 @@ std::vector<double> rank_work(const Plan& p) {
   const int S = p.devices_per_stage();
   std::vector<double> out(p.world_size(), 0);
   for (int j = 0; j < u.replicas; ++j) {
-    const double samples = static_cast<double>(u.replicas > 1 ? share_of(p, u, j) : p.train.pipeline_micro_batch()) *
-                           p.train.micro_batches;
+    const double samples = samples_of(p, u, j);
     for (size_t s = 0; s < p.stages.size(); ++s) {
       const int g = stage_group(p, static_cast<int>(s));
       for (int r = g * S + j * u.size; r < g * S + (j + 1) * u.size; ++r) out[r] += samples * p.stages[s].num_layers();
@@ -577,6 +638,10 @@ Result<Rebalanced> rebalance(const Plan& p, const std::vector<double>& slowdown,
                                            std::to_string(p.world_size()) + " ranks"};
   for (double f : slowdown)
     if (!(f > 0)) return Error{ErrorKind::kBadInput, "rebalance: slowdowns must be positive"};
+  if (!p.train.dp_micro_batches.empty())
+    return Error{ErrorKind::kBadInput, "rebalance: the plan gives its replicas their own micro-batch counts "
+                                       "(train.dp_micro_batches " + shares_label(p.train) +
+                                       "); re-balancing re-sets shares of the plan's micro-batches only"};
   Plan base = p;
   if (!base.devices) {
     PlanDevices pd;

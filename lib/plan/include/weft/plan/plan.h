@@ -37,13 +37,31 @@ struct TrainSettings {
   // they sum to pipeline_micro_batch(), and every layer and the embedding then share one dp and
   // one activation layout. Empty: pipeline_micro_batch() / dp each.
   std::vector<int> dp_shares;
+  // Micro-batches per data-parallel replica (JSON "dp_micro_batches", absent when every replica runs
+  // all micro_batches; needs dp_shares): replica j computes its first dp_micro_batches[j]
+  // micro-batches, dp_shares[j] samples each, and passes through the others with none, so a slower
+  // replica takes fewer micro-batches of its size rather than smaller ones (the granularity a
+  // replica of one sample per micro-batch lacks). micro_batches is the largest count, and the
+  // shares times the counts sum to global_batch.
+  std::vector<int> dp_micro_batches;
   // Samples per micro-batch across the whole stage: global_batch / micro_batches. A layer with
-  // data-parallel degree d processes pipeline_micro_batch() / d samples per device.
+  // data-parallel degree d processes pipeline_micro_batch() / d samples per device. With
+  // dp_micro_batches a micro-batch's samples differ by micro-batch: micro_batch_rows().
   int pipeline_micro_batch() const { return micro_batches > 0 ? global_batch / micro_batches : 0; }
+  // Samples replica j of `replicas` takes in micro-batch k (shares and counts as above; even:
+  // pipeline_micro_batch() / replicas).
+  int replica_rows(int replicas, int j, int k) const;
+  // Samples of micro-batch k over all replicas, and the global-batch index of its first sample
+  // (micro-batches are consecutive runs of the global batch, replica after replica).
+  int micro_batch_rows(int replicas, int k) const;
+  int micro_batch_offset(int replicas, int k) const;
+  // Samples replica j computes per step: its rows summed over the micro-batches.
+  int replica_samples(int replicas, int j) const;
   bool operator==(const TrainSettings&) const = default;
 };
 
-// The data-parallel shares as people read them, "5:1:5:5"; "" when they are even (no dp_shares).
+// The data-parallel shares as people read them, "5:1:5:5" ("5:1:5:5 x 4:2:4:4 micro-batches" with
+// dp_micro_batches); "" when they are even (no dp_shares).
 std::string shares_label(const TrainSettings& t);
 
 // Predicted figures written by the planner; the runtime ignores them.

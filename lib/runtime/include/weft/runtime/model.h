@@ -86,7 +86,9 @@ struct LayerCtx {
 };
 
 // Which rows of a micro-batch's tokens this rank reads: batch block / sequence block. The block
-// of batch_idx is rows [batch_offset, batch_offset + batch_rows) (uneven with train.dp_shares);
+// of batch_idx is rows [batch_offset, batch_offset + batch_rows) of the first micro-batch (uneven
+// with train.dp_shares; Model::micro_batch_rows gives any micro-batch's, which differ with
+// train.dp_micro_batches);
 // the sequence block is the sample positions `runs`, in order (under context parallelism two
 // mirrored chunks, geometry.h seq_runs).
 struct TokenBlock {
@@ -124,9 +126,12 @@ class Model {
   // own last layer).
   const ActivationLayout& input_layout(int chunk = 0) const;
   const ActivationLayout& output_layout(int chunk = 0) const;
-  // Shape of the activation block chunk c receives from the previous virtual stage, one micro-batch.
-  std::vector<int64_t> input_shape(int chunk = 0) const;
+  // Shape of the activation block chunk c receives from the previous virtual stage, micro-batch k.
+  std::vector<int64_t> input_shape(int chunk = 0, int k = 0) const;
   TokenBlock token_block() const;
+  // This rank's token rows of micro-batch k: the global-batch index of its first row and the rows
+  // (none in the micro-batches its replica passes through: train.dp_micro_batches).
+  std::pair<int64_t, int64_t> micro_batch_rows(int k) const;
 
   // Packed documents (docs/varlen.md): doc_ids [b, seq] numbers the document of every token of this
   // rank's samples over the whole sequence (equal ids, contiguous); attention then stays inside each

@@ -32,8 +32,9 @@ class PipelineStage {
   virtual int chunks() const { return 1; }
   // First stage: the hidden states that micro-batch k's tokens enter the layers with.
   virtual at::Tensor input(int k) = 0;
-  // Other stages: an empty tensor of the shape, dtype and device of the activations chunk c receives.
-  virtual at::Tensor input_buffer(int chunk) = 0;
+  // Other stages: an empty tensor of the shape, dtype and device of the activations chunk c receives
+  // for micro-batch k (its rows may differ by micro-batch: train.dp_micro_batches).
+  virtual at::Tensor input_buffer(int chunk, int k) = 0;
   // The layers of chunk c.
   virtual at::Tensor forward(const at::Tensor& x, int chunk) = 0;
   // Last stage: the summed token losses of micro-batch k for the layers' output y (a scalar).

@@ -36,7 +36,7 @@ struct DeviceGroupUse {
   int first_rank = 0, ranks = 0;
   double slowest = 1.0;       // the largest slowdown among its GPUs
   int layers = 0;             // layers its pipeline stages hold (summed over its stages)
-  int samples = 0;            // samples per micro-batch its data-parallel replicas take, summed
+  int samples = 0;            // samples per step its data-parallel replicas take, summed
   double time_s = 0;          // busiest unit on it: compute time per step
   double memory_gib = 0;      // peak per device
   double budget_gib = 0;      // what its devices may fill
