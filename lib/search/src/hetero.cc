@@ -245,7 +245,7 @@ struct ShareCurve {
 // but gpipe's, whose grow linearly), so the two ends bound it.
 ShareCurve share_curve(const Plan& p, const Units& u, const CostModel& cm, int j, int largest, int share = 0) {
   ShareCurve c;
-  const int dense = share == 0 ? largest : 2 * std::max(1, p.train.pp) * std::max(1, p.train.vp);
+  const int dense = share == 0 ? largest : std::max(1, p.train.pp) * std::max(1, p.train.vp);
   for (int b = 1; b <= largest;) {
     const ReplicaCost rc =
         share == 0 ? replica_cost(p, u, cm, j, b, p.train.micro_batches) : replica_cost(p, u, cm, j, share, b);
@@ -302,6 +302,11 @@ void fit_shares(Plan& p, const MixedCluster& d, const CostModel& cm, bool suspen
   const int least = suspend ? 0 : 1;
   if (dp <= 1 || !single_layout(p)) return;
   const Units u = units_of(p, d);
+  // Replicas alike (each spans the same kinds at the same speeds) balance evenly.
+  if (P % dp == 0 && std::all_of(u.signature.begin(), u.signature.end(), [&](const std::string& g) {
+        return g == u.signature[0];
+      }))
+    return;
   std::optional<Plan> best;
   double best_s = 0;
   auto consider = [&](Plan q) {
