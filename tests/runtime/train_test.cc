@@ -538,6 +538,34 @@ TEST(RuntimeStragglers, AdaptSwitchesInPlaceAndBackWithOneProcessLosses) {
   EXPECT_NE(bad.output.find("--adapt-min-gain: must be at least 1"), std::string::npos) << bad.output;
 }
 
+// --adapt on a plan with micro-batch counts per replica (train.dp_micro_batches, as weft plan
+// --straggler writes for one-sample replicas): rank 1 computes 4x slower from step 3, and the job
+// re-balances the counts in place, rank 1's replica running fewer of its one-sample micro-batches,
+// with the losses of one process throughout.
+TEST(RuntimeStragglers, AdaptRebalancesMicroBatchCountsInPlace) {
+  const std::string dir = temp_dir("adapt_counts");
+  Plan p = uniform(wider_gpt(2, 256), 4, 1, strat(1, 4), {}, Schedule::k1F1B, 16, 4);
+  p.train.dp_shares = {1, 1, 1, 1};
+  p.train.dp_micro_batches = {5, 2, 5, 4};
+  p.train.micro_batches = 5;
+  const RunResult got = adapt_run(p, dir, 12, " --adapt --slow 1:4:3 --straggler-steps 3 --straggler-margin 1.5");
+  std::filesystem::remove_all(dir);
+  if (::testing::Test::HasFatalFailure()) return;
+  const std::vector<Json> sws = switched_steps(got.output);
+  ASSERT_GE(sws.size(), 1u) << got.output;
+  const std::string change = sws.front()["switched"]["change"].get<std::string>();
+  // "shares 1:1:1:1 x a:b:c:d micro-batches, M micro-batches"
+  const size_t x = change.find(" x ");
+  ASSERT_NE(x, std::string::npos) << change;
+  std::vector<int> counts;
+  std::istringstream cs(change.substr(x + 3, change.find(' ', x + 3) - x - 3));
+  for (std::string c; std::getline(cs, c, ':');) counts.push_back(std::stoi(c));
+  ASSERT_EQ(counts.size(), 4u) << change;
+  EXPECT_LT(counts[1], 2) << change;
+  EXPECT_EQ(counts[0] + counts[1] + counts[2] + counts[3], 16) << change;
+  EXPECT_NE(got.output.find("state to move 0 bytes"), std::string::npos) << got.output;
+}
+
 // --adapt on a pipeline (dp 1: no shares to move): rank 1, holding stage 1, computes 3x slower in
 // steps 3-8. The job re-plans with the measured speeds, re-cuts the stages so that stage 1 holds
 // fewer layers, moves those layers' parameters and AdamW moments between the ranks in place (no

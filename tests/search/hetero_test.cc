@@ -147,10 +147,24 @@ TEST(Hetero, OneSampleReplicasTakeFewerMicroBatches) {
   auto back = plan_from_json(to_json(balanced));
   ASSERT_TRUE(back.ok()) << back.error().message;
   EXPECT_EQ(*back, balanced);
-  // --adapt's rebalance re-sets shares of the plan's micro-batches only, and says so.
-  auto rb = rebalance(balanced, std::vector<double>(8, 1.0), cm);
-  ASSERT_FALSE(rb.ok());
-  EXPECT_NE(rb.error().message.find("train.dp_micro_batches"), std::string::npos) << rb.error().message;
+  // --adapt's rebalance re-balances the counts, keeping the micro-batches' size and their total:
+  // GPU 1 at 4x takes fewer still; recovered, every replica runs every micro-batch again.
+  std::vector<double> slow(8, 1.0);
+  slow[1] = 4.0;
+  auto worse = rebalance(balanced, slow, cm);
+  ASSERT_TRUE(worse.ok()) << worse.error().message;
+  const auto& w = worse->plan.train.dp_micro_batches;
+  ASSERT_EQ(w.size(), 8u);
+  EXPECT_LT(w[1], n[1]);
+  EXPECT_EQ(std::accumulate(w.begin(), w.end(), 0), 64);
+  EXPECT_LT(worse->predicted_s, worse->current_s);
+  EXPECT_TRUE(validate(worse->plan).ok()) << validate(worse->plan).error().message;
+  auto healed = rebalance(balanced, std::vector<double>(8, 1.0), cm);
+  ASSERT_TRUE(healed.ok()) << healed.error().message;
+  EXPECT_TRUE(healed->plan.train.dp_micro_batches.empty()) << shares_label(healed->plan.train);
+  EXPECT_TRUE(healed->plan.train.dp_shares.empty()) << shares_label(healed->plan.train);
+  EXPECT_EQ(healed->plan.train.micro_batches, 8);
+  EXPECT_TRUE(validate(healed->plan).ok()) << validate(healed->plan).error().message;
 }
 
 TEST(Hetero, PipelineStagesOnFasterGpusTakeMoreLayers) {

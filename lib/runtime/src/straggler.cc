@@ -135,11 +135,15 @@ std::optional<std::vector<double>> Adapter::update(const std::vector<double>& co
   }
   window_.push_back(slowdown);
   if (static_cast<int>(window_.size()) < o_.steps) return std::nullopt;
+  // Only what moved beyond the margin is news: a rank whose median stays within it keeps the
+  // slowdown assumed for it, so a healthy rank measured at 1.05 in a noisy window does not take
+  // work from the others.
   std::vector<double> out(n);
   for (size_t r = 0; r < n; ++r) {
     std::vector<double> v;
     for (const auto& w : window_) v.push_back(w[r]);
-    out[r] = std::max(1.0, std::round(median(v) * 20) / 20);
+    const double m = median(v), q = m / assumed_[r];
+    out[r] = q > o_.margin || q < 1.0 / o_.margin ? std::max(1.0, std::round(m * 20) / 20) : assumed_[r];
   }
   window_.clear();
   return out;

@@ -643,10 +643,6 @@ Result<Rebalanced> rebalance(const Plan& p, const std::vector<double>& slowdown,
                                            std::to_string(p.world_size()) + " ranks"};
   for (double f : slowdown)
     if (!(f > 0)) return Error{ErrorKind::kBadInput, "rebalance: slowdowns must be positive"};
-  if (!p.train.dp_micro_batches.empty())
-    return Error{ErrorKind::kBadInput, "rebalance: the plan gives its replicas their own micro-batch counts "
-                                       "(train.dp_micro_batches " + shares_label(p.train) +
-                                       "); re-balancing re-sets shares of the plan's micro-batches only"};
   Plan base = p;
   if (!base.devices) {
     PlanDevices pd;
@@ -692,35 +688,73 @@ Result<Rebalanced> rebalance(const Plan& p, const std::vector<double>& slowdown,
     }
     return x;
   };
-  std::vector<int> now(u.replicas);
-  for (int j = 0; j < u.replicas; ++j) now[j] = u.replicas > 1 ? share_of(base, u, j) : P;
   Rebalanced out;
-  out.current_s = step_units(base, now);
-  // Candidates: new shares on the running stages, and (a pipeline) the stage cuts re-made for the
-  // slowdowns (recut: the search's partition DP over each stage's slowest unit, within memory) with
-  // shares balanced for them. A new cut moves layers between ranks, so it is taken only when it
-  // is predicted at least 2 % faster than new shares alone.
   Plan q = base;
-  std::vector<int> x = balanced(q, now);
-  double best = step_units(q, x);
-  if (base.train.pp > 1 && base.train.vp == 1) {
-    Plan c = base;
-    recut(c, c.devices->cluster, cm);
-    bool moved = false;
-    for (size_t k = 0; k < c.stages.size(); ++k) moved = moved || c.stages[k].first_layer != base.stages[k].first_layer;
-    if (moved) {
-      const std::vector<int> cx = balanced(c, now);
-      const double t = step_units(c, cx);
-      if (t * 1.02 < best) {
-        q = std::move(c);
-        x = cx;
-        best = t;
+  double best = 0;
+  if (!base.train.dp_micro_batches.empty()) {
+    // Micro-batch counts per replica (train.dp_micro_batches): the counts re-balanced, each
+    // replica's share (the size of its micro-batches) and the total count kept, so a replica's
+    // per-micro-batch costs scale with its count and the linear model holds. Replica j's
+    // compute-bound step: sum + (count - 1) x max over its stages of layers x share x slowdown.
+    auto replica_units = [&](int j, int count) {
+      double sum = 0, worst = 0;
+      for (size_t s = 0; s < base.stages.size(); ++s) {
+        const double t = base.stages[s].num_layers() * std::max(1, base.train.dp_shares[j]) *
+                         u.slow[stage_group(base, static_cast<int>(s))][j];
+        sum += t;
+        worst = std::max(worst, t);
+      }
+      return count > 0 ? sum + (count - 1) * worst : 0.0;
+    };
+    auto step_of = [&](const std::vector<int>& c) {
+      double t = 0;
+      for (int j = 0; j < u.replicas; ++j) t = std::max(t, replica_units(j, c[j]));
+      return t;
+    };
+    const std::vector<int>& now = base.train.dp_micro_batches;
+    const int total = std::accumulate(now.begin(), now.end(), 0);
+    std::vector<int> c = water_fill(u.replicas, total, replica_units, [&](int) { return total; });
+    if (c.empty() || step_of(c) >= step_of(now)) c = now;
+    out.current_s = step_of(now);
+    best = step_of(c);
+    q.train.micro_batches = *std::max_element(c.begin(), c.end());
+    const auto& x = q.train.dp_shares;
+    if (std::all_of(c.begin(), c.end(), [&](int v) { return v == c[0]; })) {
+      // Every replica runs every micro-batch: no counts; and equal shares are even ones.
+      q.train.dp_micro_batches.clear();
+      if (std::all_of(x.begin(), x.end(), [&](int v) { return v == x[0]; })) q.train.dp_shares.clear();
+    } else {
+      q.train.dp_micro_batches = std::move(c);
+    }
+  } else {
+    std::vector<int> now(u.replicas);
+    for (int j = 0; j < u.replicas; ++j) now[j] = u.replicas > 1 ? share_of(base, u, j) : P;
+    out.current_s = step_units(base, now);
+    // Candidates: new shares on the running stages, and (a pipeline) the stage cuts re-made for the
+    // slowdowns (recut: the search's partition DP over each stage's slowest unit, within memory) with
+    // shares balanced for them. A new cut moves layers between ranks, so it is taken only when it
+    // is predicted at least 2 % faster than new shares alone.
+    std::vector<int> x = balanced(q, now);
+    best = step_units(q, x);
+    if (base.train.pp > 1 && base.train.vp == 1) {
+      Plan c = base;
+      recut(c, c.devices->cluster, cm);
+      bool moved = false;
+      for (size_t k = 0; k < c.stages.size(); ++k) moved = moved || c.stages[k].first_layer != base.stages[k].first_layer;
+      if (moved) {
+        const std::vector<int> cx = balanced(c, now);
+        const double t = step_units(c, cx);
+        if (t * 1.02 < best) {
+          q = std::move(c);
+          x = cx;
+          best = t;
+        }
       }
     }
+    const bool even = std::all_of(x.begin(), x.end(), [&](int v) { return v == x[0]; });
+    if (even && P % u.replicas == 0) q.train.dp_shares.clear();
+    else q.train.dp_shares = x;
   }
-  const bool even = std::all_of(x.begin(), x.end(), [&](int v) { return v == x[0]; });
-  if (even && P % u.replicas == 0) q.train.dp_shares.clear();
-  else q.train.dp_shares = x;
   if (std::all_of(slowdown.begin(), slowdown.end(), [](double f) { return f == 1.0; }) && !p.devices)
     q.devices.reset();  // nothing slowed: the plan as the homogeneous runtime plan it was
   Status st = validate(q);

@@ -83,7 +83,8 @@ std::vector<double> measured_slowdown(const std::vector<double>& compute_s, cons
 // Decides when to re-plan: each step's measured slowdowns (measured_slowdown of the compute against
 // the plan's expectation) against the ones the running plan was made for (`assumed`); when some rank
 // has differed by more than the margin for `steps` steps in a row, update() returns the slowdowns
-// to re-plan for (per rank, the median over those steps, rounded to 0.05, at least 1).
+// to re-plan for (per rank, the median over those steps, rounded to 0.05, at least 1, where it
+// differs from the assumed slowdown by more than the margin; the assumed one where it does not).
 //
 // After a switch the expectation is calibrated on the running plan: for `steps` steps nothing is
 // re-planned and each rank's compute is compared with what the cost model expects of it at the

@@ -89,8 +89,10 @@ std::vector<double> rank_work(const Plan& p);
 // slowdown is as even as integers allow (min-max, one sample at a time; the running shares stay
 // unless that is better), and for a pipeline the stage cuts re-made for the slowdowns (the
 // search's partition DP over each stage's slowest unit, within memory: a slow rank's stage takes
-// fewer layers) when that is predicted at least 2 % faster than new shares alone. Strategies,
-// placement and micro-batches are kept. A new cut moves layers' state between ranks (the runtime
+// fewer layers) when that is predicted at least 2 % faster than new shares alone; a plan with
+// micro-batch counts per replica (train.dp_micro_batches) has its counts re-balanced instead (the
+// size of each replica's micro-batches and their total kept; equal counts drop them). Strategies
+// and placement are kept, and micro-batches but for counts. A new cut moves layers' state between ranks (the runtime
 // re-shards in place; weft/plan/checkpoint_layout.h reshard_bytes_moved says how much); new
 // shares move none. predicted_s / current_s: the compute-bound step of the new and the running
 // plan, sum + (m - 1) x max over stages of layers x the slowest replica's share x slowdown (in

@@ -19,7 +19,15 @@ struct PipelineConfig {
   bool operator==(const PipelineConfig&) const = default;
   int stages() const { return pp * vp; }
   TrainSettings train(const SearchOptions& opt) const {
-    return TrainSettings{opt.seq, opt.global_batch, m, pp, vp, schedule, opt.dtype};
+    TrainSettings t;
+    t.seq = opt.seq;
+    t.global_batch = opt.global_batch;
+    t.micro_batches = m;
+    t.pp = pp;
+    t.vp = vp;
+    t.schedule = schedule;
+    t.dtype = opt.dtype;
+    return t;
   }
 };
 
