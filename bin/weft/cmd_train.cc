@@ -76,7 +76,7 @@ runtime::AdaptHooks adapt_hooks() {
   h.expected = [](const Plan& p) { return rank_work(p); };
   h.replan = [cm](const Plan& p, const std::vector<double>& slowdown) -> Result<runtime::Replan> {
     const auto t0 = std::chrono::steady_clock::now();
-    auto r = rebalance(p, slowdown, *cm);
+    auto r = replan(p, slowdown, *cm);
     if (!r.ok()) return r.error();
     runtime::Replan out;
     out.plan = r->plan;
@@ -100,6 +100,12 @@ runtime::AdaptHooks adapt_hooks() {
       return c;
     };
     if (cut(out.plan) != cut(p)) out.change = "stages " + cut(out.plan) + " layers, " + out.change;
+    // A new structure from the search: its pipeline and its first layer's strategy.
+    auto shape = [](const Plan& q) {
+      return "pp" + std::to_string(q.train.pp) + " " + to_string(q.train.schedule) + ", layers " +
+             label(q.stages.front().layers.front()) + ", embedding " + label(q.embedding);
+    };
+    if (shape(out.plan) != shape(p)) out.change = shape(out.plan) + ", " + out.change;
     return out;
   };
   return h;

@@ -566,6 +566,27 @@ TEST(RuntimeStragglers, AdaptRebalancesMicroBatchCountsInPlace) {
   EXPECT_NE(got.output.find("state to move 0 bytes"), std::string::npos) << got.output;
 }
 
+// --adapt beyond shares and cuts: a tensor-parallel plan over 4 ranks (dp 1, pp 1) has no share or
+// cut to move when rank 1 computes 4x slower from step 3, so the re-plan searches afresh at the
+// measured speeds (weft/search/hetero.h replan) and the job moves its parameters and AdamW moments
+// to the new structure's ranks in place, with the losses of one process throughout.
+TEST(RuntimeStragglers, AdaptChangesDegreesInPlaceWithOneProcessLosses) {
+  const std::string dir = temp_dir("adapt_degrees");
+  const RunResult got = adapt_run(uniform(wider_gpt(2, 256), 4, 1, strat(4, 1), {}, Schedule::k1F1B, 16, 2), dir, 10,
+                                  " --adapt --slow 1:4:3 --straggler-steps 3 --straggler-margin 1.5");
+  std::filesystem::remove_all(dir);
+  if (::testing::Test::HasFatalFailure()) return;
+  const std::vector<Json> sws = switched_steps(got.output);
+  ASSERT_GE(sws.size(), 1u) << got.output;
+  const Json& sw = sws.front()["switched"];
+  EXPECT_TRUE(sw["structural"].get<bool>()) << sw.dump();
+  EXPECT_GT(sw["bytes_to_move"].get<int64_t>(), 0) << sw.dump();
+  // The change names the new layers' strategy, which is no longer tp4 alone.
+  const std::string change = sw["change"].get<std::string>();
+  EXPECT_EQ(change.rfind("pp", 0), 0u) << change;
+  EXPECT_EQ(change.find("layers tp4 "), std::string::npos) << change;
+}
+
 // --adapt on a pipeline (dp 1: no shares to move): rank 1, holding stage 1, computes 3x slower in
 // steps 3-8. The job re-plans with the measured speeds, re-cuts the stages so that stage 1 holds
 // fewer layers, moves those layers' parameters and AdamW moments between the ranks in place (no

@@ -239,6 +239,45 @@ TEST(Hetero, RebalanceRecutsAPipelineAroundASlowRank) {
   EXPECT_EQ(*moved % layer_bytes, 0) << *moved;
 }
 
+// --adapt's re-plan beyond shares and cuts: a tensor-parallel plan over 4 GPUs (dp 1, pp 1) has no
+// share or cut to move when GPU 1 slows 4x, so rebalance keeps it; the fresh search at the measured
+// speeds finds another structure, predicted faster than the running plan at those speeds, which
+// the runtime moves its state to in place.
+TEST(Hetero, ReplanSearchesAnotherStructureWhenSharesCannotHelp) {
+  const AnalyticCostModel cm;
+  const ClusterSpec c = testing::small_cluster(4, 4);
+  SearchOptions o = options(2048, 16);
+  o.pp_degrees = {1};
+  const auto runtime_accept = o.accept;
+  o.accept = [runtime_accept](const LayerStrategy& l, const LayerShape* shape) {
+    return l.tp == 4 && (!runtime_accept || runtime_accept(l, shape));
+  };
+  auto r = search(model(), c, cm, o);
+  ASSERT_TRUE(r.ok()) << r.error().message;
+  ASSERT_FALSE(r->top.empty());
+  const Plan tp4 = r->top.front();
+  ASSERT_EQ(tp4.stages[0].layers[0].tp, 4);
+  std::vector<double> slow(4, 1.0);
+  slow[1] = 4.0;
+  auto kept = rebalance(tp4, slow, cm);
+  ASSERT_TRUE(kept.ok()) << kept.error().message;
+  EXPECT_DOUBLE_EQ(kept->predicted_s, kept->current_s);  // nothing to move
+  auto fresh = replan(tp4, slow, cm);
+  ASSERT_TRUE(fresh.ok()) << fresh.error().message;
+  EXPECT_TRUE(validate(fresh->plan).ok()) << validate(fresh->plan).error().message;
+  EXPECT_EQ(fresh->plan.world_size(), 4);
+  EXPECT_NE(checkpoint_index(fresh->plan), checkpoint_index(tp4)) << "a new structure";
+  EXPECT_LT(fresh->predicted_s * kSearchGain, fresh->current_s);
+  // Its prediction is the plan costed at the measured speeds.
+  EXPECT_NEAR(hetero_estimate(fresh->plan, cm).total.step_time.value(), fresh->predicted_s, 1e-9 * fresh->predicted_s);
+  // Healthy again: never a plan the cost model prices slower than tp4 (here the search's best,
+  // which the tp4-only search above did not allow).
+  auto healthy = replan(tp4, std::vector<double>(4, 1.0), cm);
+  ASSERT_TRUE(healthy.ok()) << healthy.error().message;
+  EXPECT_LE(hetero_estimate(healthy->plan, cm).total.step_time.value(),
+            hetero_estimate(tp4, cm).total.step_time.value() * 1.0001);
+}
+
 TEST(Hetero, NothingFitsNamesTheMemoryNeeded) {
   const AnalyticCostModel cm;
   ClusterSpec small = testing::small_cluster(4, 4);

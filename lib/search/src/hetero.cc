@@ -771,6 +771,51 @@ Result<Rebalanced> rebalance(const Plan& p, const std::vector<double>& slowdown,
   return out;
 }
 
+Result<Rebalanced> replan(const Plan& p, const std::vector<double>& slowdown, const CostModel& cm) {
+  auto r = rebalance(p, slowdown, cm);
+  if (!r.ok()) return r;
+  const double kept = r->predicted_s > 0 ? r->current_s / r->predicted_s : 1.0;
+  if (kept >= kRebalanceGain) return r;  // shares, counts or cuts help: no new structure
+  // The running plan at the measured speeds, on the cost model.
+  Plan now = p;
+  MixedCluster dev = devices_of(p);
+  dev.slowdown = slowdown;
+  if (!now.devices) {
+    PlanDevices pd;
+    pd.gpu_of_rank.resize(p.world_size());
+    std::iota(pd.gpu_of_rank.begin(), pd.gpu_of_rank.end(), 0);
+    now.devices = pd;
+  }
+  now.devices->cluster = dev;
+  const HeteroEstimate running = hetero_estimate(now, cm);
+  if (!(running.total.step_time.value() > 0)) return r;
+  SearchOptions o;
+  o.seq = p.train.seq;
+  o.global_batch = p.train.global_batch;
+  o.dtype = p.train.dtype;
+  o.top_k = 1;
+  if (!restrict_to_runtime(o).ok()) return r;
+  std::optional<Plan> found;
+  if (dev.heterogeneous()) {
+    auto h = hetero_search(p.model, dev, cm, o);
+    if (h.ok() && !h->top.empty()) found = h->top.front();
+  } else {
+    auto h = search(p.model, p.cluster, cm, o);
+    if (h.ok() && !h->top.empty()) found = h->top.front();
+  }
+  if (!found || found->world_size() != p.world_size() || !validate(*found).ok()) return r;
+  const HeteroEstimate e = hetero_estimate(*found, cm);
+  if (!e.total.fits || !(e.total.step_time.value() > 0)) return r;
+  const double fresh = running.total.step_time.value() / e.total.step_time.value();
+  if (fresh < kSearchGain) return r;
+  Rebalanced out;
+  out.plan = std::move(*found);
+  out.estimate = e;
+  out.predicted_s = e.total.step_time.value();
+  out.current_s = running.total.step_time.value();
+  return out;
+}
+
 Result<HeteroResult> hetero_search(const ModelSpec& model, const MixedCluster& devices, const CostModel& cm,
                                    const SearchOptions& opt) {
   const auto t0 = std::chrono::steady_clock::now();

@@ -105,6 +105,19 @@ struct Rebalanced {
 };
 Result<Rebalanced> rebalance(const Plan& p, const std::vector<double>& slowdown, const CostModel& cm);
 
+// weft train --adapt's re-plan for measured `slowdown` per rank: rebalance() (shares, counts or
+// stage cuts: no state or only layers move) when that is predicted at least kRebalanceGain faster
+// than the running plan; otherwise (nothing to re-balance: dp 1 and pp 1, or layouts that take no
+// shares) a fresh search on p's devices at those speeds (hetero_search, or search() when they are
+// alike; what weft's runtime runs, p's batch, sequence and dtype), which may change degrees, ZeRO
+// stages, the schedule or micro-batches, whose state the runtime then moves in place. The search's
+// plan is taken when the cost model prices it at least kSearchGain faster than the running plan
+// at the same speeds (predicted_s / current_s are then its seconds); the rebalance's otherwise. A
+// re-balance is preferred where it helps: it moves little or nothing, and its compute-bound model
+// holds on any machine, while the search trusts the cost model's view of the devices.
+inline constexpr double kRebalanceGain = 1.05, kSearchGain = 1.10;
+Result<Rebalanced> replan(const Plan& p, const std::vector<double>& slowdown, const CostModel& cm);
+
 // Plan p (placed: p.devices set) with data-parallel shares that balance its replicas on their
 // devices, as the search sets them (min-max water filling over each replica's exact share curve,
 // within memory), kept only when they beat even shares: otherwise p unchanged with even shares.
