@@ -460,6 +460,16 @@ TEST(Adapt, ReplansAfterStepsInARowCalibratesAfterASwitchAndSeesTheRecovery) {
   auto again = a.update({1.0, 0.01, 2.0, 1.0}, without);
   ASSERT_TRUE(again.has_value());
   EXPECT_EQ(*again, (std::vector<double>{1.0, 8.0, 2.0, 1.0}));
+  // With probes (every rank timing the same small matmul while one has no work) the suspended rank
+  // is measured by its probe against the working ranks': at their speed it has recovered.
+  a.switched({1.0, 8.0, 1.0, 1.0});
+  for (int i = 0; i < 3; ++i) EXPECT_FALSE(a.update({1.0, 0.01, 1.0, 1.0}, without, {1.0, 8.1, 1.0, 1.0}));
+  for (int i = 0; i < 4; ++i)
+    EXPECT_FALSE(a.update({1.0, 0.01, 1.0, 1.0}, without, {1.0, 7.9, 1.02, 1.0})) << "still slow, step " << i;
+  for (int i = 0; i < 2; ++i) EXPECT_FALSE(a.update({1.0, 0.01, 1.0, 1.0}, without, {1.0, 1.02, 1.0, 0.98}));
+  auto probed = a.update({1.0, 0.01, 1.0, 1.0}, without, {1.0, 1.0, 1.0, 1.0});
+  ASSERT_TRUE(probed.has_value());
+  EXPECT_EQ(*probed, (std::vector<double>{1.0, 1.0, 1.0, 1.0}));
 }
 
 TEST(TokenSource, FileErrorsNameTheFile) {

@@ -587,6 +587,30 @@ TEST(RuntimeStragglers, AdaptChangesDegreesInPlaceWithOneProcessLosses) {
   EXPECT_EQ(change.find("layers tp4 "), std::string::npos) << change;
 }
 
+// A plan made for rank 1 at 8x suspends its replica (share 0, as weft plan --straggler may); rank 1
+// is in fact at full speed. It computes nothing, so --adapt probes every rank's speed with the same
+// small matmul while one has no work, reads rank 1 as recovered and switches to even shares in
+// place, with the losses of one process throughout.
+TEST(RuntimeStragglers, AdaptProbesASuspendedRankAndGivesItWorkWhenItRecovers) {
+  const std::string dir = temp_dir("adapt_probe");
+  Plan p = uniform(wider_gpt(2, 256), 4, 1, strat(1, 4), {}, Schedule::k1F1B, 16, 1);
+  p.train.dp_shares = {6, 0, 5, 5};
+  PlanDevices d;
+  d.cluster = mixed_of(p.cluster);
+  d.cluster.slowdown = {1.0, 8.0, 1.0, 1.0};
+  d.gpu_of_rank = {0, 1, 2, 3};
+  p.devices = d;
+  const RunResult got = adapt_run(p, dir, 10, " --adapt --straggler-steps 3 --straggler-margin 1.5");
+  std::filesystem::remove_all(dir);
+  if (::testing::Test::HasFatalFailure()) return;
+  EXPECT_NE(got.output.find("\"probe_s\""), std::string::npos) << got.output;
+  const std::vector<Json> sws = switched_steps(got.output);
+  ASSERT_GE(sws.size(), 1u) << got.output;
+  const Json& sw = sws.front()["switched"];
+  EXPECT_LT(sw["slowdowns"][1].get<double>(), 1.5) << sw.dump();
+  EXPECT_EQ(sw["change"].get<std::string>().rfind("even shares", 0), 0u) << sw.dump();
+}
+
 // --adapt on a pipeline (dp 1: no shares to move): rank 1, holding stage 1, computes 3x slower in
 // steps 3-8. The job re-plans with the measured speeds, re-cuts the stages so that stage 1 holds
 // fewer layers, moves those layers' parameters and AdamW moments between the ranks in place (no

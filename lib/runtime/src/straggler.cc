@@ -97,7 +97,8 @@ std::vector<double> measured_slowdown(const std::vector<double>& compute_s, cons
 }
 
 std::optional<std::vector<double>> Adapter::update(const std::vector<double>& compute_s,
-                                                   const std::vector<double>& expected_s) {
+                                                   const std::vector<double>& expected_s,
+                                                   const std::vector<double>& probe_s) {
   const size_t n = compute_s.size();
   if (n != assumed_.size() || expected_s.size() != n) return std::nullopt;
   if (!calibrating_.empty() || calib_.empty()) {
@@ -120,10 +121,17 @@ std::optional<std::vector<double>> Adapter::update(const std::vector<double>& co
   std::vector<double> expected(n);
   for (size_t r = 0; r < n; ++r) expected[r] = expected_s[r] * calib_[r];
   std::vector<double> slowdown = measured_slowdown(compute_s, expected);
-  // A rank the plan gives no work (a suspended replica) cannot be measured: it stays as assumed,
-  // so its near-zero compute does not read as a recovery.
+  // A rank the plan gives no work (a suspended replica) cannot be measured by its compute: its
+  // probe against the working ranks' probes, or (no probes) as assumed, so its near-zero compute
+  // does not read as a recovery.
+  std::vector<double> working;
+  if (probe_s.size() == n)
+    for (size_t r = 0; r < n; ++r)
+      if (expected_s[r] > 0 && probe_s[r] > 0) working.push_back(probe_s[r]);
+  const double probe_ref = working.empty() ? 0.0 : median(working);
   for (size_t r = 0; r < n; ++r)
-    if (!(expected_s[r] > 0)) slowdown[r] = assumed_[r];
+    if (!(expected_s[r] > 0))
+      slowdown[r] = probe_ref > 0 && probe_s[r] > 0 ? std::max(1.0, probe_s[r] / probe_ref) : assumed_[r];
   bool differs = false;
   for (size_t r = 0; r < n; ++r) {
     const double q = slowdown[r] / assumed_[r];

@@ -259,22 +259,46 @@ StageLinks stage_links(Comm& world, const Plan& plan, int rank) {
 struct StepResult {
   double loss = 0, norm = 0;
   std::vector<double> compute_s;  // per rank
+  std::vector<double> probe_s;    // per rank, while some rank is given no work (--adapt's probe)
 };
+
+// --adapt's probe of a rank's speed while the plan gives some rank no work (a suspended replica
+// computes nothing to measure; Malleus re-profiles such devices): every rank times the same small
+// matmul (256 x 256 x 256 in the compute dtype, best of three, forced to finish by reading a
+// scalar), under --slow taking FACTOR times as long as the passes do; what the ranks take against
+// each other is their speed.
+double probe_speed(at::Device device, at::ScalarType dtype, double factor) {
+  const auto o = at::TensorOptions().dtype(dtype).device(device);
+  const at::Tensor a = at::ones({256, 256}, o), b = at::ones({256, 256}, o);
+  double best = 0;
+  for (int i = 0; i < 3; ++i) {
+    const auto t = Clock::now();
+    (void)at::matmul(a, b).sum().item<double>();
+    const double s = seconds_since(t);
+    best = i == 0 ? s : std::min(best, s);
+  }
+  if (factor > 1) std::this_thread::sleep_for(std::chrono::duration<double>((factor - 1) * best));
+  return best * factor;
+}
 
 // After a step's passes and the gradient reduction: the job's mean token loss, gradient norm and
 // every rank's compute time (one all-reduce), then the AdamW update with the gradients clipped to
 // `clip` (<= 0: not clipped).
 StepResult optimizer_step(Model& model, Optimizer& opt, Comm& world, double loss_sum, int64_t tokens, double clip,
-                          double lr, double compute_s) {
-  at::Tensor stats = at::zeros({2 + world.size()}, at::kDouble);
+                          double lr, double compute_s, double probe_s = -1) {
+  const int n = world.size();
+  at::Tensor stats = at::zeros({2 + 2 * n}, at::kDouble);
   stats[0] = model.counts_loss() ? loss_sum : 0.0;
   stats[1] = opt.local_norm_sq();
   stats[2 + world.rank()] = compute_s;
+  stats[2 + n + world.rank()] = probe_s;
   world.allreduce_sum(stats);
   const double loss = stats[0].item<double>() / static_cast<double>(tokens);
   const double norm = std::sqrt(stats[1].item<double>());
-  StepResult r{loss, norm, {}};
-  for (int i = 0; i < world.size(); ++i) r.compute_s.push_back(stats[2 + i].item<double>());
+  StepResult r{loss, norm, {}, {}};
+  for (int i = 0; i < n; ++i) r.compute_s.push_back(stats[2 + i].item<double>());
+  if (probe_s >= 0)
+    for (int i = 0; i < n; ++i) r.probe_s.push_back(stats[2 + n + i].item<double>());
   double scale = 1.0;
   if (clip > 0) {
     const double coef = clip / (norm + 1e-6);
@@ -629,7 +653,12 @@ Status train(const TrainOptions& given) {
       }
       if (cpu_memory) tot.step_cpu_bytes = std::max(tot.step_cpu_bytes, cpu_memory->peak - cpu_at_start);
       const double lr = lrs.at(step);
-      const StepResult res = optimizer_step(*model, *opt, world, loss_sum, loss_tokens, o.clip, lr, timed.compute_s);
+      // A rank the plan gives no work cannot be measured by its passes: while there is one, every
+      // rank probes its speed (--adapt only; the same decision on every rank, from the same plan).
+      const bool probing = o.adapt && std::any_of(expected.begin(), expected.end(), [](double e) { return !(e > 0); });
+      const double probe_s = probing ? probe_speed(model->device(), model->compute_dtype(), timed.factor) : -1.0;
+      const StepResult res =
+          optimizer_step(*model, *opt, world, loss_sum, loss_tokens, o.clip, lr, timed.compute_s, probe_s);
       const double loss = res.loss, norm = res.norm;
       const double dt = seconds_since(t0);
       if (step == o.steps) tot.step_collectives = collectives_between(before, groups.collectives());
@@ -637,6 +666,7 @@ Status train(const TrainOptions& given) {
       stats.tokens_per_s = static_cast<double>(step_tokens) / dt, stats.step_time_s = dt;
       if (!stats.extra.is_object()) stats.extra = Json::object();
       stats.extra["compute_s"] = res.compute_s;
+      if (!res.probe_s.empty()) stats.extra["probe_s"] = res.probe_s;
       // Compared per unit of planned work: a rank given less (uneven shares) is not taken for fast.
       std::vector<double> per_work = res.compute_s;
       if (expected.size() == per_work.size()) {
@@ -647,7 +677,7 @@ Status train(const TrainOptions& given) {
       for (const std::string& line : stragglers.update(step, per_work)) rep.note(line);
       // Not the run's first step: it warms up (allocations, first-touch), and a re-plan on it would be noise.
       if (o.adapt && step < o.steps && step > start_step + 1) {
-        if (auto want = adapter.update(res.compute_s, expected)) {
+        if (auto want = adapter.update(res.compute_s, expected, res.probe_s)) {
           // Every rank holds the same compute figures (they came through one all-reduce) and the
           // re-plan is a pure function of them, so every rank takes the same decision.
           auto rp = o.adapt_hooks.replan(plan, *want);

@@ -91,13 +91,16 @@ std::vector<double> measured_slowdown(const std::vector<double>& compute_s, cons
 // slowdown the plan was made for; their ratio (the model's error on this machine for that rank's
 // work, e.g. fixed costs a small share does not shrink) then corrects the expectation, so only a
 // change of speed (a further slowdown, a recovery) reads as one. A rank the plan gives no work (a
-// replica the planner suspended: `weft plan --straggler` may) is not measured: it keeps the
-// slowdown assumed for it rather than reading as recovered; its own recovery is not seen.
+// replica the planner suspended: `weft plan --straggler` may) computes nothing to measure: its
+// slowdown is its probe time (`probe_s`, every rank timing the same small matmul) over the median
+// of the working ranks' probes, at least 1; without probes it keeps the slowdown assumed for it
+// rather than reading its idle compute as a recovery.
 class Adapter {
  public:
   Adapter(AdaptOptions o, int world) : o_(o), assumed_(world, 1.0), calib_(world, 1.0) {}
   std::optional<std::vector<double>> update(const std::vector<double>& compute_s,
-                                            const std::vector<double>& expected_s);
+                                            const std::vector<double>& expected_s,
+                                            const std::vector<double>& probe_s = {});
   // A new plan made for slowdowns `s` runs from the next step (calibrates, as above).
   void switched(std::vector<double> s);
   // A re-plan for `s` that did not pay: the running plan stays, `s` is what it now runs under.
