@@ -563,7 +563,9 @@ void run_estimate(const EstimateFlags& f, const CLI::App& cmd) {
                     "stragglers given here (--straggler, a cluster file or a profile's measured speeds)");
   }
   // Galvatron's model: its exact accounting (the plan's own task and buffer).
-  const Estimate e = p.devices || !p.train.dp_shares.empty() ? hetero_estimate(p, in.cost()).total : unwrap(galvatron::estimate_with(in.setup, p));
+  // Uneven shares (with or without devices) are costed replica by replica.
+  const Estimate e = p.devices || !p.train.dp_shares.empty() ? hetero_estimate(p, in.cost()).total
+                                                             : unwrap(galvatron::estimate_with(in.setup, p));
   annotate(p, e, in.cost());
   if (!f.out.empty()) check(write_plan_file(f.out, p));
   if (f.format == "json") {

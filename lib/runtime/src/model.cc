@@ -258,8 +258,7 @@ std::vector<int64_t> Model::input_shape(int chunk, int k) const {
 TokenBlock Model::token_block() const {
   const LayerStrategy& e = plan_.embedding;
   // The embedding's tp ranks read the same tokens (Megatron-SP cuts their output afterwards).
-  TokenBlock b{e.dp, emb_co_.dp, e.cp * e.ulysses, emb_co_.cp * e.ulysses + emb_co_.ulysses};
-  std::tie(b.batch_offset, b.batch_rows) = batch_rows(plan_, b.batch_parts, b.batch_idx, 0);
+  TokenBlock b{e.dp, emb_co_.dp, e.cp * e.ulysses, emb_co_.cp * e.ulysses + emb_co_.ulysses, {}};
   const int64_t T = plan_.train.seq, t = T / b.seq_parts;
   b.runs = seq_runs(T, e.cp, b.seq_idx * t, t);
   return b;

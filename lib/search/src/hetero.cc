@@ -205,10 +205,9 @@ int count_of(const Plan& p, int j) {
   return p.train.dp_micro_batches.empty() ? p.train.micro_batches : p.train.dp_micro_batches[j];
 }
 
-// Replica j's samples per step (the whole micro-batch when the plan is costed as one unit).
+// Replica j's samples per step (the whole batch when the plan is costed as one unit).
 int samples_of(const Plan& p, const Units& u, int j) {
-  if (u.replicas <= 1) return p.train.global_batch;
-  return share_of(p, u, j) * count_of(p, j);
+  return u.replicas <= 1 ? p.train.global_batch : p.train.replica_samples(u.replicas, j);
 }
 
 double nominal_peak_sum(const MixedCluster& d, DType dtype) {
@@ -239,8 +238,8 @@ struct ShareCurve {
 };
 
 // Replica j's curve over its share b of each micro-batch (share 0), or over the count b of its
-// micro-batches at `share` samples each. A count curve is exact up to twice the pipeline's stages
-// and at `largest`, linear between: beyond that a pipeline's step grows by one slowest stage per
+// micro-batches at `share` samples each. A count curve is exact up to the pipeline's stages (pp x
+// vp) and at `largest`, linear between: beyond that a pipeline's step grows by one slowest stage per
 // micro-batch (sum + (m - 1) x max) and its activations in flight no longer grow (every schedule
 // but gpipe's, whose grow linearly), so the two ends bound it.
 ShareCurve share_curve(const Plan& p, const Units& u, const CostModel& cm, int j, int largest, int share = 0) {
@@ -282,11 +281,11 @@ std::vector<int> water_fill(int replicas, int total, const std::function<double(
 // Balances the replicas, two ways, keeping the fastest of them and even shares by the exact
 // estimate (even wins ties): shares, integers summing to the micro-batch that minimise the slowest
 // replica's step (min-max water filling over each distinct replica's share curve, one sample at a
-// time to the replica that would finish first); and, where a replica's part of a micro-batch is
-// small (under 4 samples: a one-sample replica has no smaller share to take), counts, the
-// micro-batches of the even size each replica computes (train.dp_micro_batches), water-filled the
+// time to the replica that would finish first); and, where the micro-batch splits evenly and the
+// schedule is not interleaved, counts, the micro-batches of the even size each replica computes
+// (train.dp_micro_batches: a one-sample replica has no smaller share to take), water-filled the
 // same way over its count curve, so the plan runs the largest count. Both within each replica's
-// memory; with `suspend` a replica may get none.
+// memory; with `suspend` a replica may get none. Replicas alike keep even shares.
 void fit_shares(Plan& p, const MixedCluster& d, const CostModel& cm, bool suspend = true) {
   if (!p.train.dp_micro_batches.empty()) {
     // Counts set before (by an earlier fit): back to micro-batches of the shares' samples.
@@ -511,6 +510,21 @@ std::vector<Plan> diverse(std::vector<Plan> top) {
   return out;
 }
 
+// Plan p on its devices (its cluster's, in rank order, when it has none) running at `slowdown`
+// per rank: what rebalance and replan cost the running plan on.
+Plan at_speeds(const Plan& p, const std::vector<double>& slowdown) {
+  Plan q = p;
+  if (!q.devices) {
+    PlanDevices pd;
+    pd.cluster = mixed_of(p.cluster);
+    pd.gpu_of_rank.resize(p.world_size());
+    std::iota(pd.gpu_of_rank.begin(), pd.gpu_of_rank.end(), 0);
+    q.devices = pd;
+  }
+  q.devices->cluster.slowdown = slowdown;
+  return q;
+}
+
 }  // namespace
 
 Plan place(Plan p, const MixedCluster& devices, const std::vector<int>& order) {
@@ -643,15 +657,7 @@ Result<Rebalanced> rebalance(const Plan& p, const std::vector<double>& slowdown,
                                            std::to_string(p.world_size()) + " ranks"};
   for (double f : slowdown)
     if (!(f > 0)) return Error{ErrorKind::kBadInput, "rebalance: slowdowns must be positive"};
-  Plan base = p;
-  if (!base.devices) {
-    PlanDevices pd;
-    pd.cluster = mixed_of(p.cluster);
-    pd.gpu_of_rank.resize(p.world_size());
-    std::iota(pd.gpu_of_rank.begin(), pd.gpu_of_rank.end(), 0);
-    base.devices = pd;
-  }
-  base.devices->cluster.slowdown = slowdown;
+  const Plan base = at_speeds(p, slowdown);
   const Units u = units_of(base, base.devices->cluster);
   const int P = base.train.pipeline_micro_batch();
   const int m = base.train.micro_batches;
@@ -777,16 +783,8 @@ Result<Rebalanced> replan(const Plan& p, const std::vector<double>& slowdown, co
   const double kept = r->predicted_s > 0 ? r->current_s / r->predicted_s : 1.0;
   if (kept >= kRebalanceGain) return r;  // shares, counts or cuts help: no new structure
   // The running plan at the measured speeds, on the cost model.
-  Plan now = p;
-  MixedCluster dev = devices_of(p);
-  dev.slowdown = slowdown;
-  if (!now.devices) {
-    PlanDevices pd;
-    pd.gpu_of_rank.resize(p.world_size());
-    std::iota(pd.gpu_of_rank.begin(), pd.gpu_of_rank.end(), 0);
-    now.devices = pd;
-  }
-  now.devices->cluster = dev;
+  const Plan now = at_speeds(p, slowdown);
+  const MixedCluster& dev = now.devices->cluster;
   const HeteroEstimate running = hetero_estimate(now, cm);
   if (!(running.total.step_time.value() > 0)) return r;
   SearchOptions o;

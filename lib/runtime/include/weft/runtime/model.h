@@ -85,15 +85,13 @@ struct LayerCtx {
   int64_t heads_local = 0, kv_local = 0, ffn_local = 0;
 };
 
-// Which rows of a micro-batch's tokens this rank reads: batch block / sequence block. The block
-// of batch_idx is rows [batch_offset, batch_offset + batch_rows) of the first micro-batch (uneven
-// with train.dp_shares; Model::micro_batch_rows gives any micro-batch's, which differ with
-// train.dp_micro_batches);
-// the sequence block is the sample positions `runs`, in order (under context parallelism two
-// mirrored chunks, geometry.h seq_runs).
+// Which rows of a micro-batch's tokens this rank reads: batch block / sequence block. The rows of
+// batch block batch_idx in micro-batch k are Model::micro_batch_rows(k) (uneven with
+// train.dp_shares, differing by micro-batch with train.dp_micro_batches); the sequence block is the
+// sample positions `runs`, in order (under context parallelism two mirrored chunks, geometry.h
+// seq_runs).
 struct TokenBlock {
   int batch_parts = 1, batch_idx = 0, seq_parts = 1, seq_idx = 0;
-  int64_t batch_offset = 0, batch_rows = 0;
   std::vector<SeqRun> runs;
 };
 
