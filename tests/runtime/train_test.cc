@@ -600,7 +600,9 @@ TEST(RuntimeStragglers, AdaptProbesASuspendedRankAndGivesItWorkWhenItRecovers) {
   d.cluster.slowdown = {1.0, 8.0, 1.0, 1.0};
   d.gpu_of_rank = {0, 1, 2, 3};
   p.devices = d;
-  const RunResult got = adapt_run(p, dir, 10, " --adapt --straggler-steps 3 --straggler-margin 1.5");
+  // Margin 3: rank 1's recovery (assumed 8, probed near 1) is far beyond it, while a loaded machine's
+  // noise on the others (a rank read at 1.6 once under CI) is not re-planned for.
+  const RunResult got = adapt_run(p, dir, 10, " --adapt --straggler-steps 3 --straggler-margin 3");
   std::filesystem::remove_all(dir);
   if (::testing::Test::HasFatalFailure()) return;
   EXPECT_NE(got.output.find("\"probe_s\""), std::string::npos) << got.output;
