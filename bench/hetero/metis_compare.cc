@@ -38,12 +38,21 @@ std::string describe(const metis::Row& r) {
 
 int main(int argc, char** argv) {
   std::string dir = std::string(WEFT_DATA_DIR) + "/reference/metis";
+  double t4_ratio = 0;
   for (int i = 1; i < argc; ++i)
     if (!std::strcmp(argv[i], "--dir") && i + 1 < argc) dir = argv[++i];
+    else if (!std::strcmp(argv[i], "--t4-ratio") && i + 1 < argc) t4_ratio = std::atof(argv[++i]);
   auto s = metis::load_setup(dir);
   if (!s.ok()) {
     std::fprintf(stderr, "weft_bench_metis: %s\n", s.error().message.c_str());
     return 1;
+  }
+  if (t4_ratio > 0) {
+    for (int it = 0; it < 4; ++it) {
+      const double t4 = metis::block_ms(s->model, s->devices.groups[0], 1, 1, s->log.seq, s->dtype, s->options);
+      const double a = metis::block_ms(s->model, s->devices.groups[1], 1, 1, s->log.seq, s->dtype, s->options);
+      s->devices.groups[0].gpu.tflops_fp16 *= (t4 / a) / t4_ratio;
+    }
   }
   const AnalyticCostModel cm(s->options);
   std::printf("Metis's log: %zu plans for %s on %d GPUs (%s), global batch %d, seq %d\n", s->log.rows.size(),

@@ -200,6 +200,56 @@ TEST(PlanJson, MicroBatchesPerReplica) {
   EXPECT_NE(msg(bad).find("train.dp_micro_batches: needs train.dp_shares"), std::string::npos) << msg(bad);
 }
 
+// train.stage_dp_shares: shares per pipeline device group (Metis's split inside each stage),
+// written only when given, one list per group, each summing to the micro-batch, alone (not with
+// dp_shares or counts) and with one activation layout.
+TEST(PlanJson, SharesPerPipelineGroup) {
+  Plan p = uniform_plan(LayerStrategy{.dp = 4}, 2, 8, 128);  // 16 samples per micro-batch, 2 groups
+  EXPECT_FALSE(to_json(p).at("train").contains("stage_dp_shares"));
+  p.train.stage_dp_shares = {{2, 2, 6, 6}, {4, 4, 4, 4}};
+  ASSERT_TRUE(validate(p).ok()) << validate(p).error().message;
+  auto back = plan_from_json(to_json(p));
+  ASSERT_TRUE(back.ok()) << back.error().message;
+  EXPECT_EQ(back.value(), p);
+  EXPECT_EQ(shares_label(p.train), "2:2:6:6 | 4:4:4:4");
+  EXPECT_EQ(p.train.replica_rows(4, 2, 3, 0), 6);
+  EXPECT_EQ(p.train.replica_rows(4, 2, 3, 1), 4);
+  EXPECT_EQ(p.train.replica_samples(4, 0, 0), 16);
+  EXPECT_EQ(p.train.replica_samples(4, 0, 1), 32);
+  auto jmsg = [](const Json& j) {
+    auto r = plan_from_json(j);
+    return r.ok() ? std::string("OK") : r.error().message;
+  };
+  Json k = to_json(p);
+  k["train"]["stage_dp_shares"][1][2] = "four";
+  EXPECT_NE(jmsg(k).find("train.stage_dp_shares[1][2]: expected an integer"), std::string::npos)
+      << jmsg(k);
+  k["train"]["stage_dp_shares"] = Json::array({4, 4, 4, 4});
+  EXPECT_NE(jmsg(k).find("train.stage_dp_shares[0]: expected an array"), std::string::npos)
+      << jmsg(k);
+  auto msg = [](Plan q) { return message_of(validate(q)); };
+  Plan bad = p;
+  bad.train.stage_dp_shares = {{2, 2, 6, 6}, {4, 4, 4, 5}};
+  EXPECT_NE(msg(bad).find("train.stage_dp_shares[1]: sum to 17 but a micro-batch holds 16 samples"), std::string::npos)
+      << msg(bad);
+  bad.train.stage_dp_shares = {{2, 2, 6, 6}};
+  EXPECT_NE(msg(bad).find("train.stage_dp_shares: 1 lists for 2 pipeline device groups"), std::string::npos) << msg(bad);
+  bad.train.stage_dp_shares = {{2, 2, 6, 6}, {8, 8}};
+  EXPECT_NE(msg(bad).find("4 replicas but train.stage_dp_shares[1] lists 2 shares"), std::string::npos) << msg(bad);
+  bad = p;
+  bad.train.dp_shares = {4, 4, 4, 4};
+  EXPECT_NE(msg(bad).find("train.stage_dp_shares: replaces train.dp_shares"), std::string::npos) << msg(bad);
+  bad = p;
+  bad.stages[1].layers[0] = LayerStrategy{.tp = 2, .dp = 2};
+  EXPECT_NE(msg(bad).find("with train.stage_dp_shares every layer must lay out its activations as the embedding"),
+            std::string::npos)
+      << msg(bad);
+  Plan one = uniform_plan(LayerStrategy{.dp = 8}, 1, 8, 128);
+  one.train.stage_dp_shares = {{2, 2, 2, 2, 2, 2, 2, 2}};
+  EXPECT_NE(msg(one).find("train.stage_dp_shares: per pipeline device group, but train.pp is 1"), std::string::npos)
+      << msg(one);
+}
+
 TEST(Strategy, Labels) {
   EXPECT_EQ(label(LayerStrategy{.tp = 4, .sp = true, .dp = 2, .zero = 1}), "tp4+sp dp2 z1");
   EXPECT_EQ(label(LayerStrategy{.ulysses = 2, .cp = 2, .dp = 2, .recompute = Recompute::kFull}),

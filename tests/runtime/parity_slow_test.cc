@@ -26,6 +26,14 @@ TEST(RuntimeParitySlow, Dp2xTp2xPp2) {
   expect_parity(uniform(tiny_llama(), 8, 2, strat(2, 2, 1, true, 1), {2, 2}, Schedule::k1F1B, 8, 2), "dp2tp2pp2");
 }
 
+// Shares per device group with tensor parallelism: both tp ranks of a replica hold its rows (no
+// sequence parallelism), each taking its re-split rows from the holder at its own place.
+TEST(RuntimeParitySlow, StageSharesDp2xTp2xPp2) {
+  Plan p = uniform(tiny_llama(), 8, 2, strat(2, 2), {2, 2}, Schedule::k1F1B, 8, 2);
+  p.train.stage_dp_shares = {{1, 3}, {3, 1}};
+  expect_parity(p, "stage_shares_dp2tp2pp2");
+}
+
 TEST(RuntimeParitySlow, Dp2xTp2Zero3Recompute) {
   expect_parity(uniform(tiny_gpt(), 4, 1, strat(2, 2, 1, true, 3, Recompute::kFull)), "dp2tp2z3");
 }

@@ -79,6 +79,27 @@ TEST(RuntimeParity, MicroBatchCountsZeroBubblePipeline2Dp2) {
                 "counts_zbh1_pp2_dp2");
 }
 
+// Shares per pipeline device group (train.stage_dp_shares): each group splits a micro-batch its own
+// way, and the receiving group re-splits the activations (and their gradients, backwards) among its
+// ranks by an all-to-all, so a replica of one group feeds parts of several of the next.
+Plan with_stage_shares(Plan p, std::vector<std::vector<int>> shares) {
+  p.train.stage_dp_shares = std::move(shares);
+  return p;
+}
+TEST(RuntimeParity, StageSharesPipeline2Dp2) {
+  expect_parity(with_stage_shares(uniform(tiny_gpt(), 4, 2, strat(1, 2)), {{3, 1}, {1, 3}}), "stage_shares_pp2_dp2");
+}
+TEST(RuntimeParity, StageSharesSuspendedZeroBubblePipeline2Dp2Zero1) {
+  expect_parity(with_stage_shares(uniform(tiny_llama(), 4, 2, strat(1, 2, 1, false, 1), {}, Schedule::kZbH1),
+                                  {{4, 0}, {1, 3}}),
+                "stage_shares_zbh1_pp2_dp2");
+}
+TEST(RuntimeParity, StageSharesInterleavedPipeline2Dp2) {
+  expect_parity(with_stage_shares(uniform(tiny_gpt(), 4, 2, strat(1, 2), {1, 1, 1, 1}, Schedule::kInterleaved, 8, 2),
+                                  {{1, 3}, {3, 1}}),
+                "stage_shares_pp2_vp2_dp2");
+}
+
 TEST(RuntimeParity, Zero1Dp2) { expect_parity(uniform(tiny_gpt(), 2, 1, strat(1, 2, 1, false, 1)), "zero1"); }
 TEST(RuntimeParity, Zero2Dp2) { expect_parity(uniform(tiny_gpt(), 2, 1, strat(1, 2, 1, false, 2)), "zero2"); }
 TEST(RuntimeParity, Zero3Dp2) { expect_parity(uniform(tiny_llama(), 2, 1, strat(1, 2, 1, false, 3)), "zero3"); }

@@ -201,6 +201,65 @@ TEST(Hetero, PipelineStagesOnFasterGpusTakeMoreLayers) {
   for (const DeviceGroupUse& g : e.groups) EXPECT_LE(g.memory_gib, g.budget_gib);
 }
 
+// Shares per pipeline device group (train.stage_dp_shares, Metis's split inside each stage): a
+// 2-stage pipeline of 4 replicas with GPU 1 (stage 0, replica 1) 3x slow. Shares for the whole
+// replica would idle GPU 5 (its stage-1 partner) as much as GPU 1; per group, stage 0 leans on its
+// healthy GPUs while stage 1 stays even. The step beats both even shares and the same shares for
+// every group, the work per rank follows the groups' shares, and re-balanced for a recovered GPU
+// the plan goes back to even.
+TEST(Hetero, AMixedStageSplitsItsMicroBatchesItsOwnWay) {
+  const AnalyticCostModel cm;
+  Plan p;
+  p.model = model();
+  p.cluster = testing::small_cluster(8, 8);
+  p.train = TrainSettings{.seq = 2048, .global_batch = 64, .micro_batches = 4, .pp = 2};
+  p.embedding = LayerStrategy{.dp = 4};
+  for (int k = 0; k < 2; ++k) {
+    Stage st;
+    st.first_layer = 8 * k;
+    st.layers.assign(8, LayerStrategy{.dp = 4});
+    p.stages.push_back(st);
+  }
+  ASSERT_TRUE(validate(p).ok()) << validate(p).error().message;
+  Plan slow = place(p, with_straggler(p.cluster, "1:3"), {0});
+  const double even = hetero_estimate(slow, cm).total.step_time.value();
+  const Plan best = balance_shares(slow, cm, /*suspend=*/false);
+  ASSERT_EQ(best.train.stage_dp_shares.size(), 2u) << shares_label(best.train);
+  const auto& x = best.train.stage_dp_shares;
+  EXPECT_EQ(x[1], std::vector<int>(4, 4)) << shares_label(best.train);
+  EXPECT_LT(x[0][1], 4) << shares_label(best.train);
+  for (int j : {0, 2, 3}) EXPECT_GT(x[0][j], x[0][1]) << shares_label(best.train);
+  EXPECT_TRUE(validate(best).ok()) << validate(best).error().message;
+  const HeteroEstimate e = hetero_estimate(best, cm);
+  ASSERT_TRUE(e.total.fits);
+  EXPECT_LT(e.total.step_time.value(), 0.9 * even);
+  Plan whole = best;
+  whole.train.stage_dp_shares.clear();
+  whole.train.dp_shares = x[0];
+  EXPECT_LT(e.total.step_time.value(), hetero_estimate(whole, cm).total.step_time.value());
+  // Per rank: its group's share x the stage's layers.
+  const std::vector<double> w = rank_work(best);
+  ASSERT_EQ(w.size(), 8u);
+  EXPECT_DOUBLE_EQ(w[1], x[0][1] * 4.0 * 8);
+  EXPECT_DOUBLE_EQ(w[5], 4 * 4.0 * 8);
+  // The per-group report counts each group's own samples.
+  ASSERT_EQ(e.groups.size(), 1u);
+  EXPECT_EQ(e.groups[0].samples, 64);
+  // GPU 1 recovered: back to even shares, predicted faster than keeping the uneven ones.
+  auto r = rebalance(best, std::vector<double>(8, 1.0), cm);
+  ASSERT_TRUE(r.ok()) << r.error().message;
+  EXPECT_TRUE(r->plan.train.stage_dp_shares.empty()) << shares_label(r->plan.train);
+  EXPECT_LT(r->predicted_s, r->current_s);
+  // Slowed again, by re-measured speeds: stage 0 leans away from GPU 1, stage 1 stays even.
+  std::vector<double> again(8, 1.0);
+  again[1] = 4.0;
+  auto r2 = rebalance(best, again, cm);
+  ASSERT_TRUE(r2.ok()) << r2.error().message;
+  ASSERT_EQ(r2->plan.train.stage_dp_shares.size(), 2u) << shares_label(r2->plan.train);
+  EXPECT_LE(r2->plan.train.stage_dp_shares[0][1], x[0][1]);
+  EXPECT_EQ(r2->plan.train.stage_dp_shares[1], std::vector<int>(4, 4));
+}
+
 // A 4-stage pipeline (dp 1: no shares to move) re-balanced for a rank computing 3x slower: the
 // stage cuts are re-made so that the slow rank's stage holds fewer layers and the others more, the
 // compute-bound step is predicted faster, and the layers that change ranks are what would move.

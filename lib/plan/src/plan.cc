@@ -11,7 +11,8 @@ namespace weft {
 int stage_group(const TrainSettings& t, int s) { return stage_device_group(t.schedule, std::max(1, t.pp), s); }
 int group_stage(const TrainSettings& t, int g, int c) { return virtual_stage(t.schedule, std::max(1, t.pp), g, c); }
 
-int TrainSettings::replica_rows(int replicas, int j, int k) const {
+int TrainSettings::replica_rows(int replicas, int j, int k, int group) const {
+  if (!stage_dp_shares.empty()) return stage_dp_shares.at(group).at(j);
   if (!dp_micro_batches.empty() && k >= dp_micro_batches[j]) return 0;
   if (!dp_shares.empty()) return dp_shares[j];
   return pipeline_micro_batch() / std::max(1, replicas);
@@ -31,13 +32,17 @@ int TrainSettings::micro_batch_offset(int replicas, int k) const {
   return n;
 }
 
-int TrainSettings::replica_samples(int replicas, int j) const {
-  if (dp_micro_batches.empty()) return replica_rows(replicas, j, 0) * micro_batches;
+int TrainSettings::replica_samples(int replicas, int j, int group) const {
+  if (dp_micro_batches.empty()) return replica_rows(replicas, j, 0, group) * micro_batches;
   return dp_micro_batches[j] * dp_shares[j];
 }
 
 std::string shares_label(const TrainSettings& t) {
   std::string out;
+  for (size_t g = 0; g < t.stage_dp_shares.size(); ++g) {
+    out += g ? " | " : "";
+    for (size_t j = 0; j < t.stage_dp_shares[g].size(); ++j) out += (j ? ":" : "") + std::to_string(t.stage_dp_shares[g][j]);
+  }
   for (int x : t.dp_shares) out += (out.empty() ? "" : ":") + std::to_string(x);
   if (!t.dp_micro_batches.empty()) {
     out += " x ";
@@ -117,6 +122,7 @@ Json to_json(const Plan& p) {
   if (p.train.varlen) j["train"]["varlen"] = {{"min_group", p.train.min_group}, {"max_group", p.train.max_group}};
   if (!p.train.dp_shares.empty()) j["train"]["dp_shares"] = p.train.dp_shares;
   if (!p.train.dp_micro_batches.empty()) j["train"]["dp_micro_batches"] = p.train.dp_micro_batches;
+  if (!p.train.stage_dp_shares.empty()) j["train"]["stage_dp_shares"] = p.train.stage_dp_shares;
   j["embedding"] = to_json(p.embedding);
   Json stages = Json::array();
   const int S = p.devices_per_stage();
@@ -186,11 +192,29 @@ Result<Plan> plan_from_json(const Json& j, const std::string& path) {
 
     JsonObj t = o.obj("train");
     t.reject_unknown(
-        {"seq", "global_batch", "micro_batches", "pp", "vp", "schedule", "dtype", "varlen", "dp_shares", "dp_micro_batches"});
+        {"seq", "global_batch", "micro_batches", "pp", "vp", "schedule", "dtype", "varlen", "dp_shares", "dp_micro_batches",
+         "stage_dp_shares"});
     if (t.has("dp_shares"))
       for (long long x : t.array_of_int("dp_shares")) p.train.dp_shares.push_back(static_cast<int>(x));
     if (t.has("dp_micro_batches"))
       for (long long x : t.array_of_int("dp_micro_batches")) p.train.dp_micro_batches.push_back(static_cast<int>(x));
+    if (t.has("stage_dp_shares")) {
+      const Json& a = t.json().at("stage_dp_shares");
+      if (!a.is_array()) t.fail("stage_dp_shares", "expected an array of arrays (one per pipeline device group)");
+      for (size_t g = 0; g < a.size(); ++g) {
+        const std::string key = "stage_dp_shares[" + std::to_string(g) + "]";
+        if (!a[g].is_array()) t.fail(key, "expected an array of integers (one per data-parallel replica)");
+        std::vector<int> row;
+        for (size_t j = 0; j < a[g].size(); ++j) {
+          if (!a[g][j].is_number_integer() && !a[g][j].is_number_unsigned())
+            t.fail(key + "[" + std::to_string(j) + "]", "expected an integer, got " + a[g][j].dump());
+          const long long x = a[g][j].get<long long>();
+          if (x < 0 || x > (1LL << 30)) t.fail(key + "[" + std::to_string(j) + "]", "must be >= 0, got " + std::to_string(x));
+          row.push_back(static_cast<int>(x));
+        }
+        p.train.stage_dp_shares.push_back(std::move(row));
+      }
+    }
     if (t.has("varlen")) {
       JsonObj v = t.obj("varlen");
       v.reject_unknown({"min_group", "max_group"});

@@ -32,6 +32,11 @@ void check_strategy(const std::string& where, const LayerStrategy& s, const Laye
     require(static_cast<int>(p.train.dp_shares.size()) == s.dp,
             where + ".dp: " + S(s.dp) + " replicas but train.dp_shares lists " + S(p.train.dp_shares.size()) +
                 " shares");
+  } else if (!p.train.stage_dp_shares.empty()) {
+    for (size_t g = 0; g < p.train.stage_dp_shares.size(); ++g)
+      require(static_cast<int>(p.train.stage_dp_shares[g].size()) == s.dp,
+              where + ".dp: " + S(s.dp) + " replicas but train.stage_dp_shares[" + S(g) + "] lists " +
+                  S(p.train.stage_dp_shares[g].size()) + " shares");
   } else {
     require(pmb % s.dp == 0, where + ".dp: " + S(s.dp) + " does not divide the " + S(pmb) +
                                  " samples of a micro-batch (global batch " + S(p.train.global_batch) + " / " +
@@ -119,6 +124,25 @@ void validate_or_throw(const Plan& p) {
   if (!t.dp_micro_batches.empty())
     require(!t.dp_shares.empty(), "train.dp_micro_batches: needs train.dp_shares (the samples of each replica's "
                                   "micro-batches)");
+  if (!t.stage_dp_shares.empty()) {
+    require(t.dp_shares.empty() && t.dp_micro_batches.empty(),
+            "train.stage_dp_shares: replaces train.dp_shares and cannot go with train.dp_micro_batches: give one");
+    require(!t.varlen, "train.stage_dp_shares: a variable-length plan (train.varlen) places its documents per step; "
+                       "drop stage_dp_shares");
+    require(t.pp > 1, "train.stage_dp_shares: per pipeline device group, but train.pp is " + S(t.pp) +
+                          " (one group: use train.dp_shares)");
+    require(static_cast<int>(t.stage_dp_shares.size()) == t.pp,
+            "train.stage_dp_shares: " + S(t.stage_dp_shares.size()) + " lists for " + S(t.pp) +
+                " pipeline device groups (train.pp)");
+    for (size_t g = 0; g < t.stage_dp_shares.size(); ++g) {
+      long long sum = 0;
+      for (int x : t.stage_dp_shares[g]) sum += x;
+      require(sum == t.pipeline_micro_batch(), "train.stage_dp_shares[" + S(g) + "]: sum to " + S(sum) +
+                                                   " but a micro-batch holds " + S(t.pipeline_micro_batch()) +
+                                                   " samples (global batch " + S(t.global_batch) + " / " +
+                                                   S(t.micro_batches) + " micro-batches)");
+    }
+  }
   if (!t.dp_shares.empty()) {
     require(!t.varlen, "train.dp_shares: a variable-length plan (train.varlen) places its documents per step; "
                        "drop dp_shares");
@@ -149,13 +173,16 @@ void validate_or_throw(const Plan& p) {
       require(samples == t.global_batch, "train.dp_micro_batches: shares x counts sum to " + S(samples) +
                                              " samples but the global batch is " + S(t.global_batch));
     }
+  }
+  if (!t.dp_shares.empty() || !t.stage_dp_shares.empty()) {
+    const std::string field = t.dp_shares.empty() ? "train.stage_dp_shares" : "train.dp_shares";
     const int S0 = p.devices_per_stage();
     if (S0 > 0) {
       const ActivationLayout want = layout_of(p.embedding, S0);
       for (size_t st = 0; st < p.stages.size(); ++st)
         for (size_t i = 0; i < p.stages[st].layers.size(); ++i)
           require(layout_of(p.stages[st].layers[i], S0) == want,
-                  "stages[" + S(st) + "].layers[" + S(i) + "]: with train.dp_shares every layer must lay out its "
+                  "stages[" + S(st) + "].layers[" + S(i) + "]: with " + field + " every layer must lay out its "
                   "activations as the embedding does (the same tp, sp, ulysses, cp and dp)");
     }
   }

@@ -119,13 +119,13 @@ Model::Model(const Plan& p, int rank, GroupSet& groups, uint64_t seed, at::Devic
   stage_comm_ = &groups.get(stage_ranks);
   emb_co_ = coords_of(rank, S_, p.embedding);
   emb_tp_ = &groups.get(group_of(rank, S_, pp, p.embedding, Axis::kTp));
-  layouts_.push_back(layout_of(p.embedding, S_));
+  layouts_.push_back(group_layout(p.embedding, stage_));
   emb_layout_ = &layouts_.back();
   for (int c = 0; c < chunks(); ++c) {
     const int vs = group_stage(p, stage_, c);
     prev_layouts_.push_back(nullptr);
     if (vs == 0) continue;
-    layouts_.push_back(layout_of(p.stages[vs - 1].layers.back(), S_));
+    layouts_.push_back(group_layout(p.stages[vs - 1].layers.back(), stage_group(p, vs - 1)));
     prev_layouts_.back() = &layouts_.back();
   }
   {
@@ -207,7 +207,7 @@ Model::Model(const Plan& p, int rank, GroupSet& groups, uint64_t seed, at::Devic
       const int nkv = L.shape.kv_heads > 0 ? L.shape.kv_heads : L.shape.heads;
       L.kvrep = &groups.get(kv_replica_group(rank, S_, pp, L.st, nkv));
       L.cp = &groups.get(group_of(rank, S_, pp, L.st, Axis::kCp));
-      layouts_.push_back(layout_of(L.st, S_));
+      layouts_.push_back(group_layout(L.st, stage_));
       L.layout = &layouts_.back();
       L.heads_local = L.shape.heads / L.st.tp;
       L.kv_local = nkv % L.st.tp == 0 ? nkv / L.st.tp : 1;
@@ -240,18 +240,29 @@ const ActivationLayout& Model::output_layout(int chunk) const {
 
 namespace {
 
-// Rows [first, first + second) of micro-batch k held by data-parallel block `idx` of `parts`.
-std::pair<int64_t, int64_t> batch_rows(const Plan& p, int parts, int idx, int k) {
+// Rows [first, first + second) of micro-batch k held by batch block `idx` of layout l (its own
+// rows under train.stage_dp_shares, else the plan's shares).
+std::pair<int64_t, int64_t> batch_rows(const Plan& p, const ActivationLayout& l, int idx, int k) {
   int64_t offset = 0;
-  for (int i = 0; i < idx; ++i) offset += p.train.replica_rows(parts, i, k);
-  return {offset, p.train.replica_rows(parts, idx, k)};
+  if (!l.rows.empty()) {
+    for (int i = 0; i < idx; ++i) offset += l.rows[i];
+    return {offset, l.rows[idx]};
+  }
+  for (int i = 0; i < idx; ++i) offset += p.train.replica_rows(l.batch_parts, i, k);
+  return {offset, p.train.replica_rows(l.batch_parts, idx, k)};
 }
 
 }  // namespace
 
+ActivationLayout Model::group_layout(const LayerStrategy& s, int group) const {
+  ActivationLayout l = layout_of(s, S_);
+  if (!plan_.train.stage_dp_shares.empty()) l.rows = plan_.train.stage_dp_shares.at(group);
+  return l;
+}
+
 std::vector<int64_t> Model::input_shape(int chunk, int k) const {
   const ActivationLayout& l = input_layout(chunk);
-  const int64_t rows = batch_rows(plan_, l.batch_parts, l.batch_idx[stage_comm_->rank()], k).second;
+  const int64_t rows = batch_rows(plan_, l, l.batch_idx[stage_comm_->rank()], k).second;
   return {rows, plan_.train.seq / l.seq_parts, plan_.model.hidden};
 }
 
@@ -266,7 +277,7 @@ TokenBlock Model::token_block() const {
 
 std::pair<int64_t, int64_t> Model::micro_batch_rows(int k) const {
   const LayerStrategy& e = plan_.embedding;
-  const auto [offset, rows] = batch_rows(plan_, e.dp, emb_co_.dp, k);
+  const auto [offset, rows] = batch_rows(plan_, *emb_layout_, emb_co_.dp, k);
   return {plan_.train.micro_batch_offset(e.dp, k) + offset, rows};
 }
 

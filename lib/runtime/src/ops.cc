@@ -2,11 +2,13 @@
 
 #include <torch/autograd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <limits>
 #include <set>
 
+#include "weft/core/assert.h"
 #include "weft/runtime/split_backward.h"
 
 namespace weft::runtime {
@@ -101,7 +103,80 @@ std::vector<Piece> pieces_of(const std::vector<SeqRun>& runs) {
 // The pieces stage rank `rank` holds under layout l.
 std::vector<Piece> pieces(const ActivationLayout& l, int rank, int64_t T) { return pieces_of(block_runs(l, rank, T)); }
 
+// Rows [start, start + n) of each batch block of layout l in a micro-batch of B samples (its own
+// rows, or B / batch_parts each).
+std::vector<std::pair<int64_t, int64_t>> block_spans(const ActivationLayout& l, int64_t B) {
+  std::vector<std::pair<int64_t, int64_t>> out;
+  int64_t at = 0;
+  for (int b = 0; b < l.batch_parts; ++b) {
+    const int64_t n = l.rows.empty() ? B / l.batch_parts : l.rows[b];
+    out.push_back({at, n});
+    at += n;
+  }
+  return out;
+}
+
+// Two layouts that differ only in how many samples each batch block holds (train.stage_dp_shares:
+// the groups on either side of a pipeline boundary split micro-batches by their own devices'
+// speed). Each rank takes the rows it holds under `to` from the ranks that hold them under `from`
+// with its sequence block (the holder at its own place among the block's holders), by one
+// equal-split all-to-all of pieces padded to the largest: a rank sends about its own block, not
+// the stage's.
+at::Tensor move_rows(const at::Tensor& x, Comm& stage, const ActivationLayout& from, const ActivationLayout& to) {
+  const int S = stage.size(), me = stage.rank();
+  int64_t B = 0;
+  for (int b = 0; b < from.batch_parts; ++b) B += from.rows.empty() ? 0 : from.rows[b];
+  if (from.rows.empty()) B = x.size(0) * from.batch_parts;
+  const auto fs = block_spans(from, B), ts = block_spans(to, B);
+  // Place of rank i among the ranks holding its (batch, sequence) block.
+  std::vector<int> place(S, 0), holders(S, 0);
+  for (int i = 0; i < S; ++i)
+    for (int j = 0; j < i; ++j)
+      if (from.batch_idx[j] == from.batch_idx[i] && from.seq_idx[j] == from.seq_idx[i]) ++place[i];
+  for (int i = 0; i < S; ++i)
+    for (int j = 0; j < S; ++j)
+      if (from.batch_idx[j] == from.batch_idx[i] && from.seq_idx[j] == from.seq_idx[i]) ++holders[i];
+  // Rows [first, first + n) that rank i sends rank j (n 0: none).
+  auto piece = [&](int i, int j) -> std::pair<int64_t, int64_t> {
+    if (from.seq_idx[i] != to.seq_idx[j] || place[i] != place[j] % holders[i]) return {0, 0};
+    const auto [fa, fn] = fs[from.batch_idx[i]];
+    const auto [ta, tn] = ts[to.batch_idx[j]];
+    const int64_t a = std::max(fa, ta), e = std::min(fa + fn, ta + tn);
+    return {a, std::max<int64_t>(0, e - a)};
+  };
+  int64_t pad = 0;
+  for (int i = 0; i < S; ++i)
+    for (int j = 0; j < S; ++j) pad = std::max(pad, piece(i, j).second);
+  std::vector<int64_t> shape = x.sizes().vec();
+  shape[0] = ts[to.batch_idx[me]].second;
+  if (pad == 0) return at::zeros(shape, x.options());
+  std::vector<int64_t> ins = x.sizes().vec();
+  ins[0] = pad;
+  ins.insert(ins.begin(), S);
+  at::Tensor in = at::zeros(ins, x.options());
+  const int64_t mine = fs[from.batch_idx[me]].first;
+  for (int j = 0; j < S; ++j) {
+    const auto [a, n] = piece(me, j);
+    if (n > 0) in[j].narrow(0, 0, n).copy_(x.narrow(0, a - mine, n));
+  }
+  const at::Tensor out = stage.alltoall(in);
+  std::vector<std::pair<int64_t, int>> order;  // (first row, sender)
+  for (int i = 0; i < S; ++i)
+    if (piece(i, me).second > 0) order.push_back({piece(i, me).first, i});
+  std::sort(order.begin(), order.end());
+  std::vector<at::Tensor> parts;
+  for (const auto& [a, i] : order) parts.push_back(out[i].narrow(0, 0, piece(i, me).second));
+  return parts.empty() ? at::zeros(shape, x.options()) : at::cat(parts, 0);
+}
+
 at::Tensor move_blocks(const at::Tensor& x, Comm& stage, const ActivationLayout& from, const ActivationLayout& to) {
+  if (!from.rows.empty() || !to.rows.empty()) {
+    // (train.stage_dp_shares keeps one layout in every layer: validate_plan.)
+    WEFT_ASSERT(from.batch_parts == to.batch_parts && from.seq_parts == to.seq_parts && from.cp == to.cp &&
+                    from.batch_idx == to.batch_idx && from.seq_idx == to.seq_idx,
+                "re-splitting rows between layouts that differ otherwise");
+    return move_rows(x, stage, from, to);
+  }
   const int64_t bl = x.size(0), tl = x.size(1);
   const int64_t B = bl * from.batch_parts, T = tl * from.seq_parts;
   const int me = stage.rank();

@@ -114,7 +114,10 @@ void print_start(Reporter& rep, const TrainOptions& o, const Plan& plan, int wor
   else
     h << "; global batch " << plan.train.global_batch << " x seq " << plan.train.seq << " in " << m << " micro-batch"
       << (m > 1 ? "es" : "")
-      << (plan.train.dp_shares.empty() ? std::string() : ", data-parallel shares " + shares_label(plan.train));
+      << (plan.train.dp_shares.empty() && plan.train.stage_dp_shares.empty()
+              ? std::string()
+              : ", data-parallel shares " + shares_label(plan.train) +
+                    (plan.train.stage_dp_shares.empty() ? "" : " (per pipeline group)"));
   h << "; data: " << data.describe();
   rep.line(h.str());
   rep.line(precision);

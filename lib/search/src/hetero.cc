@@ -44,6 +44,7 @@ bool single_layout(const Plan& p) {
 // How the plan's devices split into units: replicas per stage group (1 when layouts differ).
 int unit_replicas(const Plan& p) {
   if (!p.train.dp_shares.empty()) return static_cast<int>(p.train.dp_shares.size());
+  if (!p.train.stage_dp_shares.empty()) return static_cast<int>(p.train.stage_dp_shares[0].size());
   return p.embedding.dp > 1 && single_layout(p) ? p.embedding.dp : 1;
 }
 
@@ -157,6 +158,7 @@ struct ReplicaCost {
 Plan with_share(const Plan& p, const Units& u, int share, int count) {
   Plan q = p;
   q.train.dp_shares.clear();
+  q.train.stage_dp_shares.clear();
   q.train.dp_micro_batches.clear();
   q.train.micro_batches = std::max(1, count);
   q.train.global_batch = std::max(1, share) * u.replicas * q.train.micro_batches;
@@ -195,8 +197,10 @@ ReplicaCost replica_cost(const Plan& p, const Units& u, const CostModel& cm, int
   return rc;
 }
 
-int share_of(const Plan& p, const Units& u, int j) {
+// Replica j's samples of each micro-batch on device group g.
+int share_of(const Plan& p, const Units& u, int j, int g = 0) {
   if (!p.train.dp_shares.empty()) return p.train.dp_shares[j];
+  if (!p.train.stage_dp_shares.empty()) return p.train.stage_dp_shares[g][j];
   return p.train.pipeline_micro_batch() / std::max(1, u.replicas);
 }
 
@@ -205,9 +209,84 @@ int count_of(const Plan& p, int j) {
   return p.train.dp_micro_batches.empty() ? p.train.micro_batches : p.train.dp_micro_batches[j];
 }
 
-// Replica j's samples per step (the whole batch when the plan is costed as one unit).
-int samples_of(const Plan& p, const Units& u, int j) {
-  return u.replicas <= 1 ? p.train.global_batch : p.train.replica_samples(u.replicas, j);
+// Replica j's samples per step on device group g (the whole batch when the plan is costed as one
+// unit).
+int samples_of(const Plan& p, const Units& u, int j, int g = 0) {
+  return u.replicas <= 1 ? p.train.global_batch : p.train.replica_samples(u.replicas, j, g);
+}
+
+// What unit (g, j) is: its devices and their slowdown (units alike cost alike at one share).
+std::string unit_id(const Units& u, int g, int j) { return unit_key(u.cluster[g][j]) + "x" + num(u.slow[g][j]); }
+
+// Replica costs of plan p memoised by (replica signature, share, count).
+struct ReplicaCosts {
+  const Plan& p;
+  const Units& u;
+  const CostModel& cm;
+  std::map<std::string, ReplicaCost> memo;
+  const ReplicaCost& at(int j, int share, int count) {
+    const std::string key = u.signature[j] + "#" + std::to_string(share) + "/" + std::to_string(count);
+    auto it = memo.find(key);
+    if (it == memo.end()) it = memo.emplace(key, replica_cost(p, u, cm, j, share, count)).first;
+    return it->second;
+  }
+};
+
+// Plan p with train.stage_dp_shares: each stage's units at their own group's shares; a stage takes
+// its slowest unit's time per micro-batch (the units of a stage exchange activations with the next
+// group's, so each waits for the slowest), and the step is one pipeline over those stages
+// (CostModel::step). A boundary where the groups split a micro-batch differently also pays the
+// receiving group's re-split (an all-to-all of about one block among its ranks: priced as one
+// more boundary transfer of its largest block). Per-stage sums, the step, and per unit (g, j) its
+// memory and budget.
+struct StageSplitCost {
+  StepCost step;
+  std::vector<StageSums> sums;
+  std::vector<std::vector<Bytes>> mem, budget;  // [group][replica]
+  std::vector<std::vector<double>> time;         // [group][replica]: busy time per step
+  bool fits = true;
+};
+StageSplitCost stage_split_cost(const Plan& p, const Units& u, ReplicaCosts& rcs) {
+  StageSplitCost out;
+  const int nst = static_cast<int>(p.stages.size());
+  const int m = p.train.micro_batches;
+  out.sums.assign(nst, StageSums{});
+  out.mem.assign(u.pp, std::vector<Bytes>(u.replicas, Bytes(0)));
+  out.budget = out.mem;
+  out.time.assign(u.pp, std::vector<double>(u.replicas, 0.0));
+  for (int s = 0; s < nst; ++s) {
+    const int g = stage_group(p, s);
+    double worst = -1, p2p = 0;
+    for (int j = 0; j < u.replicas; ++j) {
+      const ReplicaCost& rc = rcs.at(j, share_of(p, u, j, g), m);
+      const StageSums& ss = rc.sums[s];
+      const double t = (ss.fwd + ss.bwd).value();
+      out.time[g][j] += t * m;
+      if (t > worst) {
+        const Seconds gs = std::max(out.sums[s].grad_sync, ss.grad_sync), op = std::max(out.sums[s].optimizer, ss.optimizer);
+        out.sums[s] = ss;
+        out.sums[s].grad_sync = gs;
+        out.sums[s].optimizer = op;
+        worst = t;
+      } else {
+        out.sums[s].grad_sync = std::max(out.sums[s].grad_sync, ss.grad_sync);
+        out.sums[s].optimizer = std::max(out.sums[s].optimizer, ss.optimizer);
+      }
+      p2p = std::max(p2p, ss.p2p.value());
+      out.mem[g][j] = rc.group_mem[g];
+      out.budget[g][j] = rc.budget[g];
+      out.fits = out.fits && rc.group_mem[g] <= rc.budget[g];
+    }
+    out.sums[s].p2p = Seconds(p2p);
+    if (s > 0 && stage_group(p, s - 1) != g && p.train.stage_dp_shares[stage_group(p, s - 1)] != p.train.stage_dp_shares[g]) {
+      const int boundaries = 1 + (s + 1 < nst ? 1 : 0);
+      out.sums[s].p2p += Seconds(p2p / boundaries);
+    }
+  }
+  TrainSettings t = p.train;
+  t.stage_dp_shares.clear();
+  out.step = rcs.cm.step(t, out.sums);
+  return out;
 }
 
 double nominal_peak_sum(const MixedCluster& d, DType dtype) {
@@ -295,6 +374,7 @@ void fit_shares(Plan& p, const MixedCluster& d, const CostModel& cm, bool suspen
   }
   p.train.dp_shares.clear();
   p.train.dp_micro_batches.clear();
+  p.train.stage_dp_shares.clear();
   const int dp = p.embedding.dp;
   const int P = p.train.pipeline_micro_batch();
   const int m = p.train.micro_batches;
@@ -350,6 +430,59 @@ void fit_shares(Plan& p, const MixedCluster& d, const CostModel& cm, bool suspen
       consider(std::move(q));
     }
   }
+  // Shares per device group (train.stage_dp_shares, Metis's split inside each stage): where some
+  // group's units differ (a stage on fast and slow devices at once), each group's shares are
+  // water-filled over its own units' time per micro-batch at each share (their stages' forward and
+  // backward), so a group of alike devices splits evenly while a mixed one leans on its fast
+  // devices. Not under counts (a micro-batch's samples are then the same on every group).
+  if (u.pp > 1 && P >= dp) {
+    std::vector<std::vector<int>> x(u.pp);
+    bool uneven = false;
+    ReplicaCosts rcs{p, u, cm, {}};
+    for (int g = 0; g < u.pp && !x.empty(); ++g) {
+      bool alike = true;
+      for (int j = 1; j < dp; ++j) alike = alike && unit_id(u, g, j) == unit_id(u, g, 0);
+      if (alike && P % dp == 0) {
+        x[g].assign(dp, P / dp);
+        continue;
+      }
+      // Group g's time per micro-batch for replica j at share b, from its distinct units' curves.
+      std::map<std::string, ShareCurve> curves;
+      std::vector<const ShareCurve*> curve(dp);
+      const int largest = P - least * (dp - 1);
+      for (int j = 0; j < dp; ++j) {
+        auto it = curves.find(unit_id(u, g, j));
+        if (it == curves.end()) {
+          // Exact at shares 1, 2, 3, 4, 6, 9, ... and at the largest, linear between.
+          ShareCurve c;
+          for (int b = 1;; b = std::min(largest, b < 4 ? b + 1 : b + b / 2)) {
+            const ReplicaCost& rc = rcs.at(j, b, m);
+            double t = 0;
+            for (size_t st = 0; st < p.stages.size(); ++st)
+              if (stage_group(p, static_cast<int>(st)) == g) t += (rc.sums[st].fwd + rc.sums[st].bwd).value();
+            c.at.push_back(b);
+            c.time.push_back(t);
+            c.fits.push_back(rc.group_mem[g] <= rc.budget[g] ? 1 : 0);
+            if (b >= largest) break;
+          }
+          it = curves.emplace(unit_id(u, g, j), std::move(c)).first;
+        }
+        curve[j] = &it->second;
+      }
+      x[g] = water_fill(
+          dp, P, [&](int j, int b) { return (*curve[j])(b); }, [&](int j) { return curve[j]->most(); }, least);
+      if (x[g].empty()) {
+        x.clear();
+        break;
+      }
+      uneven = uneven || !std::all_of(x[g].begin(), x[g].end(), [&](int v) { return v == x[g][0]; });
+    }
+    if (!x.empty() && uneven) {
+      Plan q = p;
+      q.train.stage_dp_shares = std::move(x);
+      consider(std::move(q));
+    }
+  }
   if (best) p = std::move(*best);
 }
 
@@ -371,7 +504,7 @@ void recut(Plan& p, const MixedCluster& d, const CostModel& cm) {
   for (int s = 0; s < pp; ++s) {
     std::map<std::string, int> seen;
     for (int j = 0; j < u.replicas; ++j) {
-      const int share = share_of(p, u, j), count = count_of(p, j);
+      const int share = share_of(p, u, j, s), count = count_of(p, j);
       const std::string key = unit_key(u.cluster[s][j]) + "x" + num(u.slow[s][j]) + "#" + std::to_string(share) + "/" +
                               std::to_string(count);
       if (seen.count(key)) continue;
@@ -566,7 +699,33 @@ HeteroEstimate hetero_estimate(const Plan& p, const CostModel& cm) {
   e.fits = true;
   bool have_room = false;
   int slowest = 0;
-  for (int j = 0; j < u.replicas; ++j) {
+  if (!p.train.stage_dp_shares.empty()) {
+    ReplicaCosts rcs{p, u, cm, {}};
+    const StageSplitCost sc = stage_split_cost(p, u, rcs);
+    he.replica_time.push_back(sc.step.step_time);
+    e.fits = sc.fits;
+    e.step_time = sc.step.step_time;
+    e.breakdown = sc.step.time;
+    for (int s = 0; s < nst; ++s) {
+      StageEstimate& se = e.stages[s];
+      se.time = s < static_cast<int>(sc.step.stage_time.size()) ? sc.step.stage_time[s] : Seconds(0);
+      se.memory = sc.sums[s].memory;
+      const int g = stage_group(p, s);
+      for (int j = 0; j < u.replicas; ++j) se.fits = se.fits && sc.mem[g][j] <= sc.budget[g][j];
+    }
+    for (int g = 0; g < u.pp; ++g)
+      for (int j = 0; j < u.replicas; ++j) {
+        unit_time[g][j] = sc.time[g][j];
+        unit_mem[g][j] = sc.mem[g][j];
+        unit_budget[g][j] = sc.budget[g][j];
+        if (!have_room || (sc.budget[g][j] - sc.mem[g][j]).value() < (e.memory_budget - e.peak_memory).value()) {
+          e.peak_memory = sc.mem[g][j];
+          e.memory_budget = sc.budget[g][j];
+          have_room = true;
+        }
+      }
+  }
+  for (int j = 0; j < u.replicas && p.train.stage_dp_shares.empty(); ++j) {
     const int share = share_of(p, u, j), count = count_of(p, j);
     const std::string key = u.signature[j] + "#" + std::to_string(share) + "/" + std::to_string(count);
     auto it = memo.find(key);
@@ -595,7 +754,7 @@ HeteroEstimate hetero_estimate(const Plan& p, const CostModel& cm) {
       }
     }
   }
-  {
+  if (p.train.stage_dp_shares.empty()) {
     const std::string key = u.signature[slowest] + "#" + std::to_string(share_of(p, u, slowest)) + "/" +
                             std::to_string(count_of(p, slowest));
     const ReplicaCost& rc = memo.at(key);
@@ -622,7 +781,7 @@ HeteroEstimate hetero_estimate(const Plan& p, const CostModel& cm) {
       for (int j = 0; j < u.replicas; ++j) {
         const int ua = a + j * u.size;
         if (ua + u.size <= use.first_rank || ua >= use.first_rank + use.ranks) continue;
-        use.samples += samples_of(p, u, j);
+        use.samples += samples_of(p, u, j, sg);
         use.time_s = std::max(use.time_s, unit_time[sg][j]);
         use.memory_gib = std::max(use.memory_gib, to_gib(unit_mem[sg][j]));
         use.budget_gib = use.budget_gib == 0 ? to_gib(unit_budget[sg][j]) : std::min(use.budget_gib, to_gib(unit_budget[sg][j]));
@@ -641,13 +800,12 @@ std::vector<double> rank_work(const Plan& p) {
   const Units u = units_of(p, d);
   const int S = p.devices_per_stage();
   std::vector<double> out(p.world_size(), 0);
-  for (int j = 0; j < u.replicas; ++j) {
-    const double samples = samples_of(p, u, j);
+  for (int j = 0; j < u.replicas; ++j)
     for (size_t s = 0; s < p.stages.size(); ++s) {
       const int g = stage_group(p, static_cast<int>(s));
+      const double samples = samples_of(p, u, j, g);
       for (int r = g * S + j * u.size; r < g * S + (j + 1) * u.size; ++r) out[r] += samples * p.stages[s].num_layers();
     }
-  }
   return out;
 }
 
@@ -697,7 +855,37 @@ Result<Rebalanced> rebalance(const Plan& p, const std::vector<double>& slowdown,
   Rebalanced out;
   Plan q = base;
   double best = 0;
-  if (!base.train.dp_micro_batches.empty()) {
+  if (!base.train.stage_dp_shares.empty()) {
+    // Shares per device group (train.stage_dp_shares): each group's re-balanced on its own units'
+    // slowdowns (its stages' layers are the same for every replica), the pipeline then
+    // sum + (m - 1) x max over stages of layers x the group's slowest share x slowdown.
+    auto group_units = [&](const std::vector<std::vector<int>>& x) {
+      double sum = 0, worst = 0;
+      for (size_t s = 0; s < base.stages.size(); ++s) {
+        const int g = stage_group(base, static_cast<int>(s));
+        double t = 0;
+        for (int j = 0; j < u.replicas; ++j) t = std::max(t, x[g][j] * u.slow[g][j]);
+        t *= base.stages[s].num_layers();
+        sum += t;
+        worst = std::max(worst, t);
+      }
+      return sum + (m - 1) * worst;
+    };
+    const auto& now = base.train.stage_dp_shares;
+    std::vector<std::vector<int>> x = now;
+    for (int g = 0; g < u.pp; ++g) {
+      std::vector<int> y = water_fill(
+          u.replicas, P, [&](int j, int b) { return b * u.slow[g][j]; }, [&](int) { return P; });
+      if (!y.empty()) x[g] = std::move(y);
+    }
+    if (group_units(x) >= group_units(now)) x = now;
+    out.current_s = group_units(now);
+    best = group_units(x);
+    bool even = P % u.replicas == 0;
+    for (const auto& row : x) even = even && std::all_of(row.begin(), row.end(), [&](int v) { return v == P / u.replicas; });
+    if (even) q.train.stage_dp_shares.clear();
+    else q.train.stage_dp_shares = std::move(x);
+  } else if (!base.train.dp_micro_batches.empty()) {
     // Micro-batch counts per replica (train.dp_micro_batches): the counts re-balanced, each
     // replica's share (the size of its micro-batches) and the total count kept, so a replica's
     // per-micro-batch costs scale with its count and the linear model holds. Replica j's
@@ -899,6 +1087,7 @@ Result<HeteroResult> hetero_search(const ModelSpec& model, const MixedCluster& d
         Plan q = cand;
         q.train.micro_batches = m;
         q.train.dp_shares.clear();
+        q.train.stage_dp_shares.clear();
         q = place(std::move(q), devices, order);
         fit_shares(q, q.devices->cluster, cm);
         if (o.uneven_stages) {

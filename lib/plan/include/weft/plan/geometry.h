@@ -30,6 +30,10 @@ struct ActivationLayout {
   int batch_parts = 1, seq_parts = 1;
   int cp = 1;  // the load-balanced order the sequence blocks are cut from (1: the sample's order)
   std::vector<int> batch_idx, seq_idx;  // per stage rank
+  // Samples of each batch block per micro-batch where a device group splits its micro-batches
+  // its own way (train.stage_dp_shares: set by the runtime for the group that holds the layout);
+  // empty: as train.dp_shares / dp_micro_batches say, or evenly.
+  std::vector<int> rows;
   bool operator==(const ActivationLayout&) const = default;
   bool replicated() const { return batch_parts == 1 && seq_parts == 1; }
 };

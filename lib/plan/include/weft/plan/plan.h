@@ -44,24 +44,34 @@ struct TrainSettings {
   // replica of one sample per micro-batch lacks). micro_batches is the largest count, and the
   // shares times the counts sum to global_batch.
   std::vector<int> dp_micro_batches;
+  // Data-parallel shares per pipeline device group (JSON "stage_dp_shares", absent when every group
+  // splits a micro-batch alike; instead of dp_shares, never with dp_micro_batches; pp > 1): list g
+  // is the samples of each micro-batch that replica j of device group g takes (stage g of a 1F1B
+  // pipeline), summing to pipeline_micro_batch(), so a group mixing fast and slow devices splits
+  // its micro-batches by their speed while the next group splits them by its own (Metis's
+  // intra-stage data split). The activations are re-split between groups (the receiving group
+  // exchanges rows among its ranks); every layer and the embedding share one dp and one layout.
+  std::vector<std::vector<int>> stage_dp_shares;
   // Samples per micro-batch across the whole stage: global_batch / micro_batches. A layer with
   // data-parallel degree d processes pipeline_micro_batch() / d samples per device. With
   // dp_micro_batches a micro-batch's samples differ by micro-batch: micro_batch_rows().
   int pipeline_micro_batch() const { return micro_batches > 0 ? global_batch / micro_batches : 0; }
-  // Samples replica j of `replicas` takes in micro-batch k (shares and counts as above; even:
-  // pipeline_micro_batch() / replicas).
-  int replica_rows(int replicas, int j, int k) const;
+  // Samples replica j of `replicas` takes in micro-batch k on device group `group` (shares, stage
+  // shares and counts as above; even: pipeline_micro_batch() / replicas).
+  int replica_rows(int replicas, int j, int k, int group = 0) const;
   // Samples of micro-batch k over all replicas, and the global-batch index of its first sample
   // (micro-batches are consecutive runs of the global batch, replica after replica).
   int micro_batch_rows(int replicas, int k) const;
   int micro_batch_offset(int replicas, int k) const;
-  // Samples replica j computes per step: its rows summed over the micro-batches.
-  int replica_samples(int replicas, int j) const;
+  // Samples replica j of device group `group` computes per step: its rows summed over the
+  // micro-batches.
+  int replica_samples(int replicas, int j, int group = 0) const;
   bool operator==(const TrainSettings&) const = default;
 };
 
 // The data-parallel shares as people read them, "5:1:5:5" ("5:1:5:5 x 4:2:4:4 micro-batches" with
-// dp_micro_batches); "" when they are even (no dp_shares).
+// dp_micro_batches; "2:2:6:6 | 4:4:4:4" per device group with stage_dp_shares); "" when they are
+// even (no dp_shares).
 std::string shares_label(const TrainSettings& t);
 
 // Predicted figures written by the planner; the runtime ignores them.

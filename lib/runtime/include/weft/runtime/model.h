@@ -165,6 +165,8 @@ class Model {
   at::Tensor attention(const LayerCtx& L, const std::vector<at::Tensor>& w, const at::Tensor& h);
   at::Tensor norm(const at::Tensor& x, const at::Tensor& w, const at::Tensor* b) const;
   Unit* find_unit(const std::string& name);
+  // Strategy s's activation layout on device group `group` (its rows: train.stage_dp_shares).
+  ActivationLayout group_layout(const LayerStrategy& s, int group) const;
 
   const Plan& plan_;
   at::Device device_;

@@ -5,15 +5,17 @@
 // unit by unit: a unit is one data-parallel replica of one pipeline stage (the whole stage when its
 // layers lay activations out differently), on the slowest of its devices, with that replica's share
 // of each micro-batch; a replica's step is its pipeline over its units (CostModel::step), and the
-// step waits for the slowest replica. Tensor parallelism stays inside a unit, so inside a node of one
-// kind.
+// step waits for the slowest replica. With shares per device group (train.stage_dp_shares) each
+// unit takes its group's share, a stage waits for its slowest unit, and the step is one pipeline
+// over those stages. Tensor parallelism stays inside a unit, so inside a node of one kind.
 //
 // The search: weft's homogeneous search on the cluster's one-kind view (MixedCluster::as_uniform())
 // proposes structures; each is then placed on the real devices: the node groups in every order
 // (which kind runs the first stages), stage boundaries re-cut by a partition DP over the units'
 // own layer times and memory, data-parallel shares that balance the replicas (integer min-max water
-// filling over a per-replica linear time model, checked exactly), and fewer, larger micro-batches
-// where shares need the granularity. Every placed plan is costed exactly and ranked.
+// filling over a per-replica linear time model, checked exactly; or per device group where a stage
+// mixes unlike devices), and fewer, larger micro-batches where shares need the granularity. Every
+// placed plan is costed exactly and ranked.
 #pragma once
 
 #include <optional>
@@ -91,7 +93,9 @@ std::vector<double> rank_work(const Plan& p);
 // search's partition DP over each stage's slowest unit, within memory: a slow rank's stage takes
 // fewer layers) when that is predicted at least 2 % faster than new shares alone; a plan with
 // micro-batch counts per replica (train.dp_micro_batches) has its counts re-balanced instead (the
-// size of each replica's micro-batches and their total kept; equal counts drop them). Strategies
+// size of each replica's micro-batches and their total kept; equal counts drop them), and one with
+// shares per device group (train.stage_dp_shares) each group's shares on its own units' slowdowns
+// (all even: dropped). Strategies
 // and placement are kept, and micro-batches but for counts. A new cut moves layers' state between ranks (the runtime
 // re-shards in place; weft/plan/checkpoint_layout.h reshard_bytes_moved says how much); new
 // shares move none. predicted_s / current_s: the compute-bound step of the new and the running
@@ -120,7 +124,9 @@ Result<Rebalanced> replan(const Plan& p, const std::vector<double>& slowdown, co
 
 // Plan p (placed: p.devices set) with data-parallel shares that balance its replicas on their
 // devices, as the search sets them (min-max water filling over each replica's exact share curve,
-// within memory), kept only when they beat even shares: otherwise p unchanged with even shares.
+// within memory; micro-batch counts; or, in a pipeline where a device group mixes unlike units,
+// shares per group over each unit's own stage times), the fastest kept when it beats even shares:
+// otherwise p unchanged with even shares.
 // Plans whose layers lay activations out differently keep even shares. Its structure is kept.
 // `suspend`: a replica may get share 0 (suspended: it computes nothing, still reduces gradients
 // and steps its optimizer) when its first sample would make it the slowest; off, every replica
