@@ -5,10 +5,15 @@
 //     fitted on the tensor-parallel-free ones) and every profile against weft with it;
 //   - every plan of the log weft can express (stages of equal GPU counts, each with a transformer
 //     block), with Metis's estimate and weft's, and both ranks; the Spearman correlation;
+//   - the optimizer time scale Metis's profiles imply (its optimizer steps against weft's);
 //   - weft's own search on the same devices against the best of those plans on weft's model.
 // Metis's log holds its cost model's estimates, not measured times. Usage: weft_bench_metis [--dir DIR]
+// [--t4-ratio R] [--vocab-scale F]: the last two a what-if towards Metis's own figures (a T4 R times
+// slower than an A100 per block, the head and embedding at F of the vocabulary;
+// metis::towards_metis_figures), never the default.
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -38,22 +43,17 @@ std::string describe(const metis::Row& r) {
 
 int main(int argc, char** argv) {
   std::string dir = std::string(WEFT_DATA_DIR) + "/reference/metis";
-  double t4_ratio = 0;
+  double t4_ratio = 0, vocab_scale = 0;
   for (int i = 1; i < argc; ++i)
     if (!std::strcmp(argv[i], "--dir") && i + 1 < argc) dir = argv[++i];
     else if (!std::strcmp(argv[i], "--t4-ratio") && i + 1 < argc) t4_ratio = std::atof(argv[++i]);
+    else if (!std::strcmp(argv[i], "--vocab-scale") && i + 1 < argc) vocab_scale = std::atof(argv[++i]);
   auto s = metis::load_setup(dir);
   if (!s.ok()) {
     std::fprintf(stderr, "weft_bench_metis: %s\n", s.error().message.c_str());
     return 1;
   }
-  if (t4_ratio > 0) {
-    for (int it = 0; it < 4; ++it) {
-      const double t4 = metis::block_ms(s->model, s->devices.groups[0], 1, 1, s->log.seq, s->dtype, s->options);
-      const double a = metis::block_ms(s->model, s->devices.groups[1], 1, 1, s->log.seq, s->dtype, s->options);
-      s->devices.groups[0].gpu.tflops_fp16 *= (t4 / a) / t4_ratio;
-    }
-  }
+  metis::towards_metis_figures(*s, t4_ratio, vocab_scale);
   const AnalyticCostModel cm(s->options);
   std::printf("Metis's log: %zu plans for %s on %d GPUs (%s), global batch %d, seq %d\n", s->log.rows.size(),
               s->model.name.c_str(), s->devices.total_gpus(), s->devices.name.c_str(), s->log.global_batch,
@@ -67,6 +67,13 @@ int main(int argc, char** argv) {
       std::printf("  tp%d bs%d  Metis %7.2f ms  weft %7.2f ms  %+5.1f %%\n", tp, bs, measured, weft,
                   100 * (weft / measured - 1));
     }
+  std::printf("\nA100 optimizer step (whole model, one GPU's shard), optimizer time scale %.3f:\n",
+              s->options.optimizer_time_scale);
+  for (int tp : {1, 2, 4}) {
+    const double measured = metis::profiled_optimizer_ms(dir, tp);
+    const double weft = metis::optimizer_ms(s->model, s->devices.groups[1], tp, s->log.seq, s->dtype, s->options);
+    std::printf("  tp%d      Metis %7.2f ms  weft %7.2f ms  %+5.1f %%\n", tp, measured, weft, 100 * (weft / measured - 1));
+  }
   const metis::Comparison c = metis::compare(*s, cm);
   std::vector<double> mt, wt;
   for (const metis::Costed& k : c.costed) mt.push_back(k.row.cost_ms), wt.push_back(k.weft_ms());

@@ -96,6 +96,11 @@ constexpr double kUnalignedHeadGemmSlowdown = 785.0 / 113.0;
 // §6 What weft's runtime adds to each step per parameter besides its fused AdamW: the gradient
 // norm reads the gradients (4), zeroing them writes them (4), and under mixed precision the first
 // forward casts the updated fp32 parameters to the compute dtype (read 4, write e).
+// The kernel model the optimizer step is timed on (AnalyticOptions::optimizer_time_scale).
+KernelModel optimizer_kernels(const GpuSpec& gpu, DType dtype, const AnalyticOptions& opt) {
+  return KernelModel(gpu, dtype, opt.optimizer_time_scale > 0 ? opt.optimizer_time_scale : opt.compute_time_scale);
+}
+
 double weft_step_bytes(const AnalyticOptions& opt, double e) {
   if (opt.framework != Framework::kWeft) return 0;
   return 8 + (e < 4 ? 4 + e : 0);
@@ -316,8 +321,9 @@ LayerCompute layer_compute(const LayerContext& ctx, const LayerStrategy& s, cons
     b.mem += accumulate;
     b.wgrad += accumulate;  // runs with the weight gradient it accumulates
   }
-  out.optimizer = km.memory(Bytes((kAdamStateBytes + per_param.grads + per_param.weights) * opt_params +
-                                  weft_step_bytes(opt, e) * (hp.dense + hp.expert)));
+  out.optimizer = optimizer_kernels(c.gpu, tr.dtype, opt)
+                      .memory(Bytes((kAdamStateBytes + per_param.grads + per_param.weights) * opt_params +
+                                    weft_step_bytes(opt, e) * (hp.dense + hp.expert)));
   out.f = f;
   out.b = b;
   out.core_f = core_f;
@@ -420,8 +426,9 @@ EdgeCompute edge_compute(const StageContext& ctx, const LayerStrategy& emb, cons
   if (out.params > 0) {
     const StateBytes per_param = state_bytes_per_param(tr.dtype);
     const double opt_params = out.params / (emb.zero >= 1 ? safe(emb.shard_group()) : 1.0);
-    out.optimizer = km.memory(
-        Bytes((kAdamStateBytes + per_param.grads + per_param.weights) * opt_params + weft_step_bytes(opt, e) * out.params));
+    out.optimizer = optimizer_kernels(c.gpu, tr.dtype, opt)
+                        .memory(Bytes((kAdamStateBytes + per_param.grads + per_param.weights) * opt_params +
+                                      weft_step_bytes(opt, e) * out.params));
   }
   return out;
 }

@@ -54,6 +54,12 @@ struct AnalyticOptions {
   // and 12; reference/galvatron computation profile) over the kernel model's time for the same
   // layer (docs/cost-model.md §2.5). Calibration from measured runs may set another.
   double compute_time_scale = 1.154;
+  // The optimizer step's time over the kernel model's (its Adam kernels read and write the
+  // parameters, gradients and moments once: HBM-bound, docs/cost-model.md §6). 0: compute_time_scale.
+  // A profile that measures the optimizer apart from the layers sets its own: software whose
+  // layers run far below the kernel model (a profile's compute scale of several) may still run a
+  // fused optimizer near the HBM rate.
+  double optimizer_time_scale = 0;
   // Elementwise kernels fused (Megatron's and Transformer Engine's fused norm, activation and
   // rotary kernels, or torch.compile) or run as the eager PyTorch operators of a plain
   // implementation (one kernel per operator, fp32 norm and rotary math; docs/cost-model.md §2.3).
