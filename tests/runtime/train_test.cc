@@ -610,7 +610,17 @@ TEST(RuntimeStragglers, AdaptProbesASuspendedRankAndGivesItWorkWhenItRecovers) {
   ASSERT_GE(sws.size(), 1u) << got.output;
   const Json& sw = sws.front()["switched"];
   EXPECT_LT(sw["slowdowns"][1].get<double>(), 1.5) << sw.dump();
-  EXPECT_EQ(sw["change"].get<std::string>().rfind("even shares", 0), 0u) << sw.dump();
+  // Rank 1 works again: even shares, or (when a loaded machine probed it a little slow, 1.25 once
+  // under CI) shares balanced for its reading, at least 3 of its micro-batch's 16 samples.
+  const std::string change = sw["change"].get<std::string>();
+  if (change.rfind("even shares", 0) != 0) {
+    ASSERT_EQ(change.rfind("shares ", 0), 0u) << sw.dump();
+    std::vector<int> shares;
+    std::stringstream in(change.substr(7, change.find(',') - 7));
+    for (std::string x; std::getline(in, x, ':');) shares.push_back(std::stoi(x));
+    ASSERT_EQ(shares.size(), 4u) << sw.dump();
+    EXPECT_GE(shares[1], 3) << sw.dump();
+  }
 }
 
 // --adapt on a pipeline (dp 1: no shares to move): rank 1, holding stage 1, computes 3x slower in
