@@ -91,12 +91,7 @@ int main(int argc, char** argv) {
   }
   std::printf("Spearman (Metis's estimate against weft's): %.3f\n", c.spearman);
 
-  SearchOptions o;
-  o.seq = s->log.seq;
-  o.global_batch = s->log.global_batch;
-  o.dtype = s->dtype;
-  if (Status st = restrict_to_runtime(o); !st.ok()) return 1;
-  auto r = hetero_search(s->model, s->devices, cm, o);
+  auto r = metis::weft_search(*s, cm);
   if (!r.ok() || r->top.empty()) {
     std::fprintf(stderr, "weft_bench_metis: the search found no plan\n");
     return 1;

@@ -28,8 +28,10 @@ std::string fixed(double x, int digits) {
   return buf;
 }
 
-// "24" or "24+24" for encoder-decoder stacks.
+// "24", "24+24" for encoder-decoder stacks, "1+23" for a dense layer before MoE layers; the
+// total beyond three groups (GPT-OSS alternates two layer kinds: 36 groups of one).
 std::string layers_text(const ModelSpec& m) {
+  if (m.groups.size() > 3) return std::to_string(m.num_layers());
   std::string s;
   for (const auto& g : m.groups) s += (s.empty() ? "" : "+") + std::to_string(g.count);
   return s;

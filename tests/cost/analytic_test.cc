@@ -530,5 +530,42 @@ TEST(AnalyticCompute, WgradIsTheWeightGradientGemms) {
   EXPECT_EQ(cm.stage_extra(s.stage(0, 1), strat(2, 1)).wgrad.value(), 0);
 }
 
+// A sliding window (LayerShape::window, GPT-OSS's banded layers) cuts the attention core to
+// w keys a query where flash attention skips the masked blocks: at 32K tokens a 128-token band
+// computes (w s - w (w - 1) / 2) / (s^2 / 2) = 0.8 % of the causal pairs; at a sequence no longer
+// than the window the layer costs what a full one does. The MFU count (no causal discount) takes s w
+// for s^2 in the score FLOPs.
+TEST(AnalyticCompute, SlidingWindowAttentionComputesItsBand) {
+  Bench s("llama-2-7b", "h100-80gb");
+  s.train.seq = 32768;
+  s.train.global_batch = 8;
+  const AnalyticCostModel cm;
+  const LayerCost full = cm.layer(s.layer(0), strat(8, 1));
+  Bench w = s;
+  for (auto& g : w.model.groups) g.shape.window = 128;
+  const LayerCost band = cm.layer(w.layer(0), strat(8, 1));
+  const LayerCost no_attention = [&] {
+    // The same layer's GEMMs alone: a band of 1 token leaves about nothing of the core.
+    Bench one = s;
+    for (auto& g : one.model.groups) g.shape.window = 1;
+    return cm.layer(one.layer(0), strat(8, 1));
+  }();
+  const double core_full = (full.fwd + full.bwd - no_attention.fwd - no_attention.bwd).value();
+  const double core_band = (band.fwd + band.bwd - no_attention.fwd - no_attention.bwd).value();
+  EXPECT_GT(core_full, 0.3 * (full.fwd + full.bwd).value());  // at 32K, attention is a large part
+  EXPECT_LT(core_band, 0.05 * core_full);
+  EXPECT_GT(core_band, 0);
+  // At 4K tokens and a 4K window the band is the whole causal context.
+  Bench s4 = s, w4 = s;
+  s4.train.seq = w4.train.seq = 4096;
+  for (auto& g : w4.model.groups) g.shape.window = 4096;
+  EXPECT_DOUBLE_EQ((cm.layer(s4.layer(0), strat(8, 1)).fwd).value(), (cm.layer(w4.layer(0), strat(8, 1)).fwd).value());
+  // FLOPs: s x w instead of s x s in the scores.
+  const double b = 1, seq = 32768;
+  const LayerFlops ff = layer_forward_flops(s.model.layer(0), b, seq), fw = layer_forward_flops(w.model.layer(0), b, seq);
+  EXPECT_DOUBLE_EQ(fw.attn_scores, ff.attn_scores * 128 / seq);
+  EXPECT_DOUBLE_EQ(fw.qkv, ff.qkv);
+}
+
 }  // namespace
 }  // namespace weft

@@ -92,6 +92,14 @@ TEST(RuntimeSupport, RefusesModelsItCannotRunNamingTheFieldOrLayer) {
   moe.model.groups[0].shape.moe = MoeSpec{8, 2, 1408, 0};
   EXPECT_EQ(refusal_of(moe), "plan: model layer 0: MoE layers (8 experts) are not supported by the weft runtime yet");
 
+  Plan banded = uniform_plan(LayerStrategy{.dp = 8}, 1);
+  banded.model.groups[0].shape.window = 128;
+  EXPECT_EQ(refusal_of(banded), "plan: model layer 0: sliding-window attention (window 128) is not supported by the "
+                                "weft runtime yet (full causal attention is)");
+  Plan sinks = uniform_plan(LayerStrategy{.dp = 8}, 1);
+  sinks.model.groups[0].shape.sinks = true;
+  EXPECT_EQ(refusal_of(sinks), "plan: model layer 0: attention sinks are not supported by the weft runtime yet");
+
   // Two groups of different widths: the second group's first layer is named.
   Plan wide = uniform_plan(LayerStrategy{.dp = 8}, 1);
   wide.model.groups[0].count = 4;

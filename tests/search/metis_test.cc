@@ -133,12 +133,7 @@ TEST(MetisReference, TowardsMetissFiguresWeftsFirstTwoAreMetiss) {
   EXPECT_LT(order[1]->weft_ms(), 1.02 * order[0]->weft_ms());
   EXPECT_GE(c.spearman, 0.8);
   // weft's own plan on the same figures is faster than Metis's choice there.
-  SearchOptions o;
-  o.seq = s.log.seq;
-  o.global_batch = s.log.global_batch;
-  o.dtype = s.dtype;
-  ASSERT_TRUE(restrict_to_runtime(o).ok());
-  auto r = hetero_search(s.model, s.devices, cm, o);
+  auto r = metis::weft_search(s, cm);
   ASSERT_TRUE(r.ok()) << r.error().message;
   ASSERT_FALSE(r->top.empty());
   const auto metis_first = std::find_if(c.costed.begin(), c.costed.end(), [](const auto& k) { return k.row.rank == 1; });
@@ -152,12 +147,7 @@ TEST(MetisReference, WeftsOwnSearchBeatsEveryPlanMetisListsOnWeftsModel) {
   const metis::Setup s = setup();
   const AnalyticCostModel cm(s.options);
   const metis::Comparison c = metis::compare(s, cm);
-  SearchOptions o;
-  o.seq = s.log.seq;
-  o.global_batch = s.log.global_batch;
-  o.dtype = s.dtype;
-  ASSERT_TRUE(restrict_to_runtime(o).ok());
-  auto r = hetero_search(s.model, s.devices, cm, o);
+  auto r = metis::weft_search(s, cm);
   ASSERT_TRUE(r.ok()) << r.error().message;
   ASSERT_FALSE(r->top.empty());
   double best = 1e30;

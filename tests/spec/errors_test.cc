@@ -65,6 +65,15 @@ TEST(SpecErrors, ModelNonPositiveSizesAndUnknownKeys) {
   expect_error(model_from_json(j, "m.json"), ErrorKind::kBadInput, {"top_k", "9", "8"});
 }
 
+TEST(SpecErrors, ModelWindowNegativeOrOnAnEncoder) {
+  Json j = llama_json();
+  j["groups"][0]["window"] = -4;
+  expect_error(model_from_json(j, "m.json"), ErrorKind::kBadInput, {"window", "must be >= 0", "-4"});
+  j = model_preset_json("bert-large").value();
+  j["groups"][0]["window"] = 128;
+  expect_error(model_from_json(j, "m.json"), ErrorKind::kBadInput, {"window", "encoder"});
+}
+
 TEST(SpecErrors, HfMissingKey) {
   Json j = hf("llama-2-7b.config.json");
   j.erase("intermediate_size");

@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <string>
+#include <tuple>
 
 #include "weft/spec/counts.h"
 #include "weft/spec/presets.h"
@@ -48,6 +49,8 @@ TEST(HfConfig, LlamaMistralQwen2MixtralMatchPresets) {
   expect_same_as_preset("mistral-7b.config.json", "mistral-7b");
   expect_same_as_preset("qwen2-7b.config.json", "qwen2-7b");
   expect_same_as_preset("mixtral-8x7b.config.json", "mixtral-8x7b");
+  expect_same_as_preset("gpt-oss-20b.config.json", "gpt-oss-20b");
+  expect_same_as_preset("gpt-oss-120b.config.json", "gpt-oss-120b");
 }
 
 TEST(HfConfig, BertAndT5MatchPresets) {
@@ -121,6 +124,61 @@ TEST(HfConfig, Qwen2MoeSharedExperts) {
   // Qwen1.5-MoE-A2.7B: "14.3B parameters in total and 2.7B activated" (Qwen blog, 2024).
   EXPECT_LT(std::abs(total_params(m) - 14.3e9) / 14.3e9, 0.005) << total_params(m);
   EXPECT_LT(std::abs(active_params(m) - 2.7e9) / 2.7e9, 0.01) << active_params(m);
+}
+
+// GPT-OSS (openai/gpt-oss-20b and -120b, their Hugging Face config.json): every layer routes to
+// 32 / 128 experts of 2880 with biases, top 4; 64 query heads of 64 against hidden 2880, 8 key/value
+// heads; a sink logit per head; banded (128-token window) and full attention layers alternating.
+// The model card's parameter table: 20.91B and 116.83B in all, 3.61B and 5.13B active (its active
+// count leaves out the input embedding, 0.58B, which weft's active_params counts).
+TEST(HfConfig, GptOss) {
+  for (const auto& [file, layers, experts, total, active] :
+       {std::tuple{"gpt-oss-20b.config.json", 24, 32, 20.91e9, 3.61e9},
+        std::tuple{"gpt-oss-120b.config.json", 36, 128, 116.83e9, 5.13e9}}) {
+    testing::internal::CaptureStderr();
+    const ModelSpec m = load(file);
+    EXPECT_EQ(testing::internal::GetCapturedStderr(), "") << "gpt_oss is a known model_type";
+    ASSERT_EQ(static_cast<int>(m.groups.size()), layers) << file;
+    EXPECT_EQ(m.num_layers(), layers);
+    for (int i = 0; i < layers; ++i) {
+      const LayerShape& s = m.layer(i);
+      EXPECT_EQ(s.window, i % 2 == 0 ? 128 : 0) << file << " layer " << i;
+      EXPECT_TRUE(s.sinks);
+      EXPECT_TRUE(s.bias);
+      EXPECT_EQ(s.heads, 64);
+      EXPECT_EQ(s.kv_heads, 8);
+      EXPECT_EQ(s.head_dim, 64);
+      EXPECT_EQ(s.moe.experts, experts);
+      EXPECT_EQ(s.moe.top_k, 4);
+      EXPECT_EQ(s.moe.expert_ffn, 2880);
+      EXPECT_EQ(s.ffn_kind, FfnKind::kSwiglu);
+    }
+    EXPECT_FALSE(m.tied_embeddings);
+    EXPECT_EQ(m.vocab, 201088);
+    EXPECT_DOUBLE_EQ(m.rope_theta, 150000);
+    EXPECT_LT(std::abs(total_params(m) - total) / total, 0.001) << file << ": " << total_params(m);
+    const double input_embedding = static_cast<double>(m.vocab) * m.hidden;
+    EXPECT_LT(std::abs(active_params(m) - input_embedding - active) / active, 0.005) << file << ": " << active_params(m);
+    // The JSON model format keeps the window and the sinks.
+    auto back = model_from_json(to_json(m));
+    ASSERT_TRUE(back.ok()) << back.error().message;
+    EXPECT_EQ(*back, m);
+  }
+  // A layer type weft does not know, and a pattern of the wrong length, name the field.
+  Json j = read_json_file(kData + "/gpt-oss-20b.config.json");
+  j["layer_types"][3] = "chunked_attention";
+  auto bad = model_from_hf_config(j);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.error().message.find("layer_types[3]"), std::string::npos) << bad.error().message;
+  j["layer_types"] = Json::array({"full_attention"});
+  bad = model_from_hf_config(j);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.error().message.find("1 entries for num_hidden_layers 24"), std::string::npos) << bad.error().message;
+  // Without layer_types: the config class's default, even layers banded.
+  j.erase("layer_types");
+  const ModelSpec d = model_from_hf_config(j).value();
+  EXPECT_EQ(d.layer(0).window, 128);
+  EXPECT_EQ(d.layer(1).window, 0);
 }
 
 // Qwen3-30B-A3B (its Hugging Face config.json): 128 experts of 768, top 8, no shared expert, head

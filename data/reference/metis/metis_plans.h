@@ -126,10 +126,9 @@ inline Result<Plan> to_plan(const Row& r, const ModelSpec& model, const MixedClu
   return balance_shares(place(std::move(p), devices, order), cm, /*suspend=*/false);
 }
 
-// weft's analytic time of one transformer block, forward and backward of one micro-batch of `bs`
-// samples under tensor parallelism `tp` on one node of `gpu`'s devices, in milliseconds.
-inline double block_ms(const ModelSpec& model, ClusterSpec gpu, int tp, int bs, int seq, DType dtype,
-                       const AnalyticOptions& opt) {
+// The whole model under tensor parallelism tp on one node of `gpu`'s devices, one micro-batch of
+// `bs` samples: what Metis's per-device-type profiles measure.
+inline Plan one_node_plan(const ModelSpec& model, ClusterSpec gpu, int tp, int bs, int seq, DType dtype) {
   gpu.nodes = 1;
   gpu.gpus_per_node = tp;
   Plan p;
@@ -144,11 +143,19 @@ inline double block_ms(const ModelSpec& model, ClusterSpec gpu, int tp, int bs, 
   st.layers.assign(model.num_layers(), s);
   p.stages.push_back(st);
   p.embedding = s;
+  return p;
+}
+
+// weft's analytic time of one transformer block, forward and backward of one micro-batch of `bs`
+// samples under tensor parallelism `tp` on one node of `gpu`'s devices, in milliseconds.
+inline double block_ms(const ModelSpec& model, const ClusterSpec& gpu, int tp, int bs, int seq, DType dtype,
+                       const AnalyticOptions& opt) {
+  const Plan p = one_node_plan(model, gpu, tp, bs, seq, dtype);
   const AnalyticCostModel cm(opt);
   LayerContext lc;
   static_cast<StageContext&>(lc) = stage_context(p, 0);
   lc.layer = 0;
-  const LayerCost c = cm.layer(lc, s);
+  const LayerCost c = cm.layer(lc, p.stages[0].layers[0]);
   return (c.fwd + c.bwd).value() * 1e3;
 }
 
@@ -181,22 +188,10 @@ inline double fitted_time_scale(const std::string& dir, const ModelSpec& model, 
 // weft's optimizer step for the whole model under tensor parallelism tp on one node of `gpu`'s
 // devices (every block and the embedding and head, no data parallelism), in milliseconds: what
 // Metis's profile times as optimizer_time_ms.
-inline double optimizer_ms(const ModelSpec& model, ClusterSpec gpu, int tp, int seq, DType dtype,
+inline double optimizer_ms(const ModelSpec& model, const ClusterSpec& gpu, int tp, int seq, DType dtype,
                            const AnalyticOptions& opt) {
-  gpu.nodes = 1;
-  gpu.gpus_per_node = tp;
-  Plan p;
-  p.model = model;
-  p.cluster = gpu;
-  p.train.seq = seq;
-  p.train.global_batch = 1;
-  p.train.dtype = dtype;
-  LayerStrategy s;
-  s.tp = tp;
-  Stage st;
-  st.layers.assign(model.num_layers(), s);
-  p.stages.push_back(st);
-  p.embedding = s;
+  const Plan p = one_node_plan(model, gpu, tp, 1, seq, dtype);
+  const LayerStrategy& s = p.embedding;
   const AnalyticCostModel cm(opt);
   LayerContext lc;
   static_cast<StageContext&>(lc) = stage_context(p, 0);
@@ -273,6 +268,16 @@ inline void towards_metis_figures(Setup& s, double t4_ratio, double vocab_scale)
       s.devices.groups[0].gpu.tflops_fp16 *= (t4 / a100) / t4_ratio;
     }
   if (vocab_scale > 0) s.model.vocab = std::max(1, static_cast<int>(s.model.vocab * vocab_scale));
+}
+
+// weft's own search on Metis's devices, batch and sequence (what weft's runtime runs).
+inline Result<HeteroResult> weft_search(const Setup& s, const CostModel& cm) {
+  SearchOptions o;
+  o.seq = s.log.seq;
+  o.global_batch = s.log.global_batch;
+  o.dtype = s.dtype;
+  if (Status st = restrict_to_runtime(o); !st.ok()) return st.error();
+  return hetero_search(s.model, s.devices, cm, o);
 }
 
 // One Metis plan as weft costs it.

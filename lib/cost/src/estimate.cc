@@ -42,9 +42,21 @@ std::vector<StageSums> stage_sums(const Plan& p, const CostModel& cm, const std:
     const StageContext sctx = stage_context(p, s);
     LayerContext lctx;
     static_cast<StageContext&>(lctx) = sctx;
+    // A layer of a shape and strategy met before in the stage costs the same (the cost model's
+    // contract, weft/search/search.h): costed once per stage (a model alternating two shapes
+    // costs two layers a stage, not every one).
+    std::vector<std::pair<int, LayerCost>> seen;  // (first layer index of the kind, its cost)
     for (int i = 0; i < st.num_layers(); ++i) {
       lctx.layer = st.first_layer + i;
-      const LayerCost c = cm.layer(lctx, st.layers[i]);
+      const LayerShape& shape = p.model.layer(lctx.layer);
+      const LayerCost* known = nullptr;
+      for (const auto& [l, lc] : seen)
+        if (st.layers[l - st.first_layer] == st.layers[i] && p.model.layer(l) == shape) known = &lc;
+      if (!known) {
+        seen.emplace_back(lctx.layer, cm.layer(lctx, st.layers[i]));
+        known = &seen.back().second;
+      }
+      const LayerCost c = *known;
       sum.fwd += c.fwd;
       sum.bwd += c.bwd;
       sum.wgrad += c.wgrad;

@@ -3,6 +3,7 @@
 // numbers below refer to it.
 #include "layer_compute.h"
 
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -176,9 +177,17 @@ LayerCompute layer_compute(const LayerContext& ctx, const LayerStrategy& s, cons
   const double core_batch = samples * heads_local;
   double core_f = 0, core_b = 0;
   if (flash) {
-    const double work = 4.0 * core_batch * sq * sk * hd * (causal ? 0.5 : 1.0);
-    // The kernel's length: the keys each query block runs over (one ring step's chunk under CP).
-    const AttentionRates r = flash_attention_rates(c.gpu, opt.attention_kernel, sk / cp, hd, causal);
+    // Query-key pairs a device computes: causal, half the square; a sliding window of w < seq
+    // (L.window), w keys per query but the first w's (seq w - w (w - 1) / 2 over the sample),
+    // which flash attention's banded masks skip block by block; each cp rank a cp-th.
+    const bool banded = causal && L.window > 0 && L.window < seq;
+    const double w = L.window;
+    const double pairs = banded ? (w * seq - w * (w - 1) / 2) / cp : sq * sk * (causal ? 0.5 : 1.0);
+    const double work = 4.0 * core_batch * pairs * hd;
+    // The kernel's length: the keys each query block runs over (one ring step's chunk under CP; a
+    // window's keys).
+    const double span = banded ? std::min(sk / cp, w) : sk / cp;
+    const AttentionRates r = flash_attention_rates(c.gpu, opt.attention_kernel, span, hd, causal);
     core_f = seconds(km16.flops(work, r.fwd));
     core_b = seconds(km16.flops(kFlashBwdWork * work, r.bwd));
   } else {

@@ -37,6 +37,11 @@ Status runtime_runs_model(const ModelSpec& m) {
     if (sh.moe.enabled())
       return Error{ErrorKind::kBadInput, where + ": MoE layers (" + S(sh.moe.experts) +
                                              " experts) are not supported by the weft runtime yet"};
+    if (sh.window > 0)
+      return Error{ErrorKind::kBadInput, where + ": sliding-window attention (window " + S(sh.window) +
+                                             ") is not supported by the weft runtime yet (full causal attention is)"};
+    if (sh.sinks)
+      return Error{ErrorKind::kBadInput, where + ": attention sinks are not supported by the weft runtime yet"};
     if (sh.hidden != m.hidden)
       return Error{ErrorKind::kBadInput, where + ": hidden " + S(sh.hidden) + " differs from the model's hidden " +
                                              S(m.hidden) + "; the runtime needs one width"};

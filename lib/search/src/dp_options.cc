@@ -1,6 +1,8 @@
 // The options the layer DP sees (search_internal.h): per layer group and stage position, the
 // candidates that fit the budget and survive the Pareto rules pareto-per-layout and
 // pareto-across-layouts (weft/search/pruning.h).
+#include <array>
+
 #include "search_internal.h"
 
 namespace weft::planner {
@@ -78,10 +80,39 @@ std::vector<DpOption> group_options(const Problem& pb, Tally& t, const Work& w, 
 DpOptions dp_options(const Problem& pb, Tally& t, Work& w) {
   const int G = static_cast<int>(w.groups.size());
   DpOptions opts(w.P, std::vector<std::vector<DpOption>>(G));
+  // A group's options depend on its candidates' costs and its replacement penalty, which depends
+  // on the transition tables into, within and out of it: a group whose shape and neighbours'
+  // shapes repeat an earlier group's (and so those tables) takes that group's options.
+  auto next_of = [&](int g) {
+    for (int h = g + 1; h < G; ++h)
+      if (w.groups[h].cands) return h;
+    return -1;
+  };
+  auto prev_of = [&](int g) {
+    for (int h = g - 1; h >= 0; --h)
+      if (w.groups[h].cands) return h;
+    return -1;
+  };
+  auto key_of = [&](int g) {
+    const int p = prev_of(g), n = next_of(g);
+    return std::array<int, 4>{pb.same_as[g], p < 0 ? -1 : pb.same_as[p], n < 0 ? -1 : pb.same_as[n],
+                              pb.ranges[g].count > 1 ? 1 : 0};
+  };
+  std::vector<std::array<int, 4>> keys;
+  std::vector<int> done;
   for (int g = 0; g < G; ++g) {
     if (!w.groups[g].cands) continue;
+    const std::array<int, 4> k = key_of(g);
+    const auto it = std::find(keys.begin(), keys.end(), k);
+    if (it != keys.end() && w.groups[done[it - keys.begin()]].cands == w.groups[g].cands) {
+      const int same = done[it - keys.begin()];
+      for (int pos = 0; pos < w.P; ++pos) opts[pos][g] = opts[pos][same];
+      continue;
+    }
     const std::vector<double> penalty = replacement_penalty(pb, w, g);
     for (int pos = 0; pos < w.P; ++pos) opts[pos][g] = group_options(pb, t, w, pos, g, penalty);
+    keys.push_back(k);
+    done.push_back(g);
   }
   return opts;
 }

@@ -36,6 +36,7 @@ int Problem::steps(double bytes) const {
 }
 
 const std::vector<LayerStrategy>& CandidateCache::layer(const Problem& pb, int g, int S, int pmb, RuleLog& log) {
+  g = pb.same_as[g];  // one candidate list per shape
   for (const auto& k : layers_)
     if (k.g == g && k.S == S && k.pmb == pmb) return k.v;
   const LayerShape& shape = pb.model.groups[g].shape;
@@ -85,6 +86,13 @@ Status set_up(Problem& pb) {
   pb.M = static_cast<int>(std::floor(pb.budget / pb.step + 1e-9));
   int first = 0;
   for (const auto& g : pb.model.groups) {
+    int same = static_cast<int>(pb.ranges.size());
+    for (int h = 0; h < same; ++h)
+      if (pb.model.groups[h].shape == g.shape) {
+        same = h;
+        break;
+      }
+    pb.same_as.push_back(same);
     pb.ranges.push_back({first, g.count});
     for (int i = 0; i < g.count; ++i) pb.group_of.push_back(static_cast<int>(pb.ranges.size()) - 1);
     first += g.count;

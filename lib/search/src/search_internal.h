@@ -41,6 +41,11 @@ struct Problem {
   const SearchOptions& opt;
   std::vector<GroupRange> ranges;  // per layer group
   std::vector<int> group_of;       // per layer
+  // Per layer group: the first group of the same shape (itself when none comes before). Groups of
+  // one shape have the same candidates and, by the cost model's contract (a layer's cost depends
+  // on its shape, strategy and stage, not its index), the same costs: costed once, for the first
+  // (a model alternating two shapes, GPT-OSS's banded and full layers, has one group a layer).
+  std::vector<int> same_as;
   int L = 0, world = 0;
   double budget = 0;  // memory budget per device, bytes
   double step = 0;    // bytes per memory step of the layer DP

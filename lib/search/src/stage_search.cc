@@ -16,7 +16,7 @@ class PipelineSearch {
  public:
   PipelineSearch(const Problem& pb, const Work& w, const DpOptions& opts, double ub)
       : pb_(pb), w_(w), opts_(opts), ub_(ub), P_(w.P), K_(static_cast<int>(w.layouts.size())),
-        E_(static_cast<int>(w.embs.size())), shift_invariant_(pb.ranges.size() == 1),
+        E_(static_cast<int>(w.embs.size())), period_(period_of(pb)), shift_invariant_(period_ == 1),
         even_(!pb.opt.uneven_stages), even_sizes_(even_stage_sizes(pb.L, w.P)), dp_(K_, pb.M) {}
 
   // The best plan and its objective, if one beats the pool's worst.
@@ -35,7 +35,21 @@ class PipelineSearch {
   double even_upper_bound(const std::vector<Run>& even_runs) const;
   void build_runs(std::vector<Run> even_runs, double stage_ub);
   void p2p_classes();
-  const Run& run_of(int s, int a) const { return shift_invariant_ ? tab_[s][0] : tab_[s][a]; }
+  const Run& run_of(int s, int a) const {
+    return shift_invariant_ ? tab_[s][0] : periodic() ? tab_[s][a % period_] : tab_[s][a];
+  }
+  // The layers' shapes repeat with a period of a few layers (GPT-OSS: banded, full, banded, ...):
+  // a stage's runs depend on its first layer only modulo the period (uneven stages).
+  bool periodic() const { return period_ > 1 && !even_; }
+  static int period_of(const Problem& pb) {
+    if (pb.ranges.size() == 1) return 1;
+    for (int p = 1; p <= 4 && 2 * p <= pb.L; ++p) {
+      bool same = true;
+      for (int i = 0; i + p < pb.L && same; ++i) same = pb.same_as[pb.group_of[i]] == pb.same_as[pb.group_of[i + p]];
+      if (same) return p;
+    }
+    return 0;
+  }
   std::optional<std::pair<int, PartitionResult>> best_partition(double bound) const;
   std::optional<std::vector<std::vector<int>>> backtrack(int e, const PartitionResult& best);
 
@@ -44,12 +58,13 @@ class PipelineSearch {
   const DpOptions& opts_;
   const double ub_;
   const int P_, K_, E_;
+  const int period_;  // of the layers' shapes (1: one shape; 0: none of up to 4 layers)
   const bool shift_invariant_, even_;
   const std::vector<int> even_sizes_;
   LayerDp dp_;
   // Budget columns per (pos, e) and their distinct values per pos.
   std::vector<std::vector<int>> col_of_, cols_, col_index_;
-  std::vector<std::vector<Run>> tab_;  // [s][start layer], or [s][0] when shift invariant
+  std::vector<std::vector<Run>> tab_;  // [s][start layer], [s][0] when shift invariant, [s][start % period]
   // p2p classes per boundary: layouts with equal p2p time.
   std::vector<std::vector<double>> cls_val_;
   std::vector<std::vector<int>> cls_of_;
@@ -135,6 +150,12 @@ void PipelineSearch::build_runs(std::vector<Run> even_runs, double stage_ub) {
     }
     if (shift_invariant_) {
       tab_[s][0] = run_from(s, 0, L - P_ + 1, stage_ub);
+      continue;
+    }
+    if (periodic()) {
+      // From layer r, as long as any start a = r (mod period), a >= s, may run.
+      tab_[s].resize(period_);
+      for (int r = 0; r < period_; ++r) tab_[s][r] = run_from(s, r, L - r - rest, stage_ub);
       continue;
     }
     for (int a = s; a <= L - (P_ - s); ++a) tab_[s][a] = run_from(s, a, L - a - rest, stage_ub);

@@ -20,6 +20,12 @@ void cost_entry(const Problem& pb, Tally& t, Work& w, int pos, int g, int c) {
     w.mem[pos][g].assign(uu.size(), 0.0);
   }
   if (!std::isnan(uu[c])) return;
+  if (const int same = pb.same_as[g]; same != g && w.groups[same].cands == w.groups[g].cands) {
+    cost_entry(pb, t, w, pos, same, c);  // a group of the same shape before: its cost
+    w.u[pos][g][c] = w.u[pos][same][c];
+    w.mem[pos][g][c] = w.mem[pos][same][c];
+    return;
+  }
   LayerContext lc;
   static_cast<StageContext&>(lc) = stage_context(pb, w, pos);
   lc.layer = pb.ranges[g].first;
@@ -288,8 +294,10 @@ void lower_bound(const Problem& pb, Work& w) {
     for (size_t c = 0; c < w.groups[g].cands->size(); ++c) {
       const double mu = std::min(w.u[first][g][c], w.u[last][g][c]);
       const double mm = std::min(w.mem[first][g][c], w.mem[last][g][c]);
-      xs.push_back(mm);
-      ts.push_back(mu);
+      if (pb.same_as[g] == static_cast<int>(g)) {  // a group of an earlier one's shape adds the same points
+        xs.push_back(mm);
+        ts.push_back(mu);
+      }
       gmin = std::min(gmin, mm);
     }
     min_layer_mem = std::min(min_layer_mem, gmin);

@@ -36,6 +36,10 @@ std::vector<int> indices_in_groups(const Problem& pb, const Work& w, const Layer
   std::vector<int> gi(w.groups.size(), -1);
   for (size_t g = 0; g < w.groups.size(); ++g) {
     if (!w.groups[g].cands) continue;
+    if (const int same = pb.same_as[g]; same != static_cast<int>(g) && w.groups[same].cands == w.groups[g].cands) {
+      gi[g] = gi[same];  // a group of the same shape before: the same list
+      continue;
+    }
     LayerStrategy want = c0;
     if (!pb.model.groups[g].shape.moe.enabled()) want.ep = 1;
     const auto& cg = *w.groups[g].cands;

@@ -1,7 +1,7 @@
 // Parameter and FLOP counts from shapes (see counts.h for the conventions).
 //
 // Parameters per layer, with q = heads * head_dim and k = kv_heads * head_dim:
-//   self-attention   h*q (Q) + 2*h*k (K, V) + q*h (O), biases q + 2k + h
+//   self-attention   h*q (Q) + 2*h*k (K, V) + q*h (O), biases q + 2k + h, attention sinks one per head
 //   cross-attention  the same again (T5 decoder: queries from the decoder, keys/values from the
 //                    encoder output, which has the same width)
 //   FFN gelu         2*h*f, biases f + h;  swiglu 3*h*f, biases 2f + h
@@ -10,7 +10,8 @@
 //                    layer has biases (LayerNorm in GPT-2/GPT-3/BERT; RMSNorm and T5's norm have none)
 // Forward FLOPs for T = batch*seq tokens (one multiply-add = 2 FLOPs):
 //   qkv         2*T*h*(q + 2k)
-//   attn_scores 2*batch*seq*seq*q for Q.K^T plus the same for scores.V (no causal discount)
+//   attn_scores 2*batch*seq*seq*q for Q.K^T plus the same for scores.V (no causal discount); a
+//               sliding window w < seq: seq*w key positions per query row instead of seq
 //   attn_out    2*T*q*h
 //   ffn         2*T*h*f * (2 for gelu, 3 for swiglu), times (top_k + shared) experts for MoE
 //   router      2*T*h*experts
@@ -59,7 +60,8 @@ double final_norms(const ModelSpec& m) {
 LayerParams layer_params(const LayerShape& s) {
   LayerParams p;
   const double h = d(s.hidden), q = q_width(s), k = kv_width(s);
-  const double one_attention = h * q + 2 * h * k + q * h + (s.bias ? q + 2 * k + h : s.qkv_bias ? q + 2 * k : 0);
+  const double one_attention =
+      h * q + 2 * h * k + q * h + (s.bias ? q + 2 * k + h : s.qkv_bias ? q + 2 * k : 0) + (s.sinks ? s.heads : 0);
   p.attention = attention_blocks(s) * one_attention;
   if (s.moe.enabled()) {
     p.ffn = (s.moe.experts + s.moe.shared_experts) * ffn_params(s, s.moe.expert_ffn) +
@@ -112,7 +114,8 @@ LayerFlops layer_forward_flops(const LayerShape& s, double batch, double seq) {
   const double h = d(s.hidden), q = q_width(s), k = kv_width(s);
   const int blocks = attention_blocks(s);
   f.qkv = blocks * 2 * tokens * h * (q + 2 * k);
-  f.attn_scores = blocks * 2 * (2 * batch * seq * seq * q);
+  const double keys = s.window > 0 && s.window < seq ? s.window : seq;
+  f.attn_scores = blocks * 2 * (2 * batch * seq * keys * q);
   f.attn_out = blocks * 2 * tokens * q * h;
   if (s.moe.enabled()) {
     f.ffn = (s.moe.top_k + s.moe.shared_experts) * ffn_flops(s, s.moe.expert_ffn, tokens);

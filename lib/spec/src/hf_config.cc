@@ -16,12 +16,12 @@ namespace {
 
 // Families weft reads. kGeneric is an unknown model_type that carries the Llama-style keys.
 enum class Family {
-  kLlama, kMistral, kQwen2, kQwen2Moe, kQwen3, kQwen3Moe, kMixtral, kDeepseek, kGpt2, kBert, kT5, kGeneric
+  kLlama, kMistral, kQwen2, kQwen2Moe, kQwen3, kQwen3Moe, kMixtral, kDeepseek, kGptOss, kGpt2, kBert, kT5, kGeneric
 };
 
 const char* kKnownTypes =
-    "llama, mistral, qwen2, qwen2_moe, qwen3, qwen3_moe, mixtral, deepseek_v2, deepseek_v3, gpt2, bert, roberta, "
-    "t5, mt5";
+    "llama, mistral, qwen2, qwen2_moe, qwen3, qwen3_moe, mixtral, deepseek_v2, deepseek_v3, gpt_oss, gpt2, bert, "
+    "roberta, t5, mt5";
 
 void warn(const std::string& msg) { std::fprintf(stderr, "weft: warning: %s\n", msg.c_str()); }
 
@@ -73,6 +73,7 @@ std::optional<Family> family_of(const std::string& t) {
   if (t == "qwen3_moe") return Family::kQwen3Moe;
   if (t == "mixtral") return Family::kMixtral;
   if (t == "deepseek_v2" || t == "deepseek_v3") return Family::kDeepseek;
+  if (t == "gpt_oss") return Family::kGptOss;
   if (t == "gpt2") return Family::kGpt2;
   if (t == "bert" || t == "roberta") return Family::kBert;
   if (t == "t5" || t == "mt5") return Family::kT5;
@@ -84,7 +85,7 @@ std::string type_from_architecture(const std::string& a) {
   const std::pair<const char*, const char*> prefixes[] = {
       {"Qwen3Moe", "qwen3_moe"}, {"Qwen3", "qwen3"},
       {"Qwen2Moe", "qwen2_moe"}, {"Qwen2", "qwen2"},     {"Llama", "llama"},   {"Mistral", "mistral"},
-      {"Mixtral", "mixtral"},    {"DeepseekV3", "deepseek_v3"}, {"DeepseekV2", "deepseek_v2"},
+      {"Mixtral", "mixtral"},    {"DeepseekV3", "deepseek_v3"}, {"DeepseekV2", "deepseek_v2"}, {"GptOss", "gpt_oss"},
       {"GPT2", "gpt2"},          {"Bert", "bert"},       {"Roberta", "roberta"}, {"MT5", "mt5"},
       {"T5", "t5"}};
   for (const auto& [p, t] : prefixes) {
@@ -165,8 +166,40 @@ void add_layer_runs(ModelSpec& m, int layers, const LayerShape& dense, const Lay
   }
 }
 
-// Llama, Mistral, Qwen2, Qwen2-MoE, Qwen3, Qwen3-MoE, Mixtral, DeepSeek and unknown decoders with the
-// same keys.
+// GPT-OSS's attention pattern: layer_types[i] "sliding_attention" (a band of sliding_window
+// tokens) or "full_attention"; absent, the config class's default: layers 0, 2, 4, ... banded.
+// Sets each layer's window and merges runs of equal layers into groups.
+void gpt_oss_layers(const JsonObj& o, ModelSpec& m, int layers, const LayerShape& moe) {
+  const int window = static_cast<int>(positive(o, "sliding_window"));
+  std::vector<int> w(static_cast<size_t>(layers), 0);
+  if (present(o, "layer_types")) {
+    const std::vector<std::string> types = o.array_of_str("layer_types");
+    if (static_cast<int>(types.size()) != layers)
+      o.fail("layer_types", std::to_string(types.size()) + " entries for num_hidden_layers " + std::to_string(layers));
+    for (int i = 0; i < layers; ++i) {
+      if (types[i] == "sliding_attention") w[i] = window;
+      else if (types[i] != "full_attention")
+        o.fail("layer_types[" + std::to_string(i) + "]", "\"" + types[i] +
+                                                             "\" is neither sliding_attention nor full_attention");
+    }
+  } else {
+    for (int i = 0; i < layers; i += 2) w[i] = window;
+  }
+  for (int i = 0; i < layers;) {
+    int j = i;
+    while (j < layers && w[j] == w[i]) ++j;
+    LayerGroup g;
+    g.name = w[i] > 0 ? "decoder_sliding" : "decoder_full";
+    g.count = j - i;
+    g.shape = moe;
+    g.shape.window = w[i];
+    m.groups.push_back(std::move(g));
+    i = j;
+  }
+}
+
+// Llama, Mistral, Qwen2, Qwen2-MoE, Qwen3, Qwen3-MoE, Mixtral, DeepSeek, GPT-OSS and unknown decoders
+// with the same keys.
 ModelSpec llama_like(const JsonObj& o, Family fam, const std::string& type) {
   ModelSpec m;
   m.vocab = positive(o, "vocab_size");
@@ -217,6 +250,20 @@ ModelSpec llama_like(const JsonObj& o, Family fam, const std::string& type) {
     moe.moe.top_k = static_cast<int>(positive(o, "num_experts_per_tok"));
     moe.moe.expert_ffn = dense.ffn;
     std::fill(is_moe.begin(), is_moe.end(), true);
+  } else if (fam == Family::kGptOss) {
+    // GPT-OSS: every layer routes to num_local_experts experts of intermediate_size (with biases:
+    // attention_bias), top num_experts_per_tok (older configs: experts_per_token); a learned sink
+    // logit per head; banded and full attention layers (gpt_oss_layers). Its YaRN rope scaling and
+    // SwiGLU clamp (swiglu_limit) change no shape or FLOP count; its router's bias (experts
+    // values) and its RMSNorms' lack of biases (bias adds 2 x hidden) differ from `bias` by a few
+    // thousand parameters a layer (1e-6 of the model).
+    dense.ffn = positive(o, "intermediate_size");
+    moe.moe.experts = static_cast<int>(positive(o, "num_local_experts"));
+    moe.moe.top_k = static_cast<int>(present(o, "num_experts_per_tok") ? positive(o, "num_experts_per_tok")
+                                                                        : positive(o, "experts_per_token"));
+    moe.moe.expert_ffn = dense.ffn;
+    moe.sinks = true;
+    std::fill(is_moe.begin(), is_moe.end(), true);
   } else if (fam == Family::kQwen2Moe || fam == Family::kQwen3Moe) {
     // Qwen3-MoE has Qwen2-MoE's keys without the shared expert (and without Q/K/V biases, above;
     // its per-head Q/K norms are 2 x head_dim weights a layer, left out).
@@ -265,6 +312,10 @@ ModelSpec llama_like(const JsonObj& o, Family fam, const std::string& type) {
   if (moe.moe.enabled() && moe.moe.top_k > moe.moe.experts)
     o.fail("num_experts_per_tok", std::to_string(moe.moe.top_k) + " is more than the " +
                                       std::to_string(moe.moe.experts) + " experts");
+  if (fam == Family::kGptOss) {
+    gpt_oss_layers(o, m, layers, moe);
+    return m;
+  }
   add_layer_runs(m, layers, dense, moe, is_moe);
   return m;
 }

@@ -80,6 +80,9 @@ Status validate(const ModelSpec& m) {
       return fail(p + ".kv_heads: " + std::to_string(s.kv_heads) + " does not divide " + std::to_string(s.heads) +
                   " attention heads");
     if (s.head_dim <= 0) return fail(p + ".head_dim: must be positive, got " + std::to_string(s.head_dim));
+    if (s.window < 0) return fail(p + ".window: must be >= 0 (0: the whole context), got " + std::to_string(s.window));
+    if (s.window > 0 && s.kind == LayerKind::kEncoder)
+      return fail(p + ".window: sliding-window attention is causal; an encoder layer attends both ways");
     if (!s.moe.enabled() && s.ffn <= 0) return fail(p + ".ffn: must be positive, got " + std::to_string(s.ffn));
     if (s.moe.enabled()) {
       if (s.moe.top_k <= 0 || s.moe.top_k > s.moe.experts)
@@ -127,6 +130,8 @@ Json to_json(const ModelSpec& m) {
     o["ffn_kind"] = to_string(g.shape.ffn_kind);
     o["bias"] = g.shape.bias;
     if (g.shape.qkv_bias && !g.shape.bias) o["qkv_bias"] = true;
+    if (g.shape.window > 0) o["window"] = g.shape.window;
+    if (g.shape.sinks) o["sinks"] = true;
     if (g.shape.moe.enabled()) {
       o["moe"] = {{"experts", g.shape.moe.experts},
                   {"top_k", g.shape.moe.top_k},
@@ -160,7 +165,7 @@ Result<ModelSpec> model_from_json(const Json& j, const std::string& path) {
     m.norm_eps = o.number_or("norm_eps", kDefaultNormEps);
     for (const auto& g : o.array_of_obj("groups")) {
       g.reject_unknown({"name", "count", "kind", "hidden", "heads", "kv_heads", "head_dim", "ffn", "ffn_kind", "bias",
-                        "qkv_bias", "moe"});
+                        "qkv_bias", "window", "sinks", "moe"});
       LayerGroup grp;
       grp.name = g.str_or("name", "layers");
       grp.count = static_cast<int>(g.integer("count"));
@@ -181,6 +186,8 @@ Result<ModelSpec> model_from_json(const Json& j, const std::string& path) {
                                        FfnKind::kGelu, false);
       s.bias = g.boolean_or("bias", false);
       s.qkv_bias = g.boolean_or("qkv_bias", false) && !s.bias;
+      s.window = static_cast<int>(g.integer_or("window", 0));
+      s.sinks = g.boolean_or("sinks", false);
       if (g.has("moe")) {
         JsonObj mo = g.obj("moe");
         mo.reject_unknown({"experts", "top_k", "expert_ffn", "shared_experts"});

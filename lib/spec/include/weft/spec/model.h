@@ -39,6 +39,10 @@ struct LayerShape {
   FfnKind ffn_kind = FfnKind::kGelu;
   bool bias = false;           // biases on linear layers (GPT-2, BERT)
   bool qkv_bias = false;       // biases on the query, key and value projections only (Qwen2); implied by bias
+  // Sliding-window attention: each token attends to itself and the window - 1 tokens before it
+  // (GPT-OSS's banded layers, Mistral 7B v0.1); 0: the whole causal context.
+  int window = 0;
+  bool sinks = false;          // a learned attention-sink logit per head (GPT-OSS): one more softmax column
   MoeSpec moe;
   bool operator==(const LayerShape&) const = default;
 };
