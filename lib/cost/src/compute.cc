@@ -4,6 +4,9 @@
 #include <cctype>
 #include <cmath>
 #include <cstring>
+#include <string>
+#include <utility>
+#include <vector>
 
 namespace weft {
 
@@ -44,7 +47,24 @@ bool has(const std::string& s, const char* part) {
 
 }  // namespace
 
+namespace {
+GpuTraits traits_by_name(const GpuSpec& gpu);
+}  // namespace
+
 GpuTraits gpu_traits(const GpuSpec& gpu) {
+  // Named by the GPU's name alone; read for every KernelModel (one a layer cost): the last few
+  // names looked up on this thread are kept.
+  thread_local std::vector<std::pair<std::string, GpuTraits>> seen;
+  for (const auto& [name, t] : seen)
+    if (name == gpu.name) return t;
+  if (seen.size() >= 8) seen.erase(seen.begin());
+  seen.emplace_back(gpu.name, traits_by_name(gpu));
+  return seen.back().second;
+}
+
+namespace {
+
+GpuTraits traits_by_name(const GpuSpec& gpu) {
   // SM counts: NVIDIA architecture whitepapers. MAMF: measured bf16 (and fp8) matmul maxima and
   // the shapes they were found at (S. Bekman, "Machine Learning Engineering", compute/accelerator,
   // "Maximum Achievable Matmul FLOPS comparison table").
@@ -79,6 +99,8 @@ GpuTraits gpu_traits(const GpuSpec& gpu) {
   t.hopper_or_newer = has(n, "h100") || has(n, "h200") || has(n, "b200");  // gh200 and gb200 included
   return t;
 }
+
+}  // namespace
 
 const char* to_string(AttentionKernel k) {
   switch (k) {
