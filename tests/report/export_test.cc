@@ -182,6 +182,37 @@ TEST(Megatron, MoeUsesAllToAllDispatchAndGroupedGemm) {
   }));
 }
 
+// GPT-OSS: banded layers 1, 3, 5, ... (1-based) of 128 tokens with themselves, learned sinks,
+// biases kept. Megatron-LM's flags at core_v0.19: --window-size (left, right) keeps keys
+// j >= i - left; --window-attn-skip-freq N leaves layer n full when n % N == 0.
+TEST(Megatron, SlidingWindowLayersAndAttentionSinks) {
+  auto m = load_model("gpt-oss-20b");
+  ASSERT_TRUE(m.ok());
+  Plan p = plan(*m, cluster(1, 8), train(1, 8, 64, Schedule::k1F1B, 1, 4096), LayerStrategy{.dp = 8, .ep = 8});
+  ASSERT_TRUE(validate(p).ok()) << validate(p).error().message;
+  auto a = megatron_args(p);
+  ASSERT_TRUE(a.ok()) << a.error().message;
+  const auto& l = a->lines;
+  for (const char* flag : {"--window-size 127,0", "--window-attn-skip-freq 2", "--softmax-type learnable",
+                           "--num-experts 32", "--moe-router-topk 4"})
+    EXPECT_NE(std::find(l.begin(), l.end(), flag), l.end()) << flag << "\n" << a->text();
+  EXPECT_EQ(std::find(l.begin(), l.end(), "--disable-bias-linear"), l.end()) << a->text();
+  // A pattern no N describes is written layer by layer; two windows are refused, naming both.
+  ModelSpec odd = *m;
+  odd.groups[1].shape.window = 128;  // layers 0 and 1 banded, then alternating
+  Plan q = plan(odd, cluster(1, 8), train(1, 8, 64, Schedule::k1F1B, 1, 4096), LayerStrategy{.dp = 8, .ep = 8});
+  auto b = megatron_args(q);
+  ASSERT_TRUE(b.ok()) << b.error().message;
+  EXPECT_TRUE(std::any_of(b->lines.begin(), b->lines.end(),
+                          [](const std::string& x) { return x.rfind("--window-attn-skip-freq '[1,1,1,0,1,0", 0) == 0; }))
+      << b->text();
+  odd.groups[1].shape.window = 64;
+  Plan r = plan(odd, cluster(1, 8), train(1, 8, 64, Schedule::k1F1B, 1, 4096), LayerStrategy{.dp = 8, .ep = 8});
+  auto c = megatron_args(r);
+  ASSERT_FALSE(c.ok());
+  EXPECT_TRUE(contains(c.error().message, "128") && contains(c.error().message, "64")) << c.error().message;
+}
+
 // --rotary-base is the model's rope_theta: Llama 3's 500000 from the preset and from its
 // Hugging Face config (rope_theta, or rope_parameters.rope_theta as newer configs write it).
 TEST(Megatron, RotaryBaseFromTheModel) {

@@ -119,6 +119,45 @@ void megatron_model(const Plan& p, std::vector<std::string>& out, std::vector<st
                       "absolute positions are used");
       break;
   }
+  // Sliding-window layers (GPT-OSS): Megatron-LM's --window-size (left, right) keeps keys
+  // j >= i - left, so a band of w tokens with itself is (w - 1, 0); --window-attn-skip-freq N makes
+  // layer n (1-based) banded unless n % N == 0, a list names each layer (1 banded) (core_v0.19's
+  // is_layer_window_attention). Learned attention sinks are --softmax-type learnable.
+  {
+    int window = 0;
+    std::vector<int> banded;
+    bool sinks = false, plain = false;
+    for (int i = 0; i < m.num_layers(); ++i) {
+      const LayerShape& s = m.layer(i);
+      if (s.window > 0 && window > 0 && s.window != window)
+        refuse(kMeg, "layers with windows of " + S(window) + " and " + S(s.window) +
+                     " tokens; Megatron-LM's --window-size is one window for every banded layer");
+      if (s.window > 0) window = s.window;
+      banded.push_back(s.window > 0 ? 1 : 0);
+      (s.sinks ? sinks : plain) = true;
+    }
+    if (sinks && plain)
+      refuse(kMeg, "some layers have attention sinks and some do not; Megatron-LM's --softmax-type is one for all");
+    if (window > 0) {
+      out.push_back("--window-size " + S(window - 1) + ",0");
+      if (std::find(banded.begin(), banded.end(), 0) != banded.end()) {
+        int every = 0;  // N such that layer n is banded exactly when n % N != 0
+        for (int n = 2; n <= static_cast<int>(banded.size()) && !every; ++n) {
+          bool ok = true;
+          for (size_t i = 0; i < banded.size() && ok; ++i) ok = banded[i] == ((i + 1) % n != 0 ? 1 : 0);
+          if (ok) every = n;
+        }
+        if (every) {
+          out.push_back("--window-attn-skip-freq " + S(every));
+        } else {
+          std::string list;
+          for (int b : banded) list += (list.empty() ? "" : ",") + S(b);
+          out.push_back("--window-attn-skip-freq '[" + list + "]'");
+        }
+      }
+    }
+    if (sinks) out.push_back("--softmax-type learnable");
+  }
   if (m.norm == NormKind::kRmsNorm) out.push_back("--normalization RMSNorm");
   if (a.ffn_kind == FfnKind::kSwiglu) out.push_back("--swiglu");
   if (!a.bias) out.push_back("--disable-bias-linear");
