@@ -27,6 +27,23 @@ SearchOptions options(int seq, int batch) {
 
 ModelSpec model() { return testing::small_model({{16, testing::dense_shape(2048, 16, 16)}}); }
 
+// model() on cluster c in t.pp stages of equal layer counts, every layer and the embedding with s.
+Plan even_pipeline(const ClusterSpec& c, const TrainSettings& t, const LayerStrategy& s) {
+  Plan p;
+  p.model = model();
+  p.cluster = c;
+  p.train = t;
+  p.embedding = s;
+  const int n = p.model.num_layers() / t.pp;
+  for (int k = 0; k < t.pp; ++k) {
+    Stage st;
+    st.first_layer = n * k;
+    st.layers.assign(n, s);
+    p.stages.push_back(st);
+  }
+  return p;
+}
+
 MixedCluster with_straggler(ClusterSpec c, const std::string& arg) {
   MixedCluster m = mixed_of(c);
   EXPECT_TRUE(add_straggler(m, arg).ok());
@@ -209,17 +226,9 @@ TEST(Hetero, PipelineStagesOnFasterGpusTakeMoreLayers) {
 // the plan goes back to even.
 TEST(Hetero, AMixedStageSplitsItsMicroBatchesItsOwnWay) {
   const AnalyticCostModel cm;
-  Plan p;
-  p.model = model();
-  p.cluster = testing::small_cluster(8, 8);
-  p.train = TrainSettings{.seq = 2048, .global_batch = 64, .micro_batches = 4, .pp = 2};
-  p.embedding = LayerStrategy{.dp = 4};
-  for (int k = 0; k < 2; ++k) {
-    Stage st;
-    st.first_layer = 8 * k;
-    st.layers.assign(8, LayerStrategy{.dp = 4});
-    p.stages.push_back(st);
-  }
+  Plan p = even_pipeline(testing::small_cluster(8, 8),
+                         TrainSettings{.seq = 2048, .global_batch = 64, .micro_batches = 4, .pp = 2},
+                         LayerStrategy{.dp = 4});
   ASSERT_TRUE(validate(p).ok()) << validate(p).error().message;
   Plan slow = place(p, with_straggler(p.cluster, "1:3"), {0});
   const double even = hetero_estimate(slow, cm).total.step_time.value();
@@ -266,16 +275,8 @@ TEST(Hetero, AMixedStageSplitsItsMicroBatchesItsOwnWay) {
 // Without a slowdown the cut stays.
 TEST(Hetero, RebalanceRecutsAPipelineAroundASlowRank) {
   const AnalyticCostModel cm;
-  Plan p;
-  p.model = model();
-  p.cluster = testing::small_cluster(4, 4);
-  p.train = TrainSettings{.seq = 2048, .global_batch = 16, .micro_batches = 16, .pp = 4};
-  for (int k = 0; k < 4; ++k) {
-    Stage st;
-    st.first_layer = 4 * k;
-    st.layers.assign(4, LayerStrategy{});
-    p.stages.push_back(st);
-  }
+  Plan p = even_pipeline(testing::small_cluster(4, 4),
+                         TrainSettings{.seq = 2048, .global_batch = 16, .micro_batches = 16, .pp = 4}, LayerStrategy{});
   ASSERT_TRUE(validate(p).ok()) << validate(p).error().message;
   auto same = rebalance(p, {1, 1, 1, 1}, cm);
   ASSERT_TRUE(same.ok()) << same.error().message;

@@ -94,14 +94,14 @@ constexpr double kAdamStateBytes = 24;
 // §2.3 A 16-bit GEMM with a dimension not a multiple of 8 (the unpadded 50257-token GPT vocabulary)
 // over the same GEMM padded, on the H100: 785 / 113 TFLOP/s (data/reference/h100/torch_kernels.json).
 constexpr double kUnalignedHeadGemmSlowdown = 785.0 / 113.0;
-// §6 What weft's runtime adds to each step per parameter besides its fused AdamW: the gradient
-// norm reads the gradients (4), zeroing them writes them (4), and under mixed precision the first
-// forward casts the updated fp32 parameters to the compute dtype (read 4, write e).
 // The kernel model the optimizer step is timed on (AnalyticOptions::optimizer_time_scale).
 KernelModel optimizer_kernels(const GpuSpec& gpu, DType dtype, const AnalyticOptions& opt) {
   return KernelModel(gpu, dtype, opt.optimizer_time_scale > 0 ? opt.optimizer_time_scale : opt.compute_time_scale);
 }
 
+// §6 What weft's runtime adds to each step per parameter besides its fused AdamW: the gradient
+// norm reads the gradients (4), zeroing them writes them (4), and under mixed precision the first
+// forward casts the updated fp32 parameters to the compute dtype (read 4, write e).
 double weft_step_bytes(const AnalyticOptions& opt, double e) {
   if (opt.framework != Framework::kWeft) return 0;
   return 8 + (e < 4 ? 4 + e : 0);

@@ -6,6 +6,7 @@
 #include <atomic>
 #include <cmath>
 #include <limits>
+#include <numeric>
 #include <set>
 
 #include "weft/core/assert.h"
@@ -124,18 +125,17 @@ std::vector<std::pair<int64_t, int64_t>> block_spans(const ActivationLayout& l, 
 // the stage's.
 at::Tensor move_rows(const at::Tensor& x, Comm& stage, const ActivationLayout& from, const ActivationLayout& to) {
   const int S = stage.size(), me = stage.rank();
-  int64_t B = 0;
-  for (int b = 0; b < from.batch_parts; ++b) B += from.rows.empty() ? 0 : from.rows[b];
-  if (from.rows.empty()) B = x.size(0) * from.batch_parts;
+  const int64_t B = from.rows.empty() ? x.size(0) * from.batch_parts
+                                      : std::accumulate(from.rows.begin(), from.rows.end(), int64_t{0});
   const auto fs = block_spans(from, B), ts = block_spans(to, B);
-  // Place of rank i among the ranks holding its (batch, sequence) block.
+  // Place of rank i among the ranks holding its (batch, sequence) block, and how many hold it.
   std::vector<int> place(S, 0), holders(S, 0);
   for (int i = 0; i < S; ++i)
-    for (int j = 0; j < i; ++j)
-      if (from.batch_idx[j] == from.batch_idx[i] && from.seq_idx[j] == from.seq_idx[i]) ++place[i];
-  for (int i = 0; i < S; ++i)
     for (int j = 0; j < S; ++j)
-      if (from.batch_idx[j] == from.batch_idx[i] && from.seq_idx[j] == from.seq_idx[i]) ++holders[i];
+      if (from.batch_idx[j] == from.batch_idx[i] && from.seq_idx[j] == from.seq_idx[i]) {
+        ++holders[i];
+        if (j < i) ++place[i];
+      }
   // Rows [first, first + n) that rank i sends rank j (n 0: none).
   auto piece = [&](int i, int j) -> std::pair<int64_t, int64_t> {
     if (from.seq_idx[i] != to.seq_idx[j] || place[i] != place[j] % holders[i]) return {0, 0};

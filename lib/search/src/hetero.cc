@@ -256,31 +256,28 @@ StageSplitCost stage_split_cost(const Plan& p, const Units& u, ReplicaCosts& rcs
   out.time.assign(u.pp, std::vector<double>(u.replicas, 0.0));
   for (int s = 0; s < nst; ++s) {
     const int g = stage_group(p, s);
-    double worst = -1, p2p = 0;
+    // The slowest unit's sums, with the most any unit spends on its gradient sync, optimizer and p2p.
+    const StageSums* slowest = nullptr;
+    Seconds grad_sync, optimizer, p2p;
     for (int j = 0; j < u.replicas; ++j) {
       const ReplicaCost& rc = rcs.at(j, share_of(p, u, j, g), m);
       const StageSums& ss = rc.sums[s];
-      const double t = (ss.fwd + ss.bwd).value();
-      out.time[g][j] += t * m;
-      if (t > worst) {
-        const Seconds gs = std::max(out.sums[s].grad_sync, ss.grad_sync), op = std::max(out.sums[s].optimizer, ss.optimizer);
-        out.sums[s] = ss;
-        out.sums[s].grad_sync = gs;
-        out.sums[s].optimizer = op;
-        worst = t;
-      } else {
-        out.sums[s].grad_sync = std::max(out.sums[s].grad_sync, ss.grad_sync);
-        out.sums[s].optimizer = std::max(out.sums[s].optimizer, ss.optimizer);
-      }
-      p2p = std::max(p2p, ss.p2p.value());
+      out.time[g][j] += (ss.fwd + ss.bwd).value() * m;
+      if (!slowest || ss.fwd + ss.bwd > slowest->fwd + slowest->bwd) slowest = &ss;
+      grad_sync = std::max(grad_sync, ss.grad_sync);
+      optimizer = std::max(optimizer, ss.optimizer);
+      p2p = std::max(p2p, ss.p2p);
       out.mem[g][j] = rc.group_mem[g];
       out.budget[g][j] = rc.budget[g];
       out.fits = out.fits && rc.group_mem[g] <= rc.budget[g];
     }
-    out.sums[s].p2p = Seconds(p2p);
+    out.sums[s] = *slowest;
+    out.sums[s].grad_sync = grad_sync;
+    out.sums[s].optimizer = optimizer;
+    out.sums[s].p2p = p2p;
     if (s > 0 && stage_group(p, s - 1) != g && p.train.stage_dp_shares[stage_group(p, s - 1)] != p.train.stage_dp_shares[g]) {
       const int boundaries = 1 + (s + 1 < nst ? 1 : 0);
-      out.sums[s].p2p += Seconds(p2p / boundaries);
+      out.sums[s].p2p += p2p / boundaries;
     }
   }
   TrainSettings t = p.train;
@@ -321,19 +318,28 @@ struct ShareCurve {
 // vp) and at `largest`, linear between: beyond that a pipeline's step grows by one slowest stage per
 // micro-batch (sum + (m - 1) x max) and its activations in flight no longer grow (every schedule
 // but gpipe's, whose grow linearly), so the two ends bound it.
-ShareCurve share_curve(const Plan& p, const Units& u, const CostModel& cm, int j, int largest, int share = 0) {
+// A curve sampled by at(b) = (time, fits) at b = 1, 2, 3, 4, 6, 9, ... up to `dense`, then at
+// `largest` (and at `largest` in any case).
+ShareCurve sample_curve(int largest, int dense, const std::function<std::pair<double, bool>(int b)>& at) {
   ShareCurve c;
-  const int dense = share == 0 ? largest : std::max(1, p.train.pp) * std::max(1, p.train.vp);
   for (int b = 1; b <= largest;) {
-    const ReplicaCost rc =
-        share == 0 ? replica_cost(p, u, cm, j, b, p.train.micro_batches) : replica_cost(p, u, cm, j, share, b);
+    const auto [time, fits] = at(b);
     c.at.push_back(b);
-    c.time.push_back(rc.step.step_time.value());
-    c.fits.push_back(rc.fits ? 1 : 0);
+    c.time.push_back(time);
+    c.fits.push_back(fits ? 1 : 0);
     if (b == largest) break;
     b = b >= dense ? largest : std::min(largest, b < 4 ? b + 1 : b + b / 2);
   }
   return c;
+}
+
+ShareCurve share_curve(const Plan& p, const Units& u, const CostModel& cm, int j, int largest, int share = 0) {
+  const int dense = share == 0 ? largest : std::max(1, p.train.pp) * std::max(1, p.train.vp);
+  return sample_curve(largest, dense, [&](int b) {
+    const ReplicaCost rc =
+        share == 0 ? replica_cost(p, u, cm, j, b, p.train.micro_batches) : replica_cost(p, u, cm, j, share, b);
+    return std::pair<double, bool>{rc.step.step_time.value(), rc.fits};
+  });
 }
 
 // Integer shares, `least` or more each, summing to `total`, that minimise the largest time(j, share):
@@ -439,7 +445,7 @@ void fit_shares(Plan& p, const MixedCluster& d, const CostModel& cm, bool suspen
     std::vector<std::vector<int>> x(u.pp);
     bool uneven = false;
     ReplicaCosts rcs{p, u, cm, {}};
-    for (int g = 0; g < u.pp && !x.empty(); ++g) {
+    for (int g = 0; g < u.pp; ++g) {
       bool alike = true;
       for (int j = 1; j < dp; ++j) alike = alike && unit_id(u, g, j) == unit_id(u, g, 0);
       if (alike && P % dp == 0) {
@@ -454,18 +460,14 @@ void fit_shares(Plan& p, const MixedCluster& d, const CostModel& cm, bool suspen
         auto it = curves.find(unit_id(u, g, j));
         if (it == curves.end()) {
           // Exact at shares 1, 2, 3, 4, 6, 9, ... and at the largest, linear between.
-          ShareCurve c;
-          for (int b = 1;; b = std::min(largest, b < 4 ? b + 1 : b + b / 2)) {
+          const ShareCurve c = sample_curve(largest, largest, [&](int b) {
             const ReplicaCost& rc = rcs.at(j, b, m);
             double t = 0;
             for (size_t st = 0; st < p.stages.size(); ++st)
               if (stage_group(p, static_cast<int>(st)) == g) t += (rc.sums[st].fwd + rc.sums[st].bwd).value();
-            c.at.push_back(b);
-            c.time.push_back(t);
-            c.fits.push_back(rc.group_mem[g] <= rc.budget[g] ? 1 : 0);
-            if (b >= largest) break;
-          }
-          it = curves.emplace(unit_id(u, g, j), std::move(c)).first;
+            return std::pair<double, bool>{t, rc.group_mem[g] <= rc.budget[g]};
+          });
+          it = curves.emplace(unit_id(u, g, j), c).first;
         }
         curve[j] = &it->second;
       }
@@ -695,12 +697,18 @@ HeteroEstimate hetero_estimate(const Plan& p, const CostModel& cm) {
   std::vector<std::vector<double>> unit_time(u.pp, std::vector<double>(u.replicas, 0));
   std::vector<std::vector<Bytes>> unit_mem(u.pp, std::vector<Bytes>(u.replicas, Bytes(0)));
   std::vector<std::vector<Bytes>> unit_budget(u.pp, std::vector<Bytes>(u.replicas, Bytes(0)));
-  std::map<std::string, ReplicaCost> memo;
   e.fits = true;
   bool have_room = false;
-  int slowest = 0;
+  // The device with the least room: its peak against its own budget.
+  auto note_room = [&](Bytes mem, Bytes budget) {
+    if (!have_room || (budget - mem).value() < (e.memory_budget - e.peak_memory).value()) {
+      e.peak_memory = mem;
+      e.memory_budget = budget;
+      have_room = true;
+    }
+  };
+  ReplicaCosts rcs{p, u, cm, {}};
   if (!p.train.stage_dp_shares.empty()) {
-    ReplicaCosts rcs{p, u, cm, {}};
     const StageSplitCost sc = stage_split_cost(p, u, rcs);
     he.replica_time.push_back(sc.step.step_time);
     e.fits = sc.fits;
@@ -718,46 +726,31 @@ HeteroEstimate hetero_estimate(const Plan& p, const CostModel& cm) {
         unit_time[g][j] = sc.time[g][j];
         unit_mem[g][j] = sc.mem[g][j];
         unit_budget[g][j] = sc.budget[g][j];
-        if (!have_room || (sc.budget[g][j] - sc.mem[g][j]).value() < (e.memory_budget - e.peak_memory).value()) {
-          e.peak_memory = sc.mem[g][j];
-          e.memory_budget = sc.budget[g][j];
-          have_room = true;
-        }
+        note_room(sc.mem[g][j], sc.budget[g][j]);
       }
-  }
-  for (int j = 0; j < u.replicas && p.train.stage_dp_shares.empty(); ++j) {
-    const int share = share_of(p, u, j), count = count_of(p, j);
-    const std::string key = u.signature[j] + "#" + std::to_string(share) + "/" + std::to_string(count);
-    auto it = memo.find(key);
-    if (it == memo.end()) it = memo.emplace(key, replica_cost(p, u, cm, j, share, count)).first;
-    const ReplicaCost& rc = it->second;
-    he.replica_time.push_back(rc.step.step_time);
-    if (rc.step.step_time > he.replica_time[slowest]) slowest = j;
-    e.fits = e.fits && rc.fits;
-    for (int s = 0; s < nst; ++s) {
-      StageEstimate& se = e.stages[s];
-      const Seconds t = s < static_cast<int>(rc.step.stage_time.size()) ? rc.step.stage_time[s] : Seconds(0);
-      se.time = std::max(se.time, t);
-      if (rc.sums[s].memory.total() > se.memory.total()) se.memory = rc.sums[s].memory;
-      const int g = stage_group(p, s);
-      se.fits = se.fits && rc.group_mem[g] <= rc.budget[g];
-      unit_time[g][j] += t.value();
-    }
-    for (int g = 0; g < u.pp; ++g) {
-      unit_mem[g][j] = rc.group_mem[g];
-      unit_budget[g][j] = rc.budget[g];
-      // The device with the least room: its peak against its own budget.
-      if (!have_room || (rc.budget[g] - rc.group_mem[g]).value() < (e.memory_budget - e.peak_memory).value()) {
-        e.peak_memory = rc.group_mem[g];
-        e.memory_budget = rc.budget[g];
-        have_room = true;
+  } else {
+    int slowest = 0;
+    for (int j = 0; j < u.replicas; ++j) {
+      const ReplicaCost& rc = rcs.at(j, share_of(p, u, j), count_of(p, j));
+      he.replica_time.push_back(rc.step.step_time);
+      if (rc.step.step_time > he.replica_time[slowest]) slowest = j;
+      e.fits = e.fits && rc.fits;
+      for (int s = 0; s < nst; ++s) {
+        StageEstimate& se = e.stages[s];
+        const Seconds t = s < static_cast<int>(rc.step.stage_time.size()) ? rc.step.stage_time[s] : Seconds(0);
+        se.time = std::max(se.time, t);
+        if (rc.sums[s].memory.total() > se.memory.total()) se.memory = rc.sums[s].memory;
+        const int g = stage_group(p, s);
+        se.fits = se.fits && rc.group_mem[g] <= rc.budget[g];
+        unit_time[g][j] += t.value();
+      }
+      for (int g = 0; g < u.pp; ++g) {
+        unit_mem[g][j] = rc.group_mem[g];
+        unit_budget[g][j] = rc.budget[g];
+        note_room(rc.group_mem[g], rc.budget[g]);
       }
     }
-  }
-  if (p.train.stage_dp_shares.empty()) {
-    const std::string key = u.signature[slowest] + "#" + std::to_string(share_of(p, u, slowest)) + "/" +
-                            std::to_string(count_of(p, slowest));
-    const ReplicaCost& rc = memo.at(key);
+    const ReplicaCost& rc = rcs.at(slowest, share_of(p, u, slowest), count_of(p, slowest));
     e.step_time = rc.step.step_time;
     e.breakdown = rc.step.time;
   }
