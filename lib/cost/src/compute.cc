@@ -4,7 +4,9 @@
 #include <cctype>
 #include <cmath>
 #include <cstring>
+#include <cstdint>
 #include <string>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -224,8 +226,43 @@ KernelModel::KernelModel(const GpuSpec& gpu, DType dtype, double time_scale) {
   }
 }
 
+namespace {
+
+// The last GEMMs priced on this thread, by their inputs: a search prices the same shapes under
+// strategies that differ elsewhere (ZeRO, expert degrees, the other layers' choices), and the tile
+// search below was half a MoE search's CPU time under perf. Cleared when full.
+struct GemmKey {
+  double v[9];
+  bool operator==(const GemmKey& o) const { return std::memcmp(v, o.v, sizeof v) == 0; }
+};
+struct GemmKeyHash {
+  size_t operator()(const GemmKey& k) const {
+    size_t h = 1469598103934665603ull;
+    for (double x : k.v) {
+      uint64_t b;
+      std::memcpy(&b, &x, sizeof b);
+      h = (h ^ b) * 1099511628211ull;
+      h ^= h >> 29;
+    }
+    return h;
+  }
+};
+constexpr size_t kGemmMemoEntries = 1 << 20;
+
+}  // namespace
+
 Seconds KernelModel::gemm(double m, double n, double k, double batch) const {
   if (m <= 0 || n <= 0 || k <= 0 || batch <= 0 || peak_ <= 0) return Seconds(0);
+  thread_local std::unordered_map<GemmKey, double, GemmKeyHash> memo;
+  const GemmKey key{{m, n, k, batch, peak_, hbm_, elem_, tile_rate_, static_cast<double>(sms_)}};
+  if (auto it = memo.find(key); it != memo.end()) return Seconds(it->second);
+  if (memo.size() >= kGemmMemoEntries) memo.clear();
+  const Seconds t = gemm_uncached(m, n, k, batch);
+  memo.emplace(key, t.value());
+  return t;
+}
+
+Seconds KernelModel::gemm_uncached(double m, double n, double k, double batch) const {
   const double per_sm = peak_ / sms_ * tile_rate_;  // FLOP/s of one SM running a full-reuse tile
   double best = 1e300;
   for (const Tile& tile : kTiles) {

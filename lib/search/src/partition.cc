@@ -58,7 +58,9 @@ PartitionResult solve_partition(const PartitionProblem& pr) {
     std::vector<Point>& pool = pools[s];
     const int lo = nmin(s), hi = nmax(s);
     if (pr.shift_invariant) memo.assign(static_cast<size_t>(L + 1) * Q, std::numeric_limits<double>::quiet_NaN());
+    std::vector<double> costs;  // stage_cost(s, i, n, q) at [(n - lo) * Q + q], asked once per i
     for (int i = (s == 0 ? 0 : s); i <= L - (P - s); ++i) {
+      costs.clear();
       for (int qi = 0; qi < (s == 0 ? 1 : prev_q); ++qi) {
         const std::vector<int>* from = nullptr;
         std::vector<int> root_front{0};
@@ -75,7 +77,10 @@ PartitionResult solve_partition(const PartitionProblem& pr) {
         for (int n = lo; n <= hi && i + n <= L - rest; ++n) {
           if (s == P - 1 && i + n != L) continue;
           for (int q = 0; q < Q; ++q) {
-            double c = stage_cost(s, i, n, q, Q);
+            const size_t at = static_cast<size_t>(n - lo) * Q + q;
+            if (at >= costs.size()) costs.resize(at + 1, std::numeric_limits<double>::quiet_NaN());
+            if (std::isnan(costs[at])) costs[at] = stage_cost(s, i, n, q, Q);
+            double c = costs[at];
             if (!std::isfinite(c)) continue;
             c += pin + (s < P - 1 ? pr.p2p[s][q] : 0.0);
             for (int idx : *from) {

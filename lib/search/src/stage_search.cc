@@ -17,7 +17,7 @@ class PipelineSearch {
   PipelineSearch(const Problem& pb, const Work& w, const DpOptions& opts, double ub)
       : pb_(pb), w_(w), opts_(opts), ub_(ub), P_(w.P), K_(static_cast<int>(w.layouts.size())),
         E_(static_cast<int>(w.embs.size())), period_(period_of(pb)), shift_invariant_(period_ == 1),
-        even_(!pb.opt.uneven_stages), even_sizes_(even_stage_sizes(pb.L, w.P)), dp_(K_, pb.M) {}
+        even_(!pb.opt.uneven_stages), even_sizes_(even_stage_sizes(pb.L, w.P)), tail_(tail_of(pb)), dp_(K_, pb.M) {}
 
   // The best plan and its objective, if one beats the pool's worst.
   std::optional<Pool::Kept> run();
@@ -36,7 +36,18 @@ class PipelineSearch {
   void build_runs(std::vector<Run> even_runs, double stage_ub);
   void p2p_classes();
   const Run& run_of(int s, int a) const {
-    return shift_invariant_ ? tab_[s][0] : periodic() ? tab_[s][a % period_] : tab_[s][a];
+    if (shift_invariant_) return tab_[s][0];
+    if (even_) return tab_[s][a];
+    return periodic() ? tab_[s][a % period_] : tab_[s][std::min(a, tail_start(s))];
+  }
+  // From layer tail_ on every layer has one shape (DeepSeek-V3: 3 dense layers, then 58 MoE): a run
+  // from any start there is the run from the first such start a stage can take, cut short where
+  // the layers end (the partition never asks a stage for more layers than remain).
+  int tail_start(int s) const { return std::max(s, tail_); }
+  static int tail_of(const Problem& pb) {
+    int u = pb.L - 1;
+    while (u > 0 && pb.same_as[pb.group_of[u - 1]] == pb.same_as[pb.group_of[pb.L - 1]]) --u;
+    return u;
   }
   // The layers' shapes repeat with a period of a few layers (GPT-OSS: banded, full, banded, ...):
   // a stage's runs depend on its first layer only modulo the period (uneven stages).
@@ -61,6 +72,7 @@ class PipelineSearch {
   const int period_;  // of the layers' shapes (1: one shape; 0: none of up to 4 layers)
   const bool shift_invariant_, even_;
   const std::vector<int> even_sizes_;
+  const int tail_;  // the first layer of the model's last run of one shape
   LayerDp dp_;
   // Budget columns per (pos, e) and their distinct values per pos.
   std::vector<std::vector<int>> col_of_, cols_, col_index_;
@@ -158,7 +170,8 @@ void PipelineSearch::build_runs(std::vector<Run> even_runs, double stage_ub) {
       for (int r = 0; r < period_; ++r) tab_[s][r] = run_from(s, r, L - r - rest, stage_ub);
       continue;
     }
-    for (int a = s; a <= L - (P_ - s); ++a) tab_[s][a] = run_from(s, a, L - a - rest, stage_ub);
+    for (int a = s; a <= std::min(L - (P_ - s), tail_start(s)); ++a)
+      tab_[s][a] = run_from(s, a, L - a - rest, stage_ub);
   }
 }
 

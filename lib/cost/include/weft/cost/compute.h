@@ -86,6 +86,7 @@ class KernelModel {
   double elem_bytes() const { return elem_; }
 
  private:
+  Seconds gemm_uncached(double m, double n, double k, double batch) const;
   double peak_ = 0, hbm_ = 0, elem_ = 2, tile_rate_ = 1;
   int sms_ = 108;
 };
