@@ -45,6 +45,7 @@ const Case kCases[] = {
     {"llama-3-405b/16384xH100", "llama-3-405b", "h100-80gb", 16384, 8192, 2048},
     // A MoE of alternating banded and full attention layers (36 layer groups of two shapes).
     {"gpt-oss-120b/64xH100", "gpt-oss-120b", "h100-80gb", 64, 4096, 512},
+    {"deepseek-v3/2048xH100", "deepseek-v3", "h100-80gb", 2048, 4096, 4096},
     // Galvatron's own settings (seq 2048, global batch 64, bf16, one node of 8; 36 GB and 80 GB
     // per GPU), where reference/galvatron/README.md measured its search at 118-125 s and 282-300 s
     // on this machine class. (Its space is narrower: fixed batch, even stages, no ZeRO-1 / cp.)

@@ -420,6 +420,7 @@ struct EstimateFlags {
   std::string plan;
   int seq = 0, global_batch = 0, micro_batch = 0;
   int tp = 0, pp = 0, dp = 0, cp = 1, ulysses = 1, ep = 1, vp = 1, zero = 0;
+  int etp = 0;  // 0: as tp
   std::string recompute = "none";
   bool sequence_parallel = false;
   std::string schedule;
@@ -440,6 +441,7 @@ void check_strategy(const EstimateFlags& f, const ModelSpec& m, int gpus) {
   pos("--cp", f.cp);
   pos("--ulysses", f.ulysses);
   pos("--ep", f.ep);
+  if (f.etp != 0) pos("--etp", f.etp);
   pos("--vp", f.vp);
   pos("--micro-batch", f.micro_batch);
   if (f.seq < 1) bad("--seq: must be positive, got " + S(f.seq));
@@ -456,15 +458,22 @@ void check_strategy(const EstimateFlags& f, const ModelSpec& m, int gpus) {
     if (s.kv_heads % tu != 0 && tu % s.kv_heads != 0)
       bad("--tp: tp*ulysses = " + S(tu) + " and " + S(s.kv_heads) +
           " key/value heads: one must divide the other (kv heads are split or replicated)");
-    const long long ffn = s.moe.enabled() ? s.moe.expert_ffn : s.ffn;
+    const int etp = f.etp > 0 ? f.etp : f.tp;
+    if (s.moe.enabled() && s.moe.expert_ffn % etp != 0)
+      bad(std::string(f.etp > 0 ? "--etp: etp=" : "--tp: tp (the experts' tensor degree unless --etp) = ") + S(etp) +
+          " does not divide the expert FFN size " + S(s.moe.expert_ffn));
+    const long long ffn = s.moe.enabled() ? s.moe.shared_experts * s.moe.expert_ffn : s.ffn;
     if (ffn % f.tp != 0)
-      bad("--tp: tp=" + S(f.tp) + " does not divide the FFN size " + S(ffn));
+      bad("--tp: tp=" + S(f.tp) + " does not divide the " + (s.moe.enabled() ? "shared experts' " : "") +
+          "FFN size " + S(ffn));
     if (s.moe.enabled() && s.moe.experts % f.ep != 0)
       bad("--ep: ep=" + S(f.ep) + " does not divide " + S(s.moe.experts) + " experts");
   }
   bool moe = false;
   for (const auto& g : m.groups) moe = moe || g.shape.moe.enabled();
   if (f.ep > 1 && !moe) bad("--ep: ep=" + S(f.ep) + " needs a mixture-of-experts model (" + m.name + " has none)");
+  if (f.etp > 0 && f.etp != f.tp && !moe)
+    bad("--etp: etp=" + S(f.etp) + " needs a mixture-of-experts model (" + m.name + " has none)");
   if (f.seq % (f.ulysses * f.cp) != 0)
     bad("--cp: ulysses*cp = " + S(f.ulysses * f.cp) + " does not divide sequence length " + S(f.seq));
   if (gpus % f.pp != 0) bad("--pp: pp=" + S(f.pp) + " does not divide " + S(gpus) + " GPUs");
@@ -489,8 +498,14 @@ Plan plan_from_flags(const EstimateFlags& f, const Inputs& in) {
   if (f.global_batch % per_step != 0)
     bad("--global-batch: " + S(f.global_batch) + " is not a multiple of dp*micro-batch = " + S(dp) + "*" +
         S(f.micro_batch) + " = " + S(per_step));
-  if (f.ep > 1 && (dp * f.cp) % f.ep != 0)
-    bad("--ep: ep=" + S(f.ep) + " does not divide dp*cp = " + S(dp * f.cp));
+  {
+    const long long stage = static_cast<long long>(f.tp) * f.ulysses * f.cp * dp;
+    const int etp = f.etp > 0 ? f.etp : f.tp;
+    if (stage % (static_cast<long long>(f.ep) * etp) != 0)
+      bad("--ep: ep*etp = " + S(f.ep) + "*" + S(etp) + " = " + S(static_cast<long long>(f.ep) * etp) +
+          " does not divide the " + S(stage) + " GPUs of a pipeline stage (tp*ulysses*cp*dp = " + S(f.tp) + "*" +
+          S(f.ulysses) + "*" + S(f.cp) + "*" + S(dp) + ")");
+  }
   TrainSettings t;
   t.seq = f.seq;
   t.global_batch = f.global_batch;
@@ -509,6 +524,7 @@ Plan plan_from_flags(const EstimateFlags& f, const Inputs& in) {
   s.zero = f.zero;
   s.recompute = unwrap(recompute_from_string(f.recompute));
   s.ep = f.ep;
+  s.etp = f.etp == f.tp ? 0 : f.etp;
   return unwrap(make_uniform_plan(in.model, in.cluster, t, s, embedding_for(s)));
 }
 
@@ -517,7 +533,7 @@ void run_estimate(const EstimateFlags& f, const CLI::App& cmd) {
   Inputs in;
   if (!f.plan.empty()) {
     for (const char* flag : {"--seq", "--global-batch", "--micro-batch", "--tp", "--pp", "--dp", "--cp", "--ulysses",
-                             "--ep", "--vp", "--zero", "--recompute", "--sequence-parallel", "--schedule", "--dtype"})
+                             "--ep", "--etp", "--vp", "--zero", "--recompute", "--sequence-parallel", "--schedule", "--dtype"})
       if (cmd.count(flag) > 0)
         bad(std::string(flag) + ": not used with --plan (the plan file fixes the strategy; edit it instead)");
     p = unwrap(read_fixed_plan(f.plan, "estimate"));
@@ -678,6 +694,10 @@ void register_plan_commands(CLI::App& app) {
     cmd->add_option("--ulysses", fl->ulysses, "Ulysses sequence-parallel degree")->capture_default_str();
     cmd->add_option("--ep,--expert-model-parallel-size", fl->ep, "Expert-parallel degree (MoE layers)")
         ->capture_default_str();
+    cmd->add_option("--etp,--expert-tensor-parallel-size", fl->etp,
+                    "Expert tensor-parallel degree: each expert split over etp GPUs (MoE layers; default: tp, as "
+                    "Megatron-LM). The experts lie on their own grid, etp x ep x expert data parallel, over the "
+                    "GPUs of a stage, so with etp 1 ep may span the tp ranks");
     cmd->add_option("--vp,--num-virtual-stages-per-pipeline-rank", fl->vp,
                     "Virtual stages per device group (interleaved)")
         ->capture_default_str();

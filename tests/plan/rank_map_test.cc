@@ -48,15 +48,22 @@ TEST(RankMap, ShardGroupIsEveryRankOfTheStageWithTheSameTpIndex) {
   }
 }
 
-TEST(RankMap, ExpertGroupsAreConsecutiveCpDpIndicesOfOneTpUlyssesPosition) {
+TEST(RankMap, ExpertGroupsAreEtpApartOnTheExpertsGrid) {
   // tp 2, cp 2, dp 2 on 8 ranks; rank 5 = tp 1, cp 0, dp 1: cp-dp index 2.
   LayerStrategy s{.tp = 2, .cp = 2, .dp = 2, .ep = 4};
   EXPECT_EQ(group_of(5, 8, 1, s, Axis::kEp), (std::vector<int>{1, 3, 5, 7}));
   s.ep = 2;
   EXPECT_EQ(group_of(5, 8, 1, s, Axis::kEp), (std::vector<int>{5, 7}));
   EXPECT_EQ(group_of(0, 8, 1, s, Axis::kEp), (std::vector<int>{0, 2}));
+  // Ulysses ranks hold different tokens outside attention: the experts' grid spans them too.
   s = LayerStrategy{.ulysses = 2, .dp = 4, .ep = 2};
-  EXPECT_EQ(group_of(3, 8, 1, s, Axis::kEp), (std::vector<int>{1, 3})) << "ulysses index kept";
+  EXPECT_EQ(group_of(3, 8, 1, s, Axis::kEp), (std::vector<int>{2, 3}));
+  // etp 1 under tp 2: the ep group spans the tp ranks (ep need not divide dp * cp).
+  s = LayerStrategy{.tp = 2, .dp = 4, .ep = 4, .etp = 1};
+  EXPECT_EQ(group_of(6, 8, 1, s, Axis::kEp), (std::vector<int>{4, 5, 6, 7}));
+  s = LayerStrategy{.tp = 4, .dp = 2, .ep = 2, .etp = 2};
+  EXPECT_EQ(group_of(5, 8, 1, s, Axis::kEp), (std::vector<int>{5, 7}));
+  EXPECT_EQ(group_of(13, 8, 2, s, Axis::kEp), (std::vector<int>{13, 15}));
   for (Axis a : {Axis::kEp, Axis::kShard}) {
     std::set<int> seen;
     for (const auto& g : all_groups(8, 2, s, a))

@@ -138,6 +138,24 @@ TEST(Validate, ExpertParallelOnlyOnMoe) {
   EXPECT_EQ(error_of(p), "OK");
   p.stages[0].layers[0].ep = 3;
   EXPECT_EQ(error_of(p), "stages[0].layers[0].ep: 3 does not divide 8 experts");
+  EXPECT_EQ(error_of(uniform_plan(LayerStrategy{.dp = 8, .etp = 2}, 1)),
+            "stages[0].layers[0].etp: 2 on a dense layer (expert tensor parallelism needs MoE)");
+}
+
+// The experts' grid (etp x ep x expert dp) covers the stage's devices: with etp 1 the expert
+// degree may span the tensor ranks (Megatron-LM's tp 2 attention, etp 1, ep 8 on 8 GPUs).
+TEST(Validate, ExpertGridOverTheStage) {
+  Plan p = uniform_plan(LayerStrategy{.tp = 2, .sp = true, .dp = 4, .ep = 8, .etp = 1}, 1);
+  p.model.groups[0].shape.moe = MoeSpec{8, 2, 2816, 0};
+  EXPECT_EQ(error_of(p), "OK");
+  p.stages[0].layers[0].etp = 0;  // as tp: 8 x 2 = 16 ranks of the stage's 8
+  EXPECT_EQ(error_of(p), "stages[0].layers[0].ep: ep*etp = 8*2 = 16 does not divide the 8 devices of the stage "
+                         "(tp*ulysses*cp*dp; the experts' grid is etp x ep x expert data parallel)");
+  p.stages[0].layers[0].ep = 4;
+  EXPECT_EQ(error_of(p), "OK");
+  p.stages[0].layers[0].etp = 3;
+  p.stages[0].layers[0].ep = 1;
+  EXPECT_EQ(error_of(p), "stages[0].layers[0].etp: 3 does not divide expert FFN size 2816");
 }
 
 TEST(Validate, KvHeadsSplitOrReplicated) {

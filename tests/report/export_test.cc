@@ -171,6 +171,25 @@ TEST(Megatron, MoeUsesAllToAllDispatchAndGroupedGemm) {
   for (const char* flag : {"--moe-layer-freq '[0]*2+[1]*30'", "--expert-model-parallel-size 4"})
     EXPECT_NE(std::find(d->lines.begin(), d->lines.end(), flag), d->lines.end()) << flag << "\n" << d->text();
 
+  // Attention on tp 2 with whole experts (etp 1) over ep 8, tp x dp: Megatron-LM's expert tensor
+  // degree, written only where it is not tp's (its default); torchtitan's written whenever ep > 1
+  // (its default is 1).
+  Plan e = plan(*m, cluster(4, 8), train(4, 16, 256, Schedule::k1F1B, 1, 4096),
+                LayerStrategy{.tp = 2, .sp = true, .dp = 4, .zero = 1, .ep = 8, .etp = 1});
+  ASSERT_TRUE(validate(e).ok()) << validate(e).error().message;
+  auto ea = megatron_args(e);
+  ASSERT_TRUE(ea.ok()) << ea.error().message;
+  for (const char* flag : {"--expert-model-parallel-size 8", "--expert-tensor-parallel-size 1"})
+    EXPECT_NE(std::find(ea->lines.begin(), ea->lines.end(), flag), ea->lines.end()) << flag << "\n" << ea->text();
+  EXPECT_FALSE(contains(a->text(), "--expert-tensor-parallel-size")) << a->text();
+  Plan et = e;
+  for (Stage& st : et.stages)
+    for (LayerStrategy& s : st.layers) s.zero = 2;
+  et.embedding.zero = 2;
+  auto tt = torchtitan_config(et);
+  ASSERT_TRUE(tt.ok()) << tt.error().message;
+  EXPECT_TRUE(contains(tt->toml, "expert_parallel_degree = 8\nexpert_tensor_parallel_degree = 1")) << tt->toml;
+
   p.cluster.gpu.tflops_bf16 = 0;  // a V100-like GPU
   p.cluster.gpu.name = "V100-SXM2-32GB";
   p.train.dtype = DType::kFp16;
@@ -180,6 +199,34 @@ TEST(Megatron, MoeUsesAllToAllDispatchAndGroupedGemm) {
   EXPECT_TRUE(std::any_of(v->notes.begin(), v->notes.end(), [](const std::string& n) {
     return contains(n, "V100-SXM2-32GB has no bf16") && contains(n, "--moe-grouped-gemm");
   }));
+}
+
+// Multi-head latent attention (DeepSeek-V3's dims on Mixtral's layers): Megatron-LM's MLA flags at
+// core_v0.19 (--qk-head-dim the non-rotary part of a head, --qk-pos-emb-head-dim the rotary part),
+// and no --kv-channels or query groups.
+TEST(Megatron, LatentAttentionFlags) {
+  auto m = load_model("mixtral-8x7b");
+  ASSERT_TRUE(m.ok());
+  for (LayerGroup& g : m->groups) {
+    g.shape.kv_heads = g.shape.heads;
+    g.shape.head_dim = 192;
+    g.shape.mla = MlaSpec{.q_lora_rank = 1536, .kv_lora_rank = 512, .qk_rope_dim = 64, .v_head_dim = 128};
+  }
+  Plan p = plan(*m, cluster(4, 8), train(4, 16, 256, Schedule::k1F1B, 1, 4096),
+                LayerStrategy{.tp = 2, .sp = true, .dp = 4, .zero = 1, .ep = 8, .etp = 1});
+  ASSERT_TRUE(validate(p).ok()) << validate(p).error().message;
+  auto a = megatron_args(p);
+  ASSERT_TRUE(a.ok()) << a.error().message;
+  for (const char* flag : {"--multi-latent-attention", "--q-lora-rank 1536", "--kv-lora-rank 512",
+                           "--qk-head-dim 128", "--qk-pos-emb-head-dim 64", "--v-head-dim 128"})
+    EXPECT_NE(std::find(a->lines.begin(), a->lines.end(), flag), a->lines.end()) << flag << "\n" << a->text();
+  EXPECT_FALSE(contains(a->text(), "--kv-channels")) << a->text();
+  EXPECT_FALSE(contains(a->text(), "--group-query-attention")) << a->text();
+  // Without a query latent (DeepSeek-V2-Lite) no --q-lora-rank.
+  for (LayerGroup& g : p.model.groups) g.shape.mla.q_lora_rank = 0;
+  auto b = megatron_args(p);
+  ASSERT_TRUE(b.ok()) << b.error().message;
+  EXPECT_FALSE(contains(b->text(), "--q-lora-rank")) << b->text();
 }
 
 // GPT-OSS: banded layers 1, 3, 5, ... (1-based) of 128 tokens with themselves, learned sinks,

@@ -469,6 +469,44 @@ TEST(CliEstimate, MegatronFlagNamesAreAliases) {
   EXPECT_NE(with_plan.err.find("--tp: not used with --plan"), std::string::npos) << with_plan.err;
 }
 
+// --etp: the experts' tensor degree apart from tp (Megatron-LM's --expert-tensor-parallel-size).
+// With etp 1 the expert degree spans the tensor ranks: tp 2 x pp 4 on 32 GPUs leaves dp 4, yet ep 8
+// runs (each rank one whole expert); the plan records etp, each GPU holds the same expert state as
+// under ep 4 with etp 2 (an 8th of the experts either way), and the bad degrees are named.
+TEST(CliEstimate, ExpertTensorDegreeApartFromTp) {
+  const std::vector<std::string> moe{"estimate", "--model", "mixtral-8x7b", "--cluster", "h100-80gb", "--gpus", "32",
+                                     "--seq", "4096", "--global-batch", "64", "--micro-batch", "1", "--tp", "2",
+                                     "--sequence-parallel", "--pp", "4", "--format", "json"};
+  const std::string out = ::testing::TempDir() + "etp_plan.json";
+  CliRun one = run(with(moe, {"--etp", "1", "--ep", "8", "--out", out}));
+  ASSERT_EQ(one.code, 0) << one.err;
+  CliRun meg = run(with(moe, {"--expert-tensor-parallel-size", "1", "--expert-model-parallel-size", "8"}));
+  EXPECT_EQ(meg.out, one.out);
+  const Json plan = read_json_file(out);
+  const Json& layer = plan.at("stages").at(0).at("layers").at(0);
+  EXPECT_EQ(layer.at("ep").get<int>(), 8);
+  EXPECT_EQ(layer.at("etp").get<int>(), 1);
+  // etp as tp needs ep 8 x etp 2 = 16 of a stage's 8 GPUs.
+  CliRun two = run(with(moe, {"--ep", "8"}));
+  EXPECT_EQ(two.code, 2);
+  EXPECT_NE(two.err.find("--ep: ep*etp = 8*2 = 16 does not divide the 8 GPUs of a pipeline stage"), std::string::npos)
+      << two.err;
+  CliRun four = run(with(moe, {"--ep", "4"}));
+  ASSERT_EQ(four.code, 0) << four.err;
+  // ep 8 x etp 1 and ep 4 x etp 2 both hold an 8th of the experts per GPU: the same weights.
+  const auto weights = [](const CliRun& r) {
+    return Json::parse(r.out).at("stages").at(0).at("memory").at("weights_gib").get<double>();
+  };
+  EXPECT_NEAR(weights(one), weights(four), 1e-6 * weights(four));
+  CliRun bad = run(with(moe, {"--etp", "3"}));
+  EXPECT_EQ(bad.code, 2);
+  EXPECT_NE(bad.err.find("--etp: etp=3 does not divide the expert FFN size 14336"), std::string::npos) << bad.err;
+  CliRun dense = run({"estimate", "--model", "llama-2-7b", "--cluster", "a100-80gb", "--gpus", "8", "--seq", "4096",
+                      "--global-batch", "16", "--micro-batch", "1", "--tp", "2", "--pp", "1", "--etp", "1"});
+  EXPECT_EQ(dense.code, 2);
+  EXPECT_NE(dense.err.find("--etp: etp=1 needs a mixture-of-experts model"), std::string::npos) << dense.err;
+}
+
 TEST(CliPlan, MegatronFlagNamesAreAliases) {
   const std::vector<std::string> model{"plan", "--model", "llama-2-7b", "--cluster", "a100-80gb", "--gpus", "8",
                                        "--format", "json"};

@@ -45,6 +45,49 @@ TEST(FrameworkSpace, TheEnumAndItsNameRestrictAlike) {
   EXPECT_TRUE(o.accept(LayerStrategy{.tp = 2, .sp = true, .dp = 4, .zero = 3}, nullptr));
 }
 
+// Mixtral-8x7B on 16 H100, one stage, 16 micro-batches: every MoE layer on `s`.
+Plan mixtral_plan(const LayerStrategy& s) {
+  TrainSettings t;
+  t.seq = 4096;
+  t.global_batch = 128;
+  t.micro_batches = 16;
+  ClusterSpec c = *load_cluster("h100-80gb");
+  c.nodes = 2;
+  auto p = make_uniform_plan(*load_model("mixtral-8x7b"), c, t, s, embedding_for(s));
+  EXPECT_TRUE(p.ok()) << (p.ok() ? "" : p.error().message);
+  return *p;
+}
+
+// The expert degrees as each framework takes them: Megatron-LM any etp, ep with tp only under
+// sequence parallelism (TransformerConfig); torchtitan etp 1 or tp, ep spanning cp (and tp with
+// etp 1); DeepSpeed-MoE's experts follow tp.
+TEST(FrameworkSpace, ExpertDegreesAsEachFrameworkTakesThem) {
+  const Plan one = mixtral_plan(LayerStrategy{.tp = 2, .sp = true, .dp = 8, .zero = 2, .ep = 8, .etp = 1});
+  EXPECT_TRUE(framework_runs(one, Framework::kMegatron).ok());
+  EXPECT_TRUE(framework_runs(one, Framework::kTorchtitan).ok()) << framework_runs(one, Framework::kTorchtitan).error().message;
+  const Plan no_sp = mixtral_plan(LayerStrategy{.tp = 2, .dp = 8, .zero = 2, .ep = 8, .etp = 1});
+  const Status meg = framework_runs(no_sp, Framework::kMegatron);
+  ASSERT_FALSE(meg.ok());
+  EXPECT_NE(meg.error().message.find("ep=8 with tp=2 without sequence parallelism"), std::string::npos)
+      << meg.error().message;
+  const Plan odd = mixtral_plan(LayerStrategy{.tp = 4, .sp = true, .dp = 4, .zero = 2, .ep = 2, .etp = 1});
+  EXPECT_TRUE(framework_runs(odd, Framework::kMegatron).ok());
+  const Status titan = framework_runs(odd, Framework::kTorchtitan);
+  ASSERT_FALSE(titan.ok());
+  EXPECT_NE(titan.error().message.find("ep=2 not a multiple of cp*tp"), std::string::npos) << titan.error().message;
+  const Plan two = mixtral_plan(LayerStrategy{.tp = 4, .sp = true, .dp = 4, .zero = 2, .ep = 2, .etp = 2});
+  const Status titan2 = framework_runs(two, Framework::kTorchtitan);
+  ASSERT_FALSE(titan2.ok());
+  EXPECT_NE(titan2.error().message.find("etp=2 (it offers expert tensor degree 1 or tp=4)"), std::string::npos)
+      << titan2.error().message;
+  const Status ds = framework_runs(
+      mixtral_plan(LayerStrategy{.tp = 2, .sp = true, .dp = 8, .zero = 1, .ep = 1, .etp = 1}),
+      Framework::kMegatronDeepSpeed);
+  ASSERT_FALSE(ds.ok());
+  EXPECT_NE(ds.error().message.find("etp=1 (DeepSpeed-MoE's experts follow tp)"), std::string::npos)
+      << ds.error().message;
+}
+
 TEST(FrameworkSpace, MessagesNameTheFramework) {
   SearchOptions o;
   o.schedules = {Schedule::kGpipe};

@@ -175,20 +175,25 @@ TEST(PruningRules, CandidatesAreValidForValidate) {
   }
 }
 
-TEST(PruningRules, MoeExpertDegreesDivideExpertsAndDataParallelRanks) {
+// (ep, etp): ep divides the experts, etp is tp's or (under tp > 1) 1, and the experts' grid
+// ep x etp divides the stage; with etp 1 the expert degree spans tensor ranks.
+TEST(PruningRules, MoeExpertDegreesDivideExpertsAndTheStage) {
   LayerShape sh = testing::dense_shape(2048, 16, 16);
   sh.moe.experts = 8;
   sh.moe.top_k = 2;
   sh.moe.expert_ffn = 4096;
   RuleLog log;
   auto c = layer_candidates(sh, testing::small_cluster(8, 8), base_options(), 8, 16, log);
-  bool some = false;
+  bool some = false, over_tp = false;
   for (const auto& s : c) {
     EXPECT_EQ(8 % s.ep, 0);
-    EXPECT_EQ((s.dp * s.cp) % s.ep, 0);
+    EXPECT_EQ(s.devices() % (s.ep * s.expert_tp()), 0) << label(s);
+    EXPECT_TRUE(s.expert_tp() == s.tp || s.expert_tp() == 1) << label(s);
     some = some || s.ep == 8;
+    over_tp = over_tp || (s.dp * s.cp) % s.ep != 0;
   }
   EXPECT_TRUE(some);
+  EXPECT_TRUE(over_tp);
 }
 
 TEST(PruningRules, ConfigurationRules) {

@@ -54,6 +54,8 @@ const Published kPublished[] = {
     {"qwen2-7b", 7615616512.0, 1e-4, "Qwen2-7B checkpoint total (7.62B)"},
     {"bert-large", 335141888.0, 0.005, "bert-large-uncased checkpoint total (335M)"},
     {"t5-large", 737668096.0, 1e-4, "t5-large checkpoint total (738M)"},
+    {"deepseek-v3", 671e9, 0.002,
+     "DeepSeek-V3 technical report (arXiv 2412.19437): 671B, its multi-token-prediction module apart"},
 };
 
 TEST(Counts, PresetsMatchPublishedParameterCounts) {

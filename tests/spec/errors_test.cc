@@ -74,6 +74,28 @@ TEST(SpecErrors, ModelWindowNegativeOrOnAnEncoder) {
   expect_error(model_from_json(j, "m.json"), ErrorKind::kBadInput, {"window", "encoder"});
 }
 
+// Latent attention projects keys and values per head: kv_heads must equal heads, the rotary dims
+// lie inside the head, and a key/value latent is required.
+TEST(SpecErrors, ModelLatentAttentionFields) {
+  Json j = llama_json();  // 32 heads of 128, 32 key/value heads
+  j["groups"][0]["mla"] = {{"q_lora_rank", 1536}, {"kv_lora_rank", 512}, {"qk_rope_dim", 64}, {"v_head_dim", 128}};
+  EXPECT_TRUE(model_from_json(j, "m.json").ok());
+  j["groups"][0]["kv_heads"] = 8;
+  expect_error(model_from_json(j, "m.json"), ErrorKind::kBadInput, {"kv_heads", "8", "latent", "32"});
+  j["groups"][0]["kv_heads"] = 32;
+  j["groups"][0]["mla"]["qk_rope_dim"] = 128;
+  expect_error(model_from_json(j, "m.json"), ErrorKind::kBadInput, {"mla.qk_rope_dim", "below head_dim 128", "128"});
+  j["groups"][0]["mla"]["qk_rope_dim"] = 64;
+  j["groups"][0]["mla"]["kv_lora_rank"] = 0;
+  expect_error(model_from_json(j, "m.json"), ErrorKind::kBadInput, {"kv_lora_rank", "must be positive", "0"});
+  j["groups"][0]["mla"] = {{"kv_lora_rank", 512}, {"qk_rope_dim", 64}};
+  expect_error(model_from_json(j, "m.json"), ErrorKind::kBadInput, {"v_head_dim"});
+  // DeepSeek's config without the rotary dims: the key is named.
+  Json h = hf("deepseek-v3.config.json");
+  h.erase("qk_rope_head_dim");
+  expect_error(model_from_hf_config(h, "c.json"), ErrorKind::kBadInput, {"qk_rope_head_dim"});
+}
+
 TEST(SpecErrors, HfMissingKey) {
   Json j = hf("llama-2-7b.config.json");
   j.erase("intermediate_size");

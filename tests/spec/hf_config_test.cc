@@ -51,6 +51,7 @@ TEST(HfConfig, LlamaMistralQwen2MixtralMatchPresets) {
   expect_same_as_preset("mixtral-8x7b.config.json", "mixtral-8x7b");
   expect_same_as_preset("gpt-oss-20b.config.json", "gpt-oss-20b");
   expect_same_as_preset("gpt-oss-120b.config.json", "gpt-oss-120b");
+  expect_same_as_preset("deepseek-v3.config.json", "deepseek-v3");
 }
 
 TEST(HfConfig, BertAndT5MatchPresets) {
@@ -124,6 +125,45 @@ TEST(HfConfig, Qwen2MoeSharedExperts) {
   // Qwen1.5-MoE-A2.7B: "14.3B parameters in total and 2.7B activated" (Qwen blog, 2024).
   EXPECT_LT(std::abs(total_params(m) - 14.3e9) / 14.3e9, 0.005) << total_params(m);
   EXPECT_LT(std::abs(active_params(m) - 2.7e9) / 2.7e9, 0.01) << active_params(m);
+}
+
+// DeepSeek-V3 (deepseek-ai/DeepSeek-V3, its Hugging Face config.json): 61 layers, the first 3
+// dense; 256 routed experts of 2048 and one shared, top 8; multi-head latent attention with a
+// query latent of 1536, a key/value latent of 512, heads of 128 + 64 rotary dims and values of 128.
+// The technical report (arXiv 2412.19437): 671B parameters, 37B activated per token (its 14B
+// multi-token-prediction module apart, which the config's num_nextn_predict_layers adds and weft
+// does not model). One attention block's projections: 187,105,280 parameters (1536 x 7168 +
+// 128 x 192 x 1536 + 7168 x 576 + 128 x 256 x 512 + 128 x 128 x 7168) and the two latent norms.
+TEST(HfConfig, DeepseekV3LatentAttention) {
+  testing::internal::CaptureStderr();
+  const ModelSpec m = load("deepseek-v3.config.json");
+  EXPECT_EQ(testing::internal::GetCapturedStderr(), "");
+  ASSERT_EQ(m.groups.size(), 2u);
+  EXPECT_EQ(m.groups[0].count, 3);
+  EXPECT_FALSE(m.groups[0].shape.moe.enabled());
+  EXPECT_EQ(m.groups[1].count, 58);
+  const LayerShape& s = m.groups[1].shape;
+  EXPECT_EQ(s.moe, (MoeSpec{.experts = 256, .top_k = 8, .expert_ffn = 2048, .shared_experts = 1}));
+  EXPECT_EQ(s.mla, (MlaSpec{.q_lora_rank = 1536, .kv_lora_rank = 512, .qk_rope_dim = 64, .v_head_dim = 128}));
+  EXPECT_EQ(s.head_dim, 192);
+  EXPECT_EQ(s.kv_heads, 128);
+  EXPECT_DOUBLE_EQ(layer_params(s).attention, 187105280.0 + 1536 + 512);
+  EXPECT_DOUBLE_EQ(attention_replicated_params(s), 1536.0 * 7168 + 1536 + 7168.0 * 576 + 512);
+  const AttentionWidths w = attention_widths(s);
+  EXPECT_EQ(w.q, 128.0 * 192);
+  EXPECT_EQ(w.k, 128.0 * 192);
+  EXPECT_EQ(w.v, 128.0 * 128);
+  EXPECT_EQ(w.ctx, 128.0 * 128);
+  EXPECT_LT(std::abs(total_params(m) - 671e9) / 671e9, 0.002) << total_params(m);
+  EXPECT_LT(std::abs(active_params(m) - 37e9) / 37e9, 0.02) << active_params(m);
+  // Forward FLOPs of the projections per token: twice the multiply-adds of every weight but O's.
+  const LayerFlops f = layer_forward_flops(s, 1, 1);
+  EXPECT_DOUBLE_EQ(f.qkv, 2.0 * (187105280.0 - 128.0 * 128 * 7168));
+  EXPECT_DOUBLE_EQ(f.attn_out, 2.0 * 128 * 128 * 7168);
+  // The spec round-trips through weft's JSON with its latent attention.
+  Result<ModelSpec> back = model_from_json(to_json(m), "round trip");
+  ASSERT_TRUE(back.ok()) << back.error().message;
+  EXPECT_TRUE(back.value() == m);
 }
 
 // GPT-OSS (openai/gpt-oss-20b and -120b, their Hugging Face config.json): every layer routes to
@@ -246,13 +286,19 @@ TEST(HfConfig, DeepseekStyleFirstDenseLayers) {
   j["num_experts_per_tok"] = 6;
   j["moe_intermediate_size"] = 1408;
   j["first_k_dense_replace"] = 1;
-  j["kv_lora_rank"] = 512;  // latent attention: costed as plain attention, with a warning
+  // Latent attention as DeepSeek-V2-Lite has it: no query latent (q_lora_rank null).
+  j["kv_lora_rank"] = 512;
+  j["q_lora_rank"] = nullptr;
+  j["qk_nope_head_dim"] = 128;
+  j["qk_rope_head_dim"] = 64;
   j["v_head_dim"] = 96;
-  testing::internal::CaptureStderr();
+  j["num_key_value_heads"] = 32;
   const ModelSpec m = model_from_hf_config(j).value();
-  const std::string err = testing::internal::GetCapturedStderr();
-  EXPECT_NE(err.find("kv_lora_rank"), std::string::npos) << err;
-  EXPECT_EQ(m.groups[0].shape.head_dim, 96);
+  for (const LayerGroup& g : m.groups) {
+    EXPECT_EQ(g.shape.head_dim, 192);
+    EXPECT_EQ(g.shape.kv_heads, 32);
+    EXPECT_EQ(g.shape.mla, (MlaSpec{.q_lora_rank = 0, .kv_lora_rank = 512, .qk_rope_dim = 64, .v_head_dim = 96}));
+  }
   ASSERT_EQ(m.groups.size(), 2u);
   EXPECT_EQ(m.groups[0].count, 1);
   EXPECT_EQ(m.groups[0].shape.ffn, 11008);

@@ -144,8 +144,10 @@ LayerCompute layer_compute(const LayerContext& ctx, const LayerStrategy& s, cons
   const double tokens = samples * seq / (u * cp);             // tokens through this device's GEMMs
   const double norm_tokens = s.sp ? tokens / t : tokens;      // tokens of norms and residual adds
   const double h = static_cast<double>(L.hidden);
-  const double q = static_cast<double>(L.heads) * L.head_dim;
-  const double kv = static_cast<double>(L.kv_heads) * L.head_dim;
+  const AttentionWidths aw = attention_widths(L);
+  const double q = aw.q, cw = aw.ctx;  // cw: the context's width (the output projection's input)
+  const double kv = static_cast<double>(L.kv_heads) * L.head_dim;  // K's width (and V's without MLA)
+  const bool mla = L.mla.enabled();
   const double blocks = L.kind == LayerKind::kCrossDecoder ? 2 : 1;
   const double norms = blocks + 1;
   const bool dropout = L.bias && opt.dropout;  // GPT-2/3 and BERT style layers train with dropout (§2)
@@ -166,10 +168,32 @@ LayerCompute layer_compute(const LayerContext& ctx, const LayerStrategy& s, cons
   Pass f, b;
   double recompute_gemm = 0;
 
-  // --- attention projections (§2.1)
-  f.gemm += blocks * (seconds(km.gemm(tokens, (q + 2 * kv) / t, h)) + seconds(km.gemm(tokens, h, q / t)));
-  b.gemm += blocks * (bwd_gemm(km, tokens, (q + 2 * kv) / t, h) + bwd_gemm(km, tokens, h, q / t));
-  b.wgrad += blocks * (dw_gemm(km, tokens, (q + 2 * kv) / t, h) + dw_gemm(km, tokens, h, q / t));
+  // --- attention projections (§2.1): Q, K, V fused and the output projection; multi-head latent
+  // attention's down projections whole on every tp rank (queries' latent, keys' and values' latent
+  // with the shared rotary key), its latents' RMSNorms, and up projections split by heads (§2.4)
+  auto gemm_all = [&](double m, double n, double k) {
+    f.gemm += blocks * seconds(km.gemm(m, n, k));
+    b.gemm += blocks * bwd_gemm(km, m, n, k);
+    b.wgrad += blocks * dw_gemm(km, m, n, k);
+  };
+  if (!mla) {
+    gemm_all(tokens, (q + 2 * kv) / t, h);
+  } else {
+    const double rq = L.mla.q_lora_rank, rkv = L.mla.kv_lora_rank;
+    const double nope = static_cast<double>(L.heads) * (L.head_dim - L.mla.qk_rope_dim);
+    if (rq > 0) {
+      gemm_all(tokens, rq, h);
+      gemm_all(tokens, q / t, rq);
+    } else {
+      gemm_all(tokens, q / t, h);
+    }
+    gemm_all(tokens, aw.kv_latent, h);
+    gemm_all(tokens, (nope + aw.v) / t, rkv);
+    const double latent_norm = seconds(km.memory(Bytes(2 * e * tokens * (rq + rkv))));
+    f.mem += blocks * latent_norm;
+    b.mem += blocks * kElementwiseBackward * latent_norm;
+  }
+  gemm_all(tokens, h, cw / t);
 
   // --- attention core (§2.2): local heads, local queries, all keys
   const double heads_local = L.heads / (t * u);
@@ -183,7 +207,8 @@ LayerCompute layer_compute(const LayerContext& ctx, const LayerStrategy& s, cons
     const bool banded = causal && L.window > 0 && L.window < seq;
     const double w = L.window;
     const double pairs = banded ? (w * seq - w * (w - 1) / 2) / cp : sq * sk * (causal ? 0.5 : 1.0);
-    const double work = 4.0 * core_batch * pairs * hd;
+    // Q.K^T over the query/key head dims, scores.V over the value's (MLA: v_head_dim).
+    const double work = 2.0 * core_batch * pairs * (hd + (mla ? L.mla.v_head_dim : hd));
     // The kernel's length: the keys each query block runs over (one ring step's chunk under CP; a
     // window's keys).
     const double span = banded ? std::min(sk / cp, w) : sk / cp;
@@ -192,15 +217,16 @@ LayerCompute layer_compute(const LayerContext& ctx, const LayerStrategy& s, cons
     core_b = seconds(km16.flops(kFlashBwdWork * work, r.bwd));
   } else {
     const double s2 = core_batch * sq * sk;
-    core_f = seconds(km16.gemm(sq, sk, hd, core_batch)) + seconds(km16.gemm(sq, hd, sk, core_batch)) +
+    const double vd = mla ? L.mla.v_head_dim : hd;
+    core_f = seconds(km16.gemm(sq, sk, hd, core_batch)) + seconds(km16.gemm(sq, vd, sk, core_batch)) +
              seconds(km16.memory(Bytes(2 * e * s2))) +                               // scale-mask-softmax
              (dropout ? seconds(km16.memory(Bytes((2 * e + 1) * s2))) : 0.0) +       // dropout
-             seconds(km16.memory(Bytes(2 * e * tokens * q / t)));                     // context re-layout
-    core_b = seconds(km16.gemm(sq, hd, sk, core_batch)) + seconds(km16.gemm(sk, hd, sq, core_batch)) +
+             seconds(km16.memory(Bytes(2 * e * tokens * cw / t)));                    // context re-layout
+    core_b = seconds(km16.gemm(sq, vd, sk, core_batch)) + seconds(km16.gemm(sk, vd, sq, core_batch)) +
              seconds(km16.gemm(sq, sk, hd, core_batch)) + seconds(km16.gemm(sk, hd, sq, core_batch)) +
              seconds(km16.memory(Bytes(3 * e * s2))) +
              (dropout ? seconds(km16.memory(Bytes((2 * e + 1) * s2))) : 0.0) +
-             seconds(km16.memory(Bytes(2 * e * tokens * q / t)));
+             seconds(km16.memory(Bytes(2 * e * tokens * cw / t)));
   }
   f.core += blocks * core_f;
   b.core += blocks * core_b;
@@ -222,17 +248,21 @@ LayerCompute layer_compute(const LayerContext& ctx, const LayerStrategy& s, cons
   };
   double routed = 0;
   if (moe) {
+    // The experts' grid (weft/plan/strategy.h): each rank holds experts / ep experts at 1 / etp of
+    // their width and computes the routed copies of etp / tp of its tensor-parallel group's tokens
+    // (those its etp group gathered); so every rank computes a D-th of the routed work at any etp.
     const double experts = L.moe.experts, k = L.moe.top_k, ef = static_cast<double>(L.moe.expert_ffn);
-    routed = tokens * k;                          // token copies this device's experts process
+    const double et = safe(s.expert_tp());
+    routed = tokens * et / t * k;  // token copies this device's experts process
     const double local = experts / ep;
     const double per_expert = routed / local;
     f.gemm += seconds(km.gemm(tokens, experts, h));
     b.gemm += bwd_gemm(km, tokens, experts, h);
     b.wgrad += dw_gemm(km, tokens, experts, h);
-    f.gemm += seconds(km.gemm(per_expert, in_mats * ef / t, h, local)) + seconds(km.gemm(per_expert, h, ef / t, local));
-    b.gemm += bwd_gemm(km, per_expert, in_mats * ef / t, h, local) + bwd_gemm(km, per_expert, h, ef / t, local);
-    b.wgrad += dw_gemm(km, per_expert, in_mats * ef / t, h, local) + dw_gemm(km, per_expert, h, ef / t, local);
-    const double moe_bytes = act_bytes * routed * ef / t + 2 * 2 * e * routed * h + 3 * 4 * tokens * experts;
+    f.gemm += seconds(km.gemm(per_expert, in_mats * ef / et, h, local)) + seconds(km.gemm(per_expert, h, ef / et, local));
+    b.gemm += bwd_gemm(km, per_expert, in_mats * ef / et, h, local) + bwd_gemm(km, per_expert, h, ef / et, local);
+    b.wgrad += dw_gemm(km, per_expert, in_mats * ef / et, h, local) + dw_gemm(km, per_expert, h, ef / et, local);
+    const double moe_bytes = act_bytes * routed * ef / et + 2 * 2 * e * routed * h + 3 * 4 * tokens * experts;
     f.mem += seconds(km.memory(Bytes(moe_bytes)));
     b.mem += kElementwiseBackward * seconds(km.memory(Bytes(moe_bytes)));
     dense_ffn(L.moe.shared_experts * ef);
@@ -243,11 +273,20 @@ LayerCompute layer_compute(const LayerContext& ctx, const LayerStrategy& s, cons
   // --- FP8 quantization (§2.1): every GEMM input (forward) and output gradient (backward) is cast
   // to fp8 row- and column-wise after a pass for its absolute maximum
   if (fp8) {
-    const double ff_local = static_cast<double>(moe ? L.moe.expert_ffn * (L.moe.top_k + L.moe.shared_experts) : L.ffn) / t;
-    // a MoE layer's experts see each token top_k times (+ once per shared expert)
-    const double ffn_rows = moe ? L.moe.top_k + L.moe.shared_experts : 1.0;
-    const double inputs = blocks * (h + q / t) + ffn_rows * h + ff_local;
-    const double grads = blocks * ((q + 2 * kv) / t + h) + in_mats * ff_local + ffn_rows * h;
+    // Per token of the device: a MoE layer's experts see routed / tokens copies of it at 1 / etp of
+    // their width (+ once per shared expert, at 1 / tp).
+    const double ef = static_cast<double>(L.moe.expert_ffn);
+    const double ffn_rows = moe ? routed / tokens + L.moe.shared_experts : 1.0;
+    const double ff_local = moe ? (routed / tokens) * ef / safe(s.expert_tp()) + L.moe.shared_experts * ef / t
+                                : static_cast<double>(L.ffn) / t;
+    // MLA: its latents feed (and get gradients from) the up projections, whole on every rank.
+    const double latents = mla ? L.mla.q_lora_rank + L.mla.kv_lora_rank : 0.0;
+    const double proj_out =
+        mla ? L.mla.q_lora_rank + aw.kv_latent +
+                  (q + static_cast<double>(L.heads) * (L.head_dim - L.mla.qk_rope_dim) + aw.v) / t
+            : (q + 2 * kv) / t;
+    const double inputs = blocks * (h + cw / t + latents) + ffn_rows * h + ff_local;
+    const double grads = blocks * (proj_out + h) + in_mats * ff_local + ffn_rows * h;
     f.mem += seconds(km.memory(Bytes(kFp8QuantBytes * tokens * inputs)));
     b.mem += seconds(km.memory(Bytes(kFp8QuantBytes * tokens * grads)));
   }
@@ -269,9 +308,11 @@ LayerCompute layer_compute(const LayerContext& ctx, const LayerStrategy& s, cons
   // query head before the attention kernel (e per read element, e per written).
   double layout_bytes = 0;
   const double eager_rope_bytes = opt.eager_fp32_math ? kEagerRopeBytes + 2 * e : kEagerRopeElems * e;
-  if (rope) layout_bytes += (eager ? eager_rope_bytes : 2 * e) * (q + kv) / t;
+  // MLA rotates its queries' rotary dims and the one rotary key every head shares.
+  const double rotated = mla ? static_cast<double>(L.heads) * L.mla.qk_rope_dim / t + L.mla.qk_rope_dim : (q + kv) / t;
+  if (rope) layout_bytes += (eager ? eager_rope_bytes : 2 * e) * rotated;
   if (eager && flash)
-    layout_bytes += (opt.eager_attention_copy ? 2 * e * q / t : 0.0) + (kv < q ? 2 * e * (kv + q) / t : 0.0);
+    layout_bytes += (opt.eager_attention_copy ? 2 * e * cw / t : 0.0) + (kv < q ? 2 * e * (kv + q) / t : 0.0);
   if (layout_bytes > 0) {
     const double layout_kernel = seconds(km.memory(Bytes(layout_bytes * tokens)));
     f.mem += blocks * layout_kernel;
@@ -293,7 +334,9 @@ LayerCompute layer_compute(const LayerContext& ctx, const LayerStrategy& s, cons
   const double fwd_fns = fused_fns + (s.tp > 1 ? 2 * (blocks + 1) : 0) + (s.ulysses > 1 ? 4 * blocks : 0) +
                          (s.cp > 1 ? blocks : 0) + (moe && s.ep > 1 ? 2 : 0) + (s.zero >= 3 ? 1 : 0);
   const double host_f = opt.framework_overhead ? (fwd_ops * opt.host_op_us + fwd_fns * opt.host_function_us) * 1e-6 : 0;
-  const double linears = 2 * blocks + 2 + (moe ? 3 : 0);
+  // MLA: its down and up projections instead of the fused QKV (3 more linears, 2 without a query
+  // latent).
+  const double linears = 2 * blocks + 2 + (moe ? 3 : 0) + (mla ? blocks * (L.mla.q_lora_rank > 0 ? 3 : 2) : 0);
   const bool layer_norm = ctx.model == nullptr || ctx.model->norm == NormKind::kLayerNorm;
   const double param_tensors = linears * (L.bias ? 2 : 1) + norms * (layer_norm ? 2 : 1);
   const double bwd_kernels = linears * (kBwdKernelsPerLinear + (L.bias ? 1 : 0)) + norms * (layer_norm ? 3 : 2) +

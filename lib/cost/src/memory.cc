@@ -7,6 +7,7 @@
 #include <cstdlib>
 
 #include "weft/plan/pipeline_order.h"
+#include "weft/spec/counts.h"
 
 namespace weft {
 
@@ -62,8 +63,9 @@ int nccl_communicators(const LayerStrategy& s, int pp, bool tied_embeddings) {
   if (s.cp > 1) ++n;
   if (s.ep > 1) {
     ++n;
-    if (s.shard_group() / s.ep > 1) ++n;  // the expert data-parallel group
+    if (s.expert_shard_group() > 1) ++n;  // the expert data-parallel group
   }
+  if (s.expert_tp() != s.tp && s.expert_tp() > 1) ++n;  // the expert tensor-parallel group
   if (pp > 1) {
     ++n;
     if (tied_embeddings) ++n;
@@ -130,15 +132,28 @@ MemoryBudget memory_budget(const ClusterSpec& c, const MemoryMargin& margin, dou
 std::vector<LayerMatmul> layer_matmuls(const LayerShape& s, double tp) {
   const double t = std::max(1.0, tp);
   const double h = static_cast<double>(s.hidden);
-  const double q = static_cast<double>(s.heads) * s.head_dim;
-  const double kv = static_cast<double>(s.kv_heads) * s.head_dim;
+  const AttentionWidths w = attention_widths(s);
   std::vector<LayerMatmul> out;
   const int blocks = s.kind == LayerKind::kCrossDecoder ? 2 : 1;
   for (int b = 0; b < blocks; ++b) {
-    out.push_back({q / t, h});
-    out.push_back({kv / t, h});
-    out.push_back({kv / t, h});
-    out.push_back({h, q / t});
+    if (!s.mla.enabled()) {
+      out.push_back({w.q / t, h});
+      out.push_back({w.k / t, h});
+      out.push_back({w.v / t, h});
+    } else {
+      // Multi-head latent attention: down projections whole on every rank, up projections split.
+      const double rq = s.mla.q_lora_rank, rkv = s.mla.kv_lora_rank;
+      const double nope = static_cast<double>(s.heads) * (s.head_dim - s.mla.qk_rope_dim);
+      if (rq > 0) {
+        out.push_back({rq, h});
+        out.push_back({w.q / t, rq});
+      } else {
+        out.push_back({w.q / t, h});
+      }
+      out.push_back({w.kv_latent, h});
+      out.push_back({(nope + w.v) / t, rkv});
+    }
+    out.push_back({h, w.ctx / t});
   }
   const double ff = s.moe.enabled()
                         ? static_cast<double>(s.moe.expert_ffn) * (s.moe.top_k + s.moe.shared_experts)
@@ -155,7 +170,9 @@ namespace {
 struct LayerDims {
   double t, u, cp;    // tensor, Ulysses and context-parallel degrees (at least 1)
   double e;           // bytes of an activation element
-  double h, q, kv;    // hidden width, query and key/value widths
+  double h, q, kv;    // hidden width, query and key widths (kv: K's and, without MLA, V's)
+  double v, ctx;      // value and context widths (MLA: heads * v_head_dim; else kv and q)
+  double latents;     // MLA: the latents a rank keeps per token, whole (0 without)
   double tokens;      // tokens of this device outside attention (sequence split by Ulysses and cp)
   double rep;         // share of a hidden-width tensor: 1 / t with sequence parallelism, else 1
   double blocks;      // attention blocks: 2 in a cross-attention decoder
@@ -166,8 +183,14 @@ LayerDims layer_dims(const LayerShape& s, const LayerStrategy& st, const Activat
   d.t = std::max(1, st.tp), d.u = std::max(1, st.ulysses), d.cp = std::max(1, st.cp);
   d.e = o.elem_bytes;
   d.h = static_cast<double>(s.hidden);
-  d.q = static_cast<double>(s.heads) * s.head_dim;
-  d.kv = static_cast<double>(s.kv_heads) * s.head_dim;
+  const AttentionWidths w = attention_widths(s);
+  d.q = w.q;
+  d.kv = w.k;
+  d.v = w.v;
+  d.ctx = w.ctx;
+  // MLA keeps its query latent and key/value latent (the RMSNorms' inputs) and their normed copies
+  // (the up projections' inputs), and the shared rotary key.
+  d.latents = s.mla.enabled() ? 2.0 * s.mla.q_lora_rank + 2.0 * s.mla.kv_lora_rank + s.mla.qk_rope_dim : 0.0;
   d.tokens = o.samples * o.seq / (d.u * d.cp);
   d.rep = st.sp ? 1.0 / d.t : 1.0;
   d.blocks = s.kind == LayerKind::kCrossDecoder ? 2 : 1;
@@ -177,7 +200,7 @@ LayerDims layer_dims(const LayerShape& s, const LayerStrategy& st, const Activat
 }  // namespace
 
 Bytes layer_activation_bytes(const LayerShape& s, const LayerStrategy& st, const ActivationOptions& o) {
-  const auto [t, u, cp, e, h, q, kv, tokens, rep, blocks] = layer_dims(s, st, o);
+  const auto [t, u, cp, e, h, q, kv, v, ctx, latents, tokens, rep, blocks] = layer_dims(s, st, o);
   const double mask = o.dropout ? 1.0 : 0.0;
 
   if (st.recompute == Recompute::kFull) return Bytes(e * tokens * h * rep);
@@ -191,7 +214,7 @@ Bytes layer_activation_bytes(const LayerShape& s, const LayerStrategy& st, const
     double kept = h * rep;
     for (size_t i = 0; i < mm.size(); i += 2) kept += mm[i].n;
     if (st.sp && t > 1) kept += (blocks + 1) * h / t;  // the policy also keeps reduce-scatter outputs
-    return Bytes(e * tokens * (kept + blocks * q / t) + blocks * lse);
+    return Bytes(e * tokens * (kept + blocks * ctx / t) + blocks * lse);
   }
 
   // Attention block: norm input and output, Q, K, V, the output projection's input, the
@@ -201,22 +224,22 @@ Bytes layer_activation_bytes(const LayerShape& s, const LayerStrategy& st, const
   const double g = o.fp8_gemm_inputs ? 1.0 : e;  // bytes of a saved GEMM input element
   // A column-parallel linear's saved input: the shard, or the gathered sequence (sp_gathered_inputs).
   const double gemm_in = o.sp_gathered_inputs ? 1.0 : rep;
-  double attn = e * tokens * h * rep + g * tokens * h * gemm_in + e * tokens * (q + 2 * kv) / t + e * tokens * q / t +
-                (o.fp8_gemm_inputs ? g * tokens * q / t : 0.0) + mask * tokens * h * rep;
+  double attn = e * tokens * h * rep + g * tokens * h * gemm_in + e * tokens * (q + kv + v) / t + e * tokens * ctx / t +
+                (o.fp8_gemm_inputs ? g * tokens * ctx / t : 0.0) + mask * tokens * h * rep + e * tokens * latents;
   const bool keep_core = st.recompute == Recompute::kNone;
   if (o.flash_attention) {
     attn += lse;
     if (o.eager_elementwise) {
       // the kernel keeps its own heads-first output besides the projection's contiguous input, and
       // K, V repeated to every query head (GQA)
-      attn += (o.eager_attention_copy ? e * tokens * q / t : 0.0) + (kv < q ? 2 * e * tokens * (q - kv) / t : 0.0);
+      attn += (o.eager_attention_copy ? e * tokens * ctx / t : 0.0) + (kv < q ? 2 * e * tokens * (q - kv) / t : 0.0);
     }
   } else if (keep_core && cp > 1) {
     // Ring attention (context parallelism) never holds the s x s scores beyond one block: it keeps
     // what FlashAttention's backward reads, the log-sum-exp and its output, which weft's CPU ring
     // (runtime/ops.cc RingAttention) computes in fp32: the projection's input is that tensor
     // itself in fp32 without Ulysses, a second copy otherwise.
-    attn += lse + (e != 4.0 || u > 1 ? 4.0 * tokens * q / t : 0.0);
+    attn += lse + (e != 4.0 || u > 1 ? 4.0 * tokens * ctx / t : 0.0);
   } else if (keep_core) {
     attn += (e + mask + (o.dropout ? e : 0.0)) * scores;
   }
@@ -230,11 +253,15 @@ Bytes layer_activation_bytes(const LayerShape& s, const LayerStrategy& st, const
   // projection's input; eager SwiGLU also keeps the SiLU output for the product's backward.
   const double inner = (s.ffn_kind == FfnKind::kSwiglu ? (o.eager_elementwise ? 3.0 : 2.0) : 1.0) * e + g;
   if (s.moe.enabled()) {
-    const double routed = tokens * s.moe.top_k;
+    // The routed copies a rank's experts take (etp / tp of its tensor group's tokens' copies, as
+    // layer_compute) at 1 / etp of the experts' width: the gathered copies themselves, the experts'
+    // inner tensors; with ep 1 and etp tp (tokens kept in place) the copies of the tp group's tokens.
+    const double et = std::max(1, st.expert_tp());
+    const double routed = tokens * s.moe.top_k * et / t;
     const double ef = static_cast<double>(s.moe.expert_ffn);
     ffn += 4.0 * tokens * s.moe.experts * rep;            // fp32 router logits
-    ffn += e * routed * h * rep;                           // dispatched token copies
-    ffn += inner * routed * ef / t;
+    ffn += e * routed * h;                                 // dispatched token copies
+    ffn += inner * routed * ef / et;
     ffn += inner * tokens * s.moe.shared_experts * ef / t;
   } else {
     ffn += inner * tokens * static_cast<double>(s.ffn) / t;
@@ -244,13 +271,13 @@ Bytes layer_activation_bytes(const LayerShape& s, const LayerStrategy& st, const
 
 Bytes ring_attention_transient_bytes(const LayerShape& s, const LayerStrategy& st, const ActivationOptions& o) {
   const LayerDims d = layer_dims(s, st, o);
-  const double t = d.t, u = d.u, cp = d.cp, q = d.q, kv = d.kv, tokens = d.tokens, blocks = d.blocks;
+  const double t = d.t, u = d.u, cp = d.cp, q = d.q, kv = d.kv, v = d.v, tokens = d.tokens, blocks = d.blocks;
   if (cp <= 1) return Bytes(0);
   // After Ulysses' all-to-all a rank holds its cp share of every token of its heads: the same
   // element counts as tokens x width / t. In fp32: k, v, dk, dv and the next step's copy of the
   // four in flight, the query gradient, and without flash attention four score-sized blocks
   // (scores, probabilities and their gradients) of one chunk pair (chunks of s / 2cp).
-  double bytes = 4.0 * (8.0 * tokens * kv / t + tokens * q / t);
+  double bytes = 4.0 * (4.0 * tokens * (kv + v) / t + tokens * q / t);
   if (!o.flash_attention) {
     const double chunk = o.seq / (2.0 * cp);
     bytes += 4.0 * 4.0 * o.samples * (static_cast<double>(s.heads) / (t * u)) * chunk * chunk;
@@ -264,10 +291,14 @@ Bytes layer_backward_transient_bytes(const LayerShape& s, const LayerStrategy& s
   // The down projection's rows and width: every token over the FFN, or top_k routed copies over an
   // expert's.
   double rows = d.tokens, width = static_cast<double>(s.ffn);
-  if (s.moe.enabled()) rows = d.tokens * s.moe.top_k, width = static_cast<double>(s.moe.expert_ffn);
+  double split = d.t;  // the FFN's tensor split
+  if (s.moe.enabled()) {
+    split = std::max(1, st.expert_tp());
+    rows = d.tokens * s.moe.top_k * split / d.t, width = static_cast<double>(s.moe.expert_ffn);
+  }
   const double output_grad = d.tokens * d.h;  // gathered under SP: the whole local sequence
-  const double input_grad = rows * width / d.t;
-  const double weight_grad = weight_grad_copy ? d.h * width / d.t : 0.0;
+  const double input_grad = rows * width / split;
+  const double weight_grad = weight_grad_copy ? d.h * width / split : 0.0;
   return Bytes(d.e * (output_grad + input_grad + weight_grad));
 }
 
@@ -295,11 +326,12 @@ double micro_batches_in_flight(const TrainSettings& t, int stage) {
 
 Bytes weight_grad_state_bytes(const LayerShape& s, const LayerStrategy& st, const ActivationOptions& o,
                               bool with_inputs) {
-  const auto [t, u, cp, e, h, q, kv, tokens, rep, blocks] = layer_dims(s, st, o);
+  const auto [t, u, cp, e, h, q, kv, v, ctx, latents, tokens, rep, blocks] = layer_dims(s, st, o);
   const double in_mats = s.ffn_kind == FfnKind::kSwiglu ? 2 : 1;
   const double in = with_inputs ? 1.0 : 0.0;  // the linears' inputs (and the norms')
   // Attention: QKV input and output gradient, output projection input and output gradient.
-  const double attn = blocks * (in * h * rep + (q + 2 * kv) / t + in * q / t + h * rep);
+  // MLA: its latents and their gradients, whole.
+  const double attn = blocks * (in * h * rep + (q + kv + v) / t + in * ctx / t + h * rep + (1 + in) * latents / 2);
   // A dense FFN of width ff over n token rows: its input, the gate/up output gradients, the down
   // projection's input and output gradient.
   auto ffn = [&](double rows, double ff) { return rows * (in * h * rep + in_mats * ff / t + in * ff / t + h * rep); };
@@ -310,7 +342,9 @@ Bytes weight_grad_state_bytes(const LayerShape& s, const LayerStrategy& st, cons
   if (s.moe.enabled()) {
     const double ef = static_cast<double>(s.moe.expert_ffn);
     per_layer += tokens * (in * h * rep + s.moe.experts * rep);                  // router
-    per_layer += ffn(tokens * s.moe.top_k, ef);                                   // routed experts
+    // routed experts: the copies a rank's experts take, gathered (no sequence split), 1 / etp wide
+    const double et = std::max(1, st.expert_tp());
+    per_layer += tokens * s.moe.top_k * et / t * (in * h + in_mats * ef / et + in * ef / et + h);
     if (s.moe.shared_experts > 0) per_layer += ffn(tokens, s.moe.shared_experts * ef);
   } else {
     per_layer += ffn(tokens, static_cast<double>(s.ffn));

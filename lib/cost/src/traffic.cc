@@ -85,11 +85,14 @@ HeldParams held_params(const LayerShape& L, const LayerStrategy& s) {
   const double row_biases = L.bias ? hidden * (blocks + (L.moe.enabled() ? 0 : 1)) : 0.0;
   const double kv_extra = blocks * 2.0 * L.head_dim * (hidden + (L.bias ? 1 : 0)) *
                           (kv_heads_held(L, s) - (L.kv_heads > 0 ? L.kv_heads : L.heads) / t);
+  // Multi-head latent attention's down projections and latent norms, whole on every rank.
+  const double replicated = blocks * attention_replicated_params(L);
   HeldParams h;
-  h.dense = (lp.attention + lp.ffn - expert_total - row_biases) / t + lp.norms + row_biases + kv_extra;
-  h.expert = expert_total / (t * ep);
+  h.dense = (lp.attention + lp.ffn - expert_total - row_biases - replicated) / t + lp.norms + row_biases + kv_extra +
+            replicated;
+  h.expert = expert_total / (safe(s.expert_tp()) * ep);
   h.shard = s.shard_group();
-  h.expert_shard = std::max(1, static_cast<int>(h.shard / ep));
+  h.expert_shard = std::max(1, s.expert_shard_group());
   return h;
 }
 
@@ -99,12 +102,13 @@ LayerTraffic layer_traffic(const LayerContext& ctx, const LayerStrategy& s, cons
   const TrainSettings& tr = ctx.train;
   const DType dtype = o.dtype.value_or(tr.dtype);
   const double e = dtype_bytes(dtype);
-  const double t = safe(s.tp), u = safe(s.ulysses), cp = safe(s.cp), dp = safe(s.dp), ep = safe(s.ep);
+  const double t = safe(s.tp), u = safe(s.ulysses), cp = safe(s.cp), dp = safe(s.dp);
   const double samples = tr.pipeline_micro_batch() / dp;
   const double tokens = samples * tr.seq / (u * cp);
   const double h = static_cast<double>(L.hidden);
-  const double q = static_cast<double>(L.heads) * L.head_dim;
-  const double kv = static_cast<double>(L.kv_heads) * L.head_dim;
+  const AttentionWidths aw = attention_widths(L);
+  const double q = aw.q;
+  const double kv = static_cast<double>(L.kv_heads) * L.head_dim;  // K's width (and V's without MLA)
   const double blocks = L.kind == LayerKind::kCrossDecoder ? 2 : 1;
   const bool moe = L.moe.enabled();
   LayerTraffic out;
@@ -118,7 +122,10 @@ LayerTraffic layer_traffic(const LayerContext& ctx, const LayerStrategy& s, cons
     const Bytes act(e * tokens * h);
     const CallList per = s.sp ? CallList{call(Collective::kAllGather, act, g), call(Collective::kReduceScatter, act, g)}
                               : CallList{call(Collective::kAllReduce, act, g)};
-    b.both(CommAxis::kTensor, blocks + 1, per);
+    // A MoE layer's FFN: the shared experts' pair; the routed experts' exchange is §3.4's (the
+    // same pair over tp where the experts' grid is tp's and the tokens stay put: ep 1, etp tp).
+    const bool expert_pair = moe && s.ep == 1 && s.expert_tp() == s.tp;
+    b.both(CommAxis::kTensor, blocks + (!moe || expert_pair || L.moe.shared_experts > 0 ? 1 : 0), per);
     if (o.replicated_grad_sums) {
       if (s.sp) {  // norm weights and biases, copied to every rank of the group
         const double norm_tensors = (ctx.model->norm == NormKind::kLayerNorm ? 2.0 : 1.0) * (blocks + 1);
@@ -142,33 +149,51 @@ LayerTraffic layer_traffic(const LayerContext& ctx, const LayerStrategy& s, cons
   if (s.ulysses > 1) {
     const CommGroup g = place_group(c, s.ulysses, s.tp);
     const double kv_sent = ulysses_kv_heads(L, s) * L.head_dim;
+    // Q in and the context out; K and V in (MLA: V of v_head_dim per head).
+    const double v_sent = L.mla.enabled() ? ulysses_kv_heads(L, s) * L.mla.v_head_dim : kv_sent;
     b.both(CommAxis::kUlysses, blocks,
-           {call(Collective::kAllToAll, Bytes(e * tokens * q / t), g, 2),
-            call(Collective::kAllToAll, Bytes(e * tokens * kv_sent), g, 2)});
+           {call(Collective::kAllToAll, Bytes(e * tokens * (q + aw.ctx) / (2 * t)), g, 2),
+            call(Collective::kAllToAll, Bytes(e * tokens * (kv_sent + v_sent) / 2), g, 2)});
   }
   // §3.3 Context parallel: cp - 1 ring steps pass the K,V block on, each behind the attention of
   // the block in hand; backward passes K,V and their gradients.
   if (s.cp > 1) {
     const CommGroup g = place_group(c, s.cp, s.tp * s.ulysses);
-    const Bytes kv_bytes(e * tokens * 2 * kv / t);
+    const Bytes kv_bytes(e * tokens * (kv + aw.v) / t);
     b.add(CommAxis::kContext, Phase::kForward, Overlap::kRingStep, blocks * (cp - 1),
           {call(Collective::kSendRecv, kv_bytes, g)});
     b.add(CommAxis::kContext, Phase::kBackward, Overlap::kRingStep, blocks * (cp - 1),
           {call(Collective::kSendRecv, kv_bytes * 2.0, g)});
   }
-  // §3.4 Expert parallel: dispatch and combine all-to-all of the routed token copies.
-  if (moe && s.ep > 1) {
-    const CommGroup g = place_group(c, s.ep, s.tp * s.ulysses * s.cp);
-    const double routed = tokens * L.moe.top_k;
-    b.both(CommAxis::kExpert, 1, {call(Collective::kAllToAll, Bytes(e * routed * h), g, 2)});
+  // §3.4 Expert parallel, as Megatron-LM's all-to-all dispatcher: each rank dispatches the routed
+  // copies of its tp-th of the tokens (its sequence shard) by an all-to-all over the ep group
+  // (stride etp on the experts' grid), then the etp group all-gathers what its ranks received;
+  // combine is the reverse (reduce-scatter, all-to-all); backward the same again. With ep 1 the etp
+  // group gathers the tokens themselves (one copy each). Without sequence parallelism the tp ranks
+  // hold the whole sequence: the experts' output is all-gathered back over tp in each pass.
+  if (moe) {
+    const int et = s.expert_tp();
+    const double own = tokens / t;  // tokens a rank dispatches
+    if (s.ep > 1)
+      b.both(CommAxis::kExpert, 1,
+             {call(Collective::kAllToAll, Bytes(e * own * L.moe.top_k * h), place_group(c, s.ep, et), 2)});
+    if (et > 1 && !(s.ep == 1 && et == s.tp)) {
+      const double rows = s.ep > 1 ? own * L.moe.top_k * et : own * et;
+      const CommGroup g = place_group(c, et, 1);
+      b.both(CommAxis::kExpert, 1,
+             {call(Collective::kAllGather, Bytes(e * rows * h), g), call(Collective::kReduceScatter, Bytes(e * rows * h), g)});
+    }
+    if (s.tp > 1 && !s.sp && !(s.ep == 1 && et == s.tp))
+      b.both(CommAxis::kExpert, 1, {call(Collective::kAllGather, Bytes(e * tokens * h), place_group(c, s.tp, 1))});
   }
 
-  // §3.5 Data parallel / ZeRO over the ranks holding this shard; experts over shard / ep.
+  // §3.5 Data parallel / ZeRO over the ranks holding this shard; experts over their expert
+  // data-parallel group (devices / (etp * ep), stride etp * ep).
   const HeldParams hp = held_params(L, s);
   const StateBytes per_param = state_bytes_per_param(dtype);
   const double wbytes = per_param.weights, gbytes = per_param.grads;
   const CommGroup dgroup = place_group(c, hp.shard, s.tp);
-  const CommGroup egroup = place_group(c, hp.expert_shard, static_cast<int>(s.tp * s.ulysses * s.cp * ep));
+  const CommGroup egroup = place_group(c, hp.expert_shard, s.expert_tp() * s.ep);
   auto dense_and_experts = [&](Collective k, double bytes_per_param) {
     CallList calls{call(k, Bytes(bytes_per_param * hp.dense), dgroup)};
     if (moe) calls.push_back(call(k, Bytes(bytes_per_param * hp.expert), egroup));

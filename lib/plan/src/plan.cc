@@ -65,21 +65,22 @@ const LayerStrategy& Plan::layer_strategy(int i) const {
 }
 
 std::optional<LayerStrategy> Plan::uniform_strategy() const {
-  std::optional<LayerStrategy> one;  // with ep = 1
-  int moe_ep = 0;                     // the MoE layers' expert degree, once one is seen
+  std::optional<LayerStrategy> one;  // without expert degrees
+  int moe_ep = 0, moe_etp = 0;        // the MoE layers' expert degrees, once one is seen
   for (const auto& st : stages)
     for (size_t j = 0; j < st.layers.size(); ++j) {
       LayerStrategy s = st.layers[j];
       const int i = st.first_layer + static_cast<int>(j);
       if (i >= 0 && i < model.num_layers() && model.layer(i).moe.enabled()) {
-        if (moe_ep != 0 && s.ep != moe_ep) return std::nullopt;
+        if (moe_ep != 0 && (s.ep != moe_ep || s.etp != moe_etp)) return std::nullopt;
         moe_ep = s.ep;
-        s.ep = 1;
+        moe_etp = s.etp;
+        s = without_experts(s);
       }
       if (one && !(s == *one)) return std::nullopt;
       one = s;
     }
-  if (one && moe_ep != 0) one->ep = moe_ep;
+  if (one && moe_ep != 0) one->ep = moe_ep, one->etp = moe_etp;
   return one;
 }
 

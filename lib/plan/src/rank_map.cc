@@ -53,15 +53,13 @@ std::vector<int> group_of(int rank, int stage_size, int pp, const LayerStrategy&
           for (c.ulysses = 0; c.ulysses < s.ulysses; ++c.ulysses) add(c);
       break;
     case Axis::kEp: {
-      const int ep = s.ep > 0 ? s.ep : 1;
-      WEFT_ASSERT((s.cp * s.dp) % ep == 0,
-                  "ep " + std::to_string(ep) + " does not divide cp*dp " + std::to_string(s.cp * s.dp));
-      const int first = (base.dp * s.cp + base.cp) / ep * ep;
-      for (int k = first; k < first + ep; ++k) {
-        c.dp = k / s.cp;
-        c.cp = k % s.cp;
-        add(c);
-      }
+      // The experts' grid over the stage's ranks in order: etp fastest, then ep, then edp.
+      const int ep = s.ep > 0 ? s.ep : 1, et = s.expert_tp();
+      WEFT_ASSERT(stage_size % (ep * et) == 0, "ep*etp " + std::to_string(ep * et) + " does not divide the stage's " +
+                                                   std::to_string(stage_size) + " ranks");
+      const int local = rank % stage_size, first = rank - local;
+      const int block = local / (ep * et) * (ep * et) + local % et;
+      for (int k = 0; k < ep; ++k) out.push_back(first + block + k * et);
       break;
     }
   }

@@ -42,6 +42,9 @@ Status runtime_runs_model(const ModelSpec& m) {
                                              ") is not supported by the weft runtime yet (full causal attention is)"};
     if (sh.sinks)
       return Error{ErrorKind::kBadInput, where + ": attention sinks are not supported by the weft runtime yet"};
+    if (sh.mla.enabled())
+      return Error{ErrorKind::kBadInput, where + ": multi-head latent attention (kv_lora_rank " +
+                                             S(sh.mla.kv_lora_rank) + ") is not supported by the weft runtime yet"};
     if (sh.hidden != m.hidden)
       return Error{ErrorKind::kBadInput, where + ": hidden " + S(sh.hidden) + " differs from the model's hidden " +
                                              S(m.hidden) + "; the runtime needs one width"};

@@ -32,19 +32,22 @@ std::string label(const LayerStrategy& s) {
   if (s.dp > 1 || out.empty()) add("dp" + std::to_string(s.dp));
   if (s.zero > 0) add("z" + std::to_string(s.zero));
   if (s.ep > 1) add("ep" + std::to_string(s.ep));
+  if (s.expert_tp() != s.tp) add("etp" + std::to_string(s.expert_tp()));
   if (s.recompute == Recompute::kSelective) add("rc=sel");
   if (s.recompute == Recompute::kFull) add("rc=full");
   return out;
 }
 
 Json to_json(const LayerStrategy& s) {
-  return Json{{"tp", s.tp},   {"sp", s.sp},     {"ulysses", s.ulysses},
-              {"cp", s.cp},   {"dp", s.dp},     {"zero", s.zero},
-              {"recompute", to_string(s.recompute)}, {"ep", s.ep}};
+  Json j{{"tp", s.tp},   {"sp", s.sp},     {"ulysses", s.ulysses},
+         {"cp", s.cp},   {"dp", s.dp},     {"zero", s.zero},
+         {"recompute", to_string(s.recompute)}, {"ep", s.ep}};
+  if (s.expert_tp() != s.tp) j["etp"] = s.expert_tp();  // absent: as tp
+  return j;
 }
 
 LayerStrategy strategy_from_json(const JsonObj& o) {
-  o.reject_unknown({"tp", "sp", "ulysses", "cp", "dp", "zero", "recompute", "ep"});
+  o.reject_unknown({"tp", "sp", "ulysses", "cp", "dp", "zero", "recompute", "ep", "etp"});
   LayerStrategy s;
   s.tp = static_cast<int>(o.integer_or("tp", 1));
   s.sp = o.boolean_or("sp", false);
@@ -53,13 +56,16 @@ LayerStrategy strategy_from_json(const JsonObj& o) {
   s.dp = static_cast<int>(o.integer_or("dp", 1));
   s.zero = static_cast<int>(o.integer_or("zero", 0));
   s.ep = static_cast<int>(o.integer_or("ep", 1));
+  s.etp = static_cast<int>(o.integer_or("etp", s.tp));
   if (o.has("recompute")) {
     auto r = recompute_from_string(o.str("recompute"));
     if (!r.ok()) o.fail("recompute", r.error().message);
     s.recompute = r.value();
   }
-  for (auto [key, v] : {std::pair{"tp", s.tp}, {"ulysses", s.ulysses}, {"cp", s.cp}, {"dp", s.dp}, {"ep", s.ep}})
+  for (auto [key, v] :
+       {std::pair{"tp", s.tp}, {"ulysses", s.ulysses}, {"cp", s.cp}, {"dp", s.dp}, {"ep", s.ep}, {"etp", s.etp}})
     if (v < 1) o.fail(key, "must be >= 1, got " + std::to_string(v));
+  if (s.etp == s.tp) s.etp = 0;  // one spelling of "as tp", so that equal strategies compare equal
   if (s.zero < 0 || s.zero > 3) o.fail("zero", "must be 0, 1, 2 or 3, got " + std::to_string(s.zero));
   return s;
 }

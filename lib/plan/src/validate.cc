@@ -22,6 +22,7 @@ void check_strategy(const std::string& where, const LayerStrategy& s, const Laye
                                          "*" + S(s.dp) + " = " + S(s.devices()) + " but each pipeline stage has " +
                                          S(stage_size) + " devices (" + S(p.world_size()) + " GPUs / pp=" +
                                          S(p.train.pp) + ")");
+  require(s.etp >= 0, where + ".etp: must be >= 1, got " + S(s.etp));
   require(s.zero >= 0 && s.zero <= 3, where + ".zero: must be 0..3, got " + S(s.zero));
   require(!s.sp || s.tp > 1, where + ".sp: Megatron sequence parallelism needs tp > 1 (tp=1)");
   if (p.train.varlen) {
@@ -58,15 +59,24 @@ void check_strategy(const std::string& where, const LayerStrategy& s, const Laye
                                             " key/value heads: one must divide the other (kv heads are split or "
                                             "replicated)");
   if (shape->moe.enabled()) {
-    require(shape->moe.expert_ffn % s.tp == 0,
-            where + ".tp: " + S(s.tp) + " does not divide expert FFN size " + S(shape->moe.expert_ffn));
+    const int etp = s.expert_tp();
+    require(shape->moe.expert_ffn % etp == 0,
+            where + (s.etp > 0 ? ".etp: " : ".tp: ") + S(etp) + " does not divide expert FFN size " +
+                S(shape->moe.expert_ffn));
+    if (shape->moe.shared_experts > 0)
+      require(shape->moe.shared_experts * shape->moe.expert_ffn % s.tp == 0,
+              where + ".tp: " + S(s.tp) + " does not divide the shared experts' FFN size " +
+                  S(shape->moe.shared_experts * shape->moe.expert_ffn));
     require(shape->moe.experts % s.ep == 0,
             where + ".ep: " + S(s.ep) + " does not divide " + S(shape->moe.experts) + " experts");
-    require((s.dp * s.cp) % s.ep == 0,
-            where + ".ep: " + S(s.ep) + " does not divide dp*cp = " + S(s.dp * s.cp) + " (experts are spread over "
-                                                                                       "data/context-parallel ranks)");
+    require(s.devices() % (static_cast<long long>(s.ep) * etp) == 0,
+            where + ".ep: ep*etp = " + S(s.ep) + "*" + S(etp) + " = " + S(s.ep * etp) + " does not divide the " +
+                S(s.devices()) + " devices of the stage (tp*ulysses*cp*dp; the experts' grid is etp x ep x "
+                                 "expert data parallel)");
   } else {
     require(s.ep == 1, where + ".ep: " + S(s.ep) + " on a dense layer (expert parallelism needs MoE)");
+    require(s.expert_tp() == s.tp,
+            where + ".etp: " + S(s.etp) + " on a dense layer (expert tensor parallelism needs MoE)");
     require(shape->ffn % s.tp == 0, where + ".tp: " + S(s.tp) + " does not divide FFN size " + S(shape->ffn));
   }
 }

@@ -63,6 +63,9 @@ DeepSpeedConfig deepspeed_or_throw(const Plan& p, DeepSpeedTarget target) {
     if (s.ep > 1)
       refuse_ds_plan(plain, "ep=" + S(s.ep) + ": DeepSpeed-MoE sets the expert-parallel size in the model code, not "
                             "the config");
+    if (s.expert_tp() != s.tp)
+      refuse_ds_plan(plain, "etp=" + S(s.expert_tp()) + ": DeepSpeed-MoE's experts follow the tensor degree (tp=" +
+                                S(s.tp) + ")");
     if (s.ulysses > 1 && s.sp)
       refuse_ds_plan(plain, "ulysses=" + S(s.ulysses) + " with Megatron sequence parallelism (sp): "
                             "Megatron-DeepSpeed's --ds-sequence-parallel-size cannot be combined with "

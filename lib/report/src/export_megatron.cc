@@ -77,10 +77,10 @@ void megatron_model(const Plan& p, std::vector<std::string>& out, std::vector<st
       refuse(kMeg, "group \"" + g.name + "\" has cross-attention (encoder-decoder); this export writes GPT/BERT "
                    "flags for one stack of self-attention layers");
     if (s.kind != a.kind || s.hidden != a.hidden || s.heads != a.heads || s.kv_heads != a.kv_heads ||
-        s.head_dim != a.head_dim || s.ffn_kind != a.ffn_kind || s.bias != a.bias)
+        s.head_dim != a.head_dim || s.ffn_kind != a.ffn_kind || s.bias != a.bias || !(s.mla == a.mla))
       refuse(kMeg, "groups \"" + m.groups.front().name + "\" and \"" + g.name +
-                   "\" differ in kind, hidden, heads, kv_heads, head_dim, ffn kind or bias; Megatron-LM's flags "
-                   "describe one layer shape");
+                   "\" differ in kind, hidden, heads, kv_heads, head_dim, ffn kind, bias or latent attention; "
+                   "Megatron-LM's flags describe one layer shape");
     if (s.moe.enabled()) {
       if (moe && !(moe->moe == s.moe)) refuse(kMeg, "MoE groups with different expert settings (group \"" + g.name + "\")");
       moe = &s;
@@ -94,8 +94,19 @@ void megatron_model(const Plan& p, std::vector<std::string>& out, std::vector<st
   out.push_back("--hidden-size " + S(a.hidden));
   out.push_back("--ffn-hidden-size " + S(dense ? dense->ffn : moe->moe.expert_ffn));
   out.push_back("--num-attention-heads " + S(a.heads));
-  if (a.head_dim > 0 && static_cast<long long>(a.head_dim) * a.heads != a.hidden)
+  if (a.mla.enabled()) {
+    // Multi-head latent attention (core_v0.19's MLATransformerConfig): --qk-head-dim is the
+    // non-rotary part of a head's query and key, --qk-pos-emb-head-dim the rotary part; no
+    // --q-lora-rank projects queries directly.
+    out.push_back("--multi-latent-attention");
+    if (a.mla.q_lora_rank > 0) out.push_back("--q-lora-rank " + S(a.mla.q_lora_rank));
+    out.push_back("--kv-lora-rank " + S(a.mla.kv_lora_rank));
+    out.push_back("--qk-head-dim " + S(a.head_dim - a.mla.qk_rope_dim));
+    out.push_back("--qk-pos-emb-head-dim " + S(a.mla.qk_rope_dim));
+    out.push_back("--v-head-dim " + S(a.mla.v_head_dim));
+  } else if (a.head_dim > 0 && static_cast<long long>(a.head_dim) * a.heads != a.hidden) {
     out.push_back("--kv-channels " + S(a.head_dim));
+  }
   if (a.kv_heads > 0 && a.kv_heads < a.heads) {
     out.push_back("--group-query-attention");
     out.push_back("--num-query-groups " + S(a.kv_heads));
@@ -265,6 +276,9 @@ MegatronArgs megatron_or_throw(const Plan& p) {
     }
   }
   if (s.ep > 1) out.push_back("--expert-model-parallel-size " + S(s.ep));
+  // Megatron-LM's default expert tensor degree is tp's (arguments.py: expert_tensor_parallel_size
+  // None -> tensor_model_parallel_size).
+  if (s.expert_tp() != s.tp) out.push_back("--expert-tensor-parallel-size " + S(s.expert_tp()));
   // Sequence parallelism needs tp > 1 (validate() holds it; Megatron drops the flag at tp = 1).
   if (s.sp && s.tp > 1) out.push_back("--sequence-parallel");
   out.insert(out.end(), rc.begin(), rc.end());

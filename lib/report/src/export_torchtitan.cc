@@ -90,6 +90,9 @@ TorchtitanConfig torchtitan_or_throw(const Plan& p, bool compile) {
   line("tensor_parallel_degree", S(s.tp));
   line("context_parallel_degree", S(s.cp));
   if (s.ep > 1) line("expert_parallel_degree", S(s.ep));
+  // torchtitan's expert tensor degree defaults to 1 (JobConfig Parallelism.expert_tensor_parallel_degree):
+  // written whenever the layers have experts, tp's or 1.
+  if (s.ep > 1 || s.expert_tp() != s.tp) line("expert_tensor_parallel_degree", S(s.expert_tp()));
   line("pipeline_parallel_degree", S(pp));
   if (pp > 1) {
     // Interleaved1F1B is a multi-stage schedule (at least two stages per rank); 1F1B and GPipe run

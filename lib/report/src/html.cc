@@ -310,6 +310,14 @@ std::vector<MapRow> map_rows(const Plan& p) {
     rows.push_back({"ep", [](const LayerStrategy& s) { return degree_color(s.ep); },
                     [](const LayerStrategy& s) { return S(s.ep); }, [](const LayerStrategy& s) { return "ep " + S(s.ep); },
                     [](const LayerStrategy& s) { return dark_degree(s.ep); }});
+  bool etp = false;
+  for (const Stage& st : p.stages)
+    for (const LayerStrategy& s : st.layers) etp = etp || s.expert_tp() != s.tp;
+  if (etp)
+    rows.push_back({"etp", [](const LayerStrategy& s) { return degree_color(s.expert_tp()); },
+                    [](const LayerStrategy& s) { return S(s.expert_tp()); },
+                    [](const LayerStrategy& s) { return "expert tp " + S(s.expert_tp()); },
+                    [](const LayerStrategy& s) { return dark_degree(s.expert_tp()); }});
   return rows;
 }
 

@@ -15,10 +15,15 @@ namespace {
 std::string refusal(Framework f, const LayerStrategy& s) {
   const auto S = [](int x) { return std::to_string(x); };
   switch (f) {
-    case Framework::kMegatron: return "";
+    // Megatron-LM core_v0.19 (TransformerConfig.__post_init__): "When using expert parallelism and
+    // tensor parallelism, sequence parallelism must be used".
+    case Framework::kMegatron:
+      if (s.ep > 1 && s.tp > 1 && !s.sp) return "ep=" + S(s.ep) + " with tp=" + S(s.tp) + " without sequence parallelism";
+      return "";
     case Framework::kMegatronDeepSpeed:
       if (s.cp > 1) return "cp=" + S(s.cp) + " (no ring context parallelism)";
       if (s.ep > 1) return "ep=" + S(s.ep) + " (DeepSpeed-MoE sets expert parallelism in the model code)";
+      if (s.expert_tp() != s.tp) return "etp=" + S(s.expert_tp()) + " (DeepSpeed-MoE's experts follow tp)";
       if (s.ulysses > 1 && s.sp) return "ulysses=" + S(s.ulysses) + " with sequence parallelism";
       if (s.zero > 1) return "zero=" + S(s.zero) + " (it offers ZeRO 0, 1)";
       return "";
@@ -27,6 +32,13 @@ std::string refusal(Framework f, const LayerStrategy& s) {
       if (s.ulysses > 1) return "ulysses=" + S(s.ulysses) + " (no Ulysses)";
       if (s.zero < 2 && s.shard_group() > 1) return "zero=" + S(s.zero) + " (it offers ZeRO 2, 3: FSDP2)";
       if (s.tp > 1 && !s.sp) return "tp=" + S(s.tp) + " without sequence parallelism (its TP always shards the sequence)";
+      // ParallelDims._validate (torchtitan/distributed/parallel_dims.py): etp is tp or 1, and ep
+      // takes all of cp (and with etp 1 all of tp) and some of the data-parallel shards.
+      if (s.expert_tp() != s.tp && s.expert_tp() != 1)
+        return "etp=" + S(s.expert_tp()) + " (it offers expert tensor degree 1 or tp=" + S(s.tp) + ")";
+      if (s.ep > 1 && s.ep % (s.cp * (s.expert_tp() == 1 ? s.tp : 1)) != 0)
+        return "ep=" + S(s.ep) + " not a multiple of cp" + (s.expert_tp() == 1 ? "*tp" : "") + " (its expert degree "
+               "spans them)";
       return "";
     // Not reached: restrict_to_framework and framework_runs hand weft to the runtime's own rules.
     case Framework::kWeft: return runtime_strategy_refusal(s);
@@ -133,13 +145,9 @@ Status framework_runs(const Plan& p, Framework f) {
     return fail("train.schedule zb-v (" + zbv_refusal(f) + ")");
   const std::optional<LayerStrategy> one = p.uniform_strategy();
   if (!one) {
-    // Name the first layer that differs from layer 0 (the expert degree aside).
-    auto no_ep = [](LayerStrategy s) {
-      s.ep = 1;
-      return s;
-    };
+    // Name the first layer that differs from layer 0 (the expert degrees aside).
     for (int i = 1; i < p.model.num_layers(); ++i)
-      if (!(no_ep(p.layer_strategy(i)) == no_ep(p.layer_strategy(0))))
+      if (!(without_experts(p.layer_strategy(i)) == without_experts(p.layer_strategy(0))))
         return fail("layer " + std::to_string(i) + ": a strategy other than layer 0's (one strategy for all layers)");
     return fail("the MoE layers' expert degrees differ (one strategy for all layers)");
   }

@@ -139,12 +139,21 @@ int ulysses_fill(const Space& sp, int tp) {
   return fill;
 }
 
-std::vector<int> expert_degrees(const Space& sp, const LayerStrategy& s) {
-  if (!sp.shape || !sp.shape->moe.enabled()) return {1};
-  std::vector<int> eps;
-  for (int ep = 1; ep <= sp.shape->moe.experts; ep *= 2)
-    if (sp.shape->moe.experts % ep == 0 && (s.dp * s.cp) % ep == 0) eps.push_back(ep);
-  return eps;
+// The (ep, etp) pairs of a MoE layer: experts split over ep (a power of two dividing the experts),
+// each expert over etp, the two within the stage's devices (the experts' grid, weft/plan/
+// strategy.h); etp as tp (0) or, under tp > 1, 1 (the two torchtitan offers; Megatron-LM's common
+// layouts run tp 2-4 on attention with etp 1).
+std::vector<std::pair<int, int>> expert_degrees(const Space& sp, const LayerStrategy& s) {
+  if (!sp.shape || !sp.shape->moe.enabled()) return {{1, 0}};
+  std::vector<std::pair<int, int>> out;
+  for (int etp : {0, 1}) {
+    if (etp == 1 && s.tp == 1) continue;
+    const int et = etp > 0 ? etp : s.tp;
+    if (sp.shape->moe.expert_ffn % et != 0) continue;
+    for (int ep = 1; ep <= sp.shape->moe.experts; ep *= 2)
+      if (sp.shape->moe.experts % ep == 0 && s.devices() % (ep * et) == 0) out.emplace_back(ep, etp);
+  }
+  return out;
 }
 
 // The strategies that set field `f` of `s` (the fields before it set) to each value a stage of
@@ -189,7 +198,7 @@ std::vector<LayerStrategy> extend(const Space& sp, StrategyField f, const LayerS
         if (sp.shape || rc == Recompute::kNone) add([&](LayerStrategy& n) { n.recompute = rc; });
       break;
     case StrategyField::kEp:
-      for (int ep : expert_degrees(sp, s)) add([&](LayerStrategy& n) { n.ep = ep; });
+      for (auto [ep, etp] : expert_degrees(sp, s)) add([&](LayerStrategy& n) { n.ep = ep, n.etp = etp; });
       break;
   }
   return out;
@@ -220,6 +229,12 @@ bool cp_before_ulysses_fills(const Space& sp, const LayerStrategy& s) {
 }
 bool zero_without_shards(const Space&, const LayerStrategy& s) { return s.zero > 0 && s.shard_group() == 1; }
 bool zero3_switched_off(const Space& sp, const LayerStrategy& s) { return s.zero == 3 && !sp.opt->allow_zero3; }
+bool etp_one_below_tp(const Space&, const LayerStrategy& s) {
+  return s.tp > 1 && s.expert_tp() == 1 && s.ep % s.tp != 0;
+}
+bool etp_tp_with_experts_apart(const Space& sp, const LayerStrategy& s) {
+  return sp.shape && s.tp > 1 && s.ep > 1 && s.expert_tp() == s.tp && sp.shape->moe.experts % (s.ep * s.tp) == 0;
+}
 
 struct Rule {
   const char* name;
@@ -228,7 +243,7 @@ struct Rule {
 };
 
 // Every rule in the order it is asked; a strategy is counted under the first that removes it.
-constexpr std::array<Rule, 18> kRules{{
+constexpr std::array<Rule, 20> kRules{{
     {kRuleTpInNode, StrategyField::kTp, tp_across_nodes},
     {kRuleOptions, StrategyField::kTp, tp_above_max},
     {nullptr, StrategyField::kTp, nullptr},
@@ -246,6 +261,8 @@ constexpr std::array<Rule, 18> kRules{{
     {kRuleOptions, StrategyField::kZero, zero3_switched_off},
     {nullptr, StrategyField::kZero, nullptr},
     {nullptr, StrategyField::kRecompute, nullptr},
+    {kRuleEtpSpansTp, StrategyField::kEp, etp_one_below_tp},
+    {kRuleEtpTpGathers, StrategyField::kEp, etp_tp_with_experts_apart},
     {nullptr, StrategyField::kEp, nullptr},
 }};
 

@@ -15,9 +15,8 @@ std::vector<int> even_stage_sizes(int layers, int stages) {
 }
 
 LayerStrategy embedding_for(const LayerStrategy& layer) {
-  LayerStrategy e = layer;
+  LayerStrategy e = without_experts(layer);
   e.recompute = Recompute::kNone;
-  e.ep = 1;
   return e;
 }
 
@@ -37,8 +36,7 @@ Result<Plan> make_uniform_plan(const ModelSpec& model, const ClusterSpec& cluste
   p.cluster = cluster;
   p.train = train;
   p.embedding = embedding;
-  LayerStrategy dense = layer;
-  dense.ep = 1;
+  const LayerStrategy dense = without_experts(layer);
   int next = 0;
   for (int n : even_stage_sizes(layers, static_cast<int>(stages))) {
     Stage st;

@@ -1,5 +1,8 @@
 // The uniform plans of one configuration (search_internal.h): every candidate valid for all layer
 // groups, even stages, the embedding following the layer strategy (embedding_for()).
+#include <cstdint>
+#include <unordered_map>
+
 #include "search_internal.h"
 #include "weft/search/uniform.h"
 
@@ -7,48 +10,80 @@ namespace weft::planner {
 
 namespace {
 
+// A strategy's fields packed for hashing (each degree below 2^16, ZeRO and recompute small).
+struct StrategyHash {
+  size_t operator()(const LayerStrategy& s) const {
+    uint64_t h = static_cast<uint64_t>(s.tp) | static_cast<uint64_t>(s.ulysses) << 16 |
+                 static_cast<uint64_t>(s.cp) << 32 | static_cast<uint64_t>(s.dp) << 48;
+    const uint64_t g = static_cast<uint64_t>(s.ep) | static_cast<uint64_t>(s.etp) << 16 |
+                       static_cast<uint64_t>(s.zero) << 32 | static_cast<uint64_t>(s.recompute) << 40 |
+                       static_cast<uint64_t>(s.sp) << 48;
+    h ^= (g + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2));
+    return std::hash<uint64_t>{}(h);
+  }
+};
+
 // The stage extras (objective time, memory) of each embedding strategy at every position, costed
 // once per configuration.
 class EmbeddingExtras {
  public:
   EmbeddingExtras(const Problem& pb, const Work& w) : pb_(pb), w_(w) {}
   const std::vector<std::pair<double, double>>& at(const LayerStrategy& emb) {
-    auto it = std::find_if(memo_.begin(), memo_.end(), [&](const auto& x) { return x.first == emb; });
+    auto it = memo_.find(emb);
     if (it != memo_.end()) return it->second;
     std::vector<std::pair<double, double>> v(w_.P);
     for (int pos = 0; pos < w_.P; ++pos) {
       const LayerCost x = pb_.cm.stage_extra(stage_context(pb_, w_, pos), emb);
       v[pos] = {objective_time(x, w_.cfg.m), x.mem().value()};
     }
-    memo_.emplace_back(emb, std::move(v));
-    return memo_.back().second;
+    return memo_.emplace(emb, std::move(v)).first->second;
   }
 
  private:
   const Problem& pb_;
   const Work& w_;
-  std::vector<std::pair<LayerStrategy, std::vector<std::pair<double, double>>>> memo_;
+  std::unordered_map<LayerStrategy, std::vector<std::pair<double, double>>, StrategyHash> memo_;
 };
 
-// The index of candidate c0 of the first group in every group (ep only on MoE layers); empty when
-// some group lacks it.
-std::vector<int> indices_in_groups(const Problem& pb, const Work& w, const LayerStrategy& c0) {
-  std::vector<int> gi(w.groups.size(), -1);
-  for (size_t g = 0; g < w.groups.size(); ++g) {
-    if (!w.groups[g].cands) continue;
-    if (const int same = pb.same_as[g]; same != static_cast<int>(g) && w.groups[same].cands == w.groups[g].cands) {
-      gi[g] = gi[same];  // a group of the same shape before: the same list
-      continue;
+// Where each candidate of the first group sits in every group's list (expert degrees only on MoE
+// layers): one hash map per distinct list, built once per configuration instead of a linear
+// search per candidate and group.
+class GroupIndices {
+ public:
+  GroupIndices(const Problem& pb, const Work& w) : pb_(pb), w_(w), index_(w.groups.size()) {
+    for (size_t g = 0; g < w.groups.size(); ++g) {
+      if (!w.groups[g].cands) continue;
+      if (const int same = pb.same_as[g]; same != static_cast<int>(g) && w.groups[same].cands == w.groups[g].cands)
+        continue;  // a group of the same shape before: the same list
+      const auto& cg = *w.groups[g].cands;
+      index_[g].reserve(cg.size());
+      for (size_t i = 0; i < cg.size(); ++i) index_[g].emplace(cg[i], static_cast<int>(i));
     }
-    LayerStrategy want = c0;
-    if (!pb.model.groups[g].shape.moe.enabled()) want.ep = 1;
-    const auto& cg = *w.groups[g].cands;
-    auto it = std::find(cg.begin(), cg.end(), want);
-    if (it == cg.end()) return {};
-    gi[g] = static_cast<int>(it - cg.begin());
   }
-  return gi;
-}
+
+  // The index of candidate c0 of the first group in every group; empty when some group lacks it.
+  std::vector<int> of(const LayerStrategy& c0) const {
+    std::vector<int> gi(w_.groups.size(), -1);
+    for (size_t g = 0; g < w_.groups.size(); ++g) {
+      if (!w_.groups[g].cands) continue;
+      if (const int same = pb_.same_as[g];
+          same != static_cast<int>(g) && w_.groups[same].cands == w_.groups[g].cands) {
+        gi[g] = gi[same];
+        continue;
+      }
+      const LayerStrategy want = pb_.model.groups[g].shape.moe.enabled() ? c0 : without_experts(c0);
+      const auto it = index_[g].find(want);
+      if (it == index_[g].end()) return {};
+      gi[g] = it->second;
+    }
+    return gi;
+  }
+
+ private:
+  const Problem& pb_;
+  const Work& w_;
+  std::vector<std::unordered_map<LayerStrategy, int, StrategyHash>> index_;
+};
 
 // The cheap tests at the last stage: a time bound (times do not depend on the stage) against the
 // pool's worst, and the memory of the last stage's layers alone (a necessary condition).
@@ -76,8 +111,9 @@ void uniform_config(const Problem& pb, Tally& t, Work& w, Pool& pool) {
   const std::vector<int> sizes = even_stage_sizes(pb.L, P);
   const double weight = pipeline_weight(w.cfg) * (static_cast<double>(pb.L) / pp);
   EmbeddingExtras extras(pb, w);
+  const GroupIndices indices(pb, w);
   for (size_t c = 0; c < c0.size(); ++c) {
-    const std::vector<int> gi = indices_in_groups(pb, w, c0[c]);
+    const std::vector<int> gi = indices.of(c0[c]);
     if (gi.empty()) continue;
     if (!may_win(pb, w, gi, sizes, weight, pool.worst())) continue;
     const LayerStrategy emb = embedding_for(c0[c]);

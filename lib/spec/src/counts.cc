@@ -1,7 +1,12 @@
 // Parameter and FLOP counts from shapes (see counts.h for the conventions).
 //
 // Parameters per layer, with q = heads * head_dim and k = kv_heads * head_dim:
-//   self-attention   h*q (Q) + 2*h*k (K, V) + q*h (O), biases q + 2k + h, attention sinks one per head
+//   self-attention   h*q (Q) + 2*h*k (K, V) + q*h (O), biases q + 2k + h, attention sinks one per head;
+//                    multi-head latent attention (DeepSeek-V2/V3) with query latent r_q, key/value
+//                    latent r_kv, rotary dims d_r and value dims d_v: h*r_q + r_q + r_q*q (queries
+//                    through their normed latent; h*q without one) + h*(r_kv + d_r) + r_kv (the
+//                    key/value latent, the shared rotary key, the latent's norm) +
+//                    r_kv*heads*(head_dim - d_r + d_v) (keys' other dims and values) + heads*d_v*h (O)
 //   cross-attention  the same again (T5 decoder: queries from the decoder, keys/values from the
 //                    encoder output, which has the same width)
 //   FFN gelu         2*h*f, biases f + h;  swiglu 3*h*f, biases 2f + h
@@ -9,10 +14,11 @@
 //   norms            2 per layer (3 with cross-attention), each h weights, plus h biases when the
 //                    layer has biases (LayerNorm in GPT-2/GPT-3/BERT; RMSNorm and T5's norm have none)
 // Forward FLOPs for T = batch*seq tokens (one multiply-add = 2 FLOPs):
-//   qkv         2*T*h*(q + 2k)
-//   attn_scores 2*batch*seq*seq*q for Q.K^T plus the same for scores.V (no causal discount); a
-//               sliding window w < seq: seq*w key positions per query row instead of seq
-//   attn_out    2*T*q*h
+//   qkv         2*T*h*(q + 2k); MLA its down and up projections (attention_projection_macs)
+//   attn_scores 2*batch*seq*seq*q for Q.K^T plus 2*batch*seq*seq*ctx for scores.V (ctx = q without
+//               MLA, heads*d_v with; no causal discount); a sliding window w < seq: seq*w key
+//               positions per query row instead of seq
+//   attn_out    2*T*ctx*h
 //   ffn         2*T*h*f * (2 for gelu, 3 for swiglu), times (top_k + shared) experts for MoE
 //   router      2*T*h*experts
 // Biases, norms, softmax and activations are elementwise and left out of the FLOP count, as in
@@ -25,8 +31,6 @@ namespace {
 
 double d(std::int64_t x) { return static_cast<double>(x); }
 
-double q_width(const LayerShape& s) { return static_cast<double>(s.heads) * s.head_dim; }
-double kv_width(const LayerShape& s) { return static_cast<double>(s.kv_heads) * s.head_dim; }
 
 int attention_blocks(const LayerShape& s) { return s.kind == LayerKind::kCrossDecoder ? 2 : 1; }
 int norms_per_layer(const LayerShape& s) { return s.kind == LayerKind::kCrossDecoder ? 3 : 2; }
@@ -57,11 +61,46 @@ double final_norms(const ModelSpec& m) {
 
 }  // namespace
 
+AttentionWidths attention_widths(const LayerShape& s) {
+  AttentionWidths w;
+  w.q = static_cast<double>(s.heads) * s.head_dim;
+  if (!s.mla.enabled()) {
+    w.k = w.v = static_cast<double>(s.kv_heads) * s.head_dim;
+    w.ctx = w.q;
+    return w;
+  }
+  w.k = w.q;
+  w.v = w.ctx = static_cast<double>(s.heads) * s.mla.v_head_dim;
+  w.q_latent = s.mla.q_lora_rank;
+  w.kv_latent = static_cast<double>(s.mla.kv_lora_rank) + s.mla.qk_rope_dim;
+  return w;
+}
+
+double attention_replicated_params(const LayerShape& s) {
+  if (!s.mla.enabled()) return 0;
+  const double h = d(s.hidden), rq = s.mla.q_lora_rank;
+  return (rq > 0 ? h * rq + rq : 0.0) + h * (s.mla.kv_lora_rank + s.mla.qk_rope_dim) + s.mla.kv_lora_rank;
+}
+
+double attention_projection_macs(const LayerShape& s) {
+  const AttentionWidths w = attention_widths(s);
+  const double h = d(s.hidden);
+  if (!s.mla.enabled()) return h * (w.q + w.k + w.v);
+  const double rq = s.mla.q_lora_rank, rkv = s.mla.kv_lora_rank;
+  const double nope = static_cast<double>(s.heads) * (s.head_dim - s.mla.qk_rope_dim);
+  return (rq > 0 ? h * rq + rq * w.q : h * w.q) + h * w.kv_latent + rkv * (nope + w.v);
+}
+
 LayerParams layer_params(const LayerShape& s) {
   LayerParams p;
-  const double h = d(s.hidden), q = q_width(s), k = kv_width(s);
-  const double one_attention =
-      h * q + 2 * h * k + q * h + (s.bias ? q + 2 * k + h : s.qkv_bias ? q + 2 * k : 0) + (s.sinks ? s.heads : 0);
+  const double h = d(s.hidden);
+  const AttentionWidths w = attention_widths(s);
+  const double q = w.q, k = w.k;
+  // Latent norms: one weight per latent dim (RMSNorm).
+  const double latent_norms = s.mla.enabled() ? (s.mla.q_lora_rank > 0 ? s.mla.q_lora_rank : 0) + s.mla.kv_lora_rank
+                                              : 0.0;
+  const double one_attention = attention_projection_macs(s) + latent_norms + w.ctx * h +
+                               (s.bias ? q + 2 * k + h : s.qkv_bias ? q + 2 * k : 0) + (s.sinks ? s.heads : 0);
   p.attention = attention_blocks(s) * one_attention;
   if (s.moe.enabled()) {
     p.ffn = (s.moe.experts + s.moe.shared_experts) * ffn_params(s, s.moe.expert_ffn) +
@@ -111,12 +150,13 @@ double active_params(const ModelSpec& m) {
 LayerFlops layer_forward_flops(const LayerShape& s, double batch, double seq) {
   LayerFlops f;
   const double tokens = batch * seq;
-  const double h = d(s.hidden), q = q_width(s), k = kv_width(s);
+  const double h = d(s.hidden);
+  const AttentionWidths w = attention_widths(s);
   const int blocks = attention_blocks(s);
-  f.qkv = blocks * 2 * tokens * h * (q + 2 * k);
+  f.qkv = blocks * 2 * tokens * attention_projection_macs(s);
   const double keys = s.window > 0 && s.window < seq ? s.window : seq;
-  f.attn_scores = blocks * 2 * (2 * batch * seq * keys * q);
-  f.attn_out = blocks * 2 * tokens * q * h;
+  f.attn_scores = blocks * (2 * batch * seq * keys * w.q + 2 * batch * seq * keys * w.ctx);
+  f.attn_out = blocks * 2 * tokens * w.ctx * h;
   if (s.moe.enabled()) {
     f.ffn = (s.moe.top_k + s.moe.shared_experts) * ffn_flops(s, s.moe.expert_ffn, tokens);
     f.router = 2 * tokens * h * s.moe.experts;

@@ -214,8 +214,8 @@ ModelSpec llama_like(const JsonObj& o, Family fam, const std::string& type) {
     o.fail("num_key_value_heads", std::to_string(s.kv_heads) + " does not divide num_attention_heads " +
                                       std::to_string(s.heads));
   if (present(o, "kv_lora_rank") && present(o, "v_head_dim") && !present(o, "head_dim")) {
-    // DeepSeek's latent attention has no single head width; the value head width sizes the output
-    // projection exactly and is the one used (see the warning below).
+    // DeepSeek's latent attention: a placeholder that needs no hidden / heads, set with the
+    // latent attention's own dims below.
     s.head_dim = static_cast<int>(positive(o, "v_head_dim"));
   } else {
     s.head_dim = head_dim_of(o, m.hidden, s.heads, "hidden_size", "num_attention_heads");
@@ -302,10 +302,22 @@ ModelSpec llama_like(const JsonObj& o, Family fam, const std::string& type) {
       const long long freq = positive_or(o, "moe_layer_freq", 1);
       for (int i = 0; i < layers; ++i) is_moe[i] = i >= first_dense && i % freq == 0;
     }
-    if (present(o, "kv_lora_rank"))
-      warn(type + ": multi-head latent attention (kv_lora_rank) is costed as ordinary attention with " +
-           std::to_string(s.heads) + " heads of " + std::to_string(s.head_dim) + " and " +
-           std::to_string(s.kv_heads) + " key/value heads");
+    if (present(o, "kv_lora_rank")) {
+      // Multi-head latent attention: a head's query and key have qk_nope_head_dim +
+      // qk_rope_head_dim dims, its value v_head_dim; q_lora_rank null projects queries directly
+      // (DeepSeek-V2-Lite).
+      MlaSpec mla;
+      mla.kv_lora_rank = static_cast<int>(positive(o, "kv_lora_rank"));
+      mla.q_lora_rank = static_cast<int>(present(o, "q_lora_rank") ? positive(o, "q_lora_rank") : 0);
+      mla.qk_rope_dim = static_cast<int>(positive(o, "qk_rope_head_dim"));
+      mla.v_head_dim = static_cast<int>(positive(o, "v_head_dim"));
+      const long long qk = positive(o, "qk_nope_head_dim") + mla.qk_rope_dim;
+      for (LayerShape* x : {&dense, &moe}) {
+        x->mla = mla;
+        x->head_dim = static_cast<int>(qk);
+        x->kv_heads = x->heads;
+      }
+    }
   } else {
     dense.ffn = positive(o, "intermediate_size");
   }

@@ -83,6 +83,24 @@ Status validate(const ModelSpec& m) {
     if (s.window < 0) return fail(p + ".window: must be >= 0 (0: the whole context), got " + std::to_string(s.window));
     if (s.window > 0 && s.kind == LayerKind::kEncoder)
       return fail(p + ".window: sliding-window attention is causal; an encoder layer attends both ways");
+    if (s.mla.enabled()) {
+      const std::string q = p + ".mla.";
+      if (s.kv_heads != s.heads)
+        return fail(p + ".kv_heads: " + std::to_string(s.kv_heads) + " with multi-head latent attention, whose keys "
+                    "and values are projected per head: must equal heads " + std::to_string(s.heads));
+      if (s.mla.q_lora_rank < 0) return fail(q + "q_lora_rank: must be >= 0 (0: no query latent), got " +
+                                             std::to_string(s.mla.q_lora_rank));
+      if (s.mla.qk_rope_dim < 0 || s.mla.qk_rope_dim >= s.head_dim)
+        return fail(q + "qk_rope_dim: must be in 0.." + std::to_string(s.head_dim - 1) + " (below head_dim " +
+                    std::to_string(s.head_dim) + "), got " + std::to_string(s.mla.qk_rope_dim));
+      if (s.mla.v_head_dim <= 0)
+        return fail(q + "v_head_dim: must be positive, got " + std::to_string(s.mla.v_head_dim));
+      if (s.kind != LayerKind::kDecoder)
+        return fail(p + ".mla: multi-head latent attention on a " + std::string(to_string(s.kind)) +
+                    " layer (decoder layers only)");
+    } else if (s.mla != MlaSpec{}) {
+      return fail(p + ".mla.kv_lora_rank: must be positive, got " + std::to_string(s.mla.kv_lora_rank));
+    }
     if (!s.moe.enabled() && s.ffn <= 0) return fail(p + ".ffn: must be positive, got " + std::to_string(s.ffn));
     if (s.moe.enabled()) {
       if (s.moe.top_k <= 0 || s.moe.top_k > s.moe.experts)
@@ -132,6 +150,11 @@ Json to_json(const ModelSpec& m) {
     if (g.shape.qkv_bias && !g.shape.bias) o["qkv_bias"] = true;
     if (g.shape.window > 0) o["window"] = g.shape.window;
     if (g.shape.sinks) o["sinks"] = true;
+    if (g.shape.mla.enabled())
+      o["mla"] = {{"q_lora_rank", g.shape.mla.q_lora_rank},
+                  {"kv_lora_rank", g.shape.mla.kv_lora_rank},
+                  {"qk_rope_dim", g.shape.mla.qk_rope_dim},
+                  {"v_head_dim", g.shape.mla.v_head_dim}};
     if (g.shape.moe.enabled()) {
       o["moe"] = {{"experts", g.shape.moe.experts},
                   {"top_k", g.shape.moe.top_k},
@@ -165,7 +188,7 @@ Result<ModelSpec> model_from_json(const Json& j, const std::string& path) {
     m.norm_eps = o.number_or("norm_eps", kDefaultNormEps);
     for (const auto& g : o.array_of_obj("groups")) {
       g.reject_unknown({"name", "count", "kind", "hidden", "heads", "kv_heads", "head_dim", "ffn", "ffn_kind", "bias",
-                        "qkv_bias", "window", "sinks", "moe"});
+                        "qkv_bias", "window", "sinks", "mla", "moe"});
       LayerGroup grp;
       grp.name = g.str_or("name", "layers");
       grp.count = static_cast<int>(g.integer("count"));
@@ -188,6 +211,16 @@ Result<ModelSpec> model_from_json(const Json& j, const std::string& path) {
       s.qkv_bias = g.boolean_or("qkv_bias", false) && !s.bias;
       s.window = static_cast<int>(g.integer_or("window", 0));
       s.sinks = g.boolean_or("sinks", false);
+      if (g.has("mla")) {
+        JsonObj ml = g.obj("mla");
+        ml.reject_unknown({"q_lora_rank", "kv_lora_rank", "qk_rope_dim", "v_head_dim"});
+        s.mla.q_lora_rank = static_cast<int>(ml.integer_or("q_lora_rank", 0));
+        s.mla.kv_lora_rank = static_cast<int>(ml.integer("kv_lora_rank"));
+        s.mla.qk_rope_dim = static_cast<int>(ml.integer("qk_rope_dim"));
+        s.mla.v_head_dim = static_cast<int>(ml.integer("v_head_dim"));
+        if (s.mla.kv_lora_rank <= 0)
+          ml.fail("kv_lora_rank", "must be positive, got " + std::to_string(s.mla.kv_lora_rank));
+      }
       if (g.has("moe")) {
         JsonObj mo = g.obj("moe");
         mo.reject_unknown({"experts", "top_k", "expert_ffn", "shared_experts"});

@@ -24,9 +24,11 @@ int rank_of(const RankCoords& c, int stage_size, const LayerStrategy& s);
 // The axes of a layer's rank grid, and two composite axes:
 //   kShard: ulysses x cp x dp, every rank of the stage with the same tp index (the group that sums a
 //     replicated parameter's gradients and shards its ZeRO state);
-//   kEp: the expert-parallel group of a MoE layer, ep ranks that hold different experts. Experts are
-//     spread over the cp x dp ranks of a (tp, ulysses) position (s.ep divides cp * dp, as in
-//     Megatron-LM's tp-cp-ep-dp order): the group is ep consecutive indices of cp_idx + cp * dp_idx.
+//   kEp: the expert-parallel group of a MoE layer, ep ranks that hold different experts, on the
+//     experts' own grid over the stage's ranks in order (Megatron-LM's expert grid, order tp-ep-dp
+//     with tp = etp): etp fastest, then ep, then the expert data-parallel index. So the group is ep
+//     ranks etp apart. With etp = tp and no Ulysses that is ep consecutive indices of
+//     cp_idx + cp * dp_idx at one tp position, Megatron-LM's tp-cp-ep-dp order.
 enum class Axis { kTp, kUlysses, kCp, kDp, kPp, kShard, kEp };
 // The ranks in `rank`'s group along `axis` (sorted ascending), e.g. its tensor-parallel group.
 std::vector<int> group_of(int rank, int stage_size, int pp, const LayerStrategy& s, Axis axis);

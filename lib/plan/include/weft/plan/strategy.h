@@ -30,7 +30,11 @@ Result<Schedule> schedule_from_string(const std::string& s);
 // cp: context (ring attention) parallel degree; dp: data parallel degree;
 // zero: 0 = DDP, 1 = optimizer states sharded, 2 = + gradients, 3 = + parameters, sharded over
 //   dp * ulysses * cp (every rank that holds a full copy of this layer's tp shard);
-// ep: expert parallel degree for MoE layers, formed inside the dp*cp ranks (1 for dense layers).
+// ep: expert parallel degree for MoE layers (1 for dense layers); etp: expert tensor degree, each
+//   expert's FFN split over etp ranks (0: as tp, Megatron-LM's default). A MoE layer's experts lie
+//   on their own grid over the same devices, as Megatron-LM's expert grid (order tp-ep-dp, tp being
+//   etp): etp fastest, then ep, then the expert data-parallel degree edp = devices / (etp * ep),
+//   which shards the experts' ZeRO state. So ep need not divide dp*cp: with etp 1 it may span tp.
 // Rank order inside a stage (fastest first): tp, ulysses, cp, dp (weft/plan/rank_map.h).
 struct LayerStrategy {
   int tp = 1;
@@ -41,12 +45,23 @@ struct LayerStrategy {
   int zero = 0;
   Recompute recompute = Recompute::kNone;
   int ep = 1;
+  int etp = 0;
 
   int devices() const { return tp * ulysses * cp * dp; }
+  int expert_tp() const { return etp > 0 ? etp : tp; }
+  // The ranks that hold the same expert shard: they sum its gradients and shard its ZeRO state.
+  int expert_shard_group() const { return devices() / (expert_tp() * ep); }
   // Ranks that hold a replica of this layer's tp shard and so share ZeRO shards.
   int shard_group() const { return dp * ulysses * cp; }
   bool operator==(const LayerStrategy&) const = default;
 };
+
+// s on a dense layer (or the embedding): no expert degrees (ep 1, etp as tp).
+inline LayerStrategy without_experts(LayerStrategy s) {
+  s.ep = 1;
+  s.etp = 0;
+  return s;
+}
 
 // A compact human label, e.g. "tp4+sp dp2 z1 rc=sel".
 std::string label(const LayerStrategy& s);

@@ -27,6 +27,18 @@ inline constexpr const char* kRuleSeqShardInNode = "sequence-sharding-inside-nod
 // degree for this tp, GPUs per node / tp). Inside a node an all-to-all moves each activation once
 // whatever the degree, while a ring moves K/V (cp - 1) times.
 inline constexpr const char* kRuleUlyssesFirst = "ulysses-before-cp";
+// heuristic. An expert tensor degree of 1 under tp > 1 only with ep a multiple of tp: etp 1 is
+// there to let the expert degree take over the tensor ranks (each expert whole on one rank, no
+// gather of the routed token copies over tp); with ep below tp the tensor ranks hold copies of the
+// same whole experts, as many expert states as tp 1 would. torchtitan takes etp 1 only so
+// (ParallelDims._validate: ep % (cp * tp) == 0).
+inline constexpr const char* kRuleEtpSpansTp = "etp-one-spans-tp";
+// heuristic. With ep > 1 and etp = tp > 1, where the experts split ep * tp ways with etp 1 is also a
+// candidate: each rank then holds the same expert state, computes the same routed work on wider
+// GEMMs, sends the same all-to-all bytes over a group spanning the same nodes, and skips the gather
+// of the k routed copies over tp (and holding them) that etp = tp adds (docs/cost-model.md §3.4).
+// Only the all-to-all's latency, over ep * tp peers instead of ep, could favour etp = tp.
+inline constexpr const char* kRuleEtpTpGathers = "etp-tp-gathers-copies";
 // exact. ZeRO 1-3 shard over dp*ulysses*cp ranks; over a group of one they are DDP. Only zero = 0 is
 // kept for such layouts.
 inline constexpr const char* kRuleZeroNeedsShards = "zero-needs-shards";

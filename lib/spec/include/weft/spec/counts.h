@@ -16,6 +16,23 @@ struct LayerParams {
   double total() const { return attention + ffn + norms; }
 };
 
+// The widths of one attention block, unsplit, per token: queries, keys, values, the context the
+// output projection reads; multi-head latent attention's query latent and key/value latent (with
+// its shared rotary dims); 0 without MLA. Without MLA keys and values are kv_heads * head_dim and
+// the context is the queries' width; with MLA keys are heads * head_dim, values and the context
+// heads * v_head_dim.
+struct AttentionWidths {
+  double q = 0, k = 0, v = 0, ctx = 0;
+  double q_latent = 0, kv_latent = 0;
+};
+AttentionWidths attention_widths(const LayerShape& s);
+// Parameters of one attention block whole on every tensor-parallel rank: MLA's down projections
+// and its latents' norms (0 without MLA).
+double attention_replicated_params(const LayerShape& s);
+// Forward multiply-adds per token of one attention block's projections (queries, keys, values;
+// the output projection apart): h * (q + k + v) without MLA; MLA's down and up projections.
+double attention_projection_macs(const LayerShape& s);
+
 LayerParams layer_params(const LayerShape& s);
 // Parameters of one expert (its FFN only); 0 for dense layers.
 double expert_params(const LayerShape& s);

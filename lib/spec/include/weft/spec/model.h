@@ -29,6 +29,21 @@ struct MoeSpec {
   bool operator==(const MoeSpec&) const = default;
 };
 
+// Multi-head latent attention (DeepSeek-V2/V3): keys and values are projected up per head from
+// one latent of kv_lora_rank dims per token (plus qk_rope_dim decoupled rotary dims shared by
+// every head), queries from a latent of q_lora_rank dims (0: projected directly from the hidden
+// state, as DeepSeek-V2-Lite). A head's query and key have head_dim dims, qk_rope_dim of them
+// rotary; its value v_head_dim. The down projections and the latents' norms are whole on every
+// tensor-parallel rank; the up projections split by heads.
+struct MlaSpec {
+  int q_lora_rank = 0;
+  int kv_lora_rank = 0;        // > 0: multi-head latent attention
+  int qk_rope_dim = 0;
+  int v_head_dim = 0;
+  bool enabled() const { return kv_lora_rank > 0; }
+  bool operator==(const MlaSpec&) const = default;
+};
+
 struct LayerShape {
   LayerKind kind = LayerKind::kDecoder;
   std::int64_t hidden = 0;
@@ -43,6 +58,7 @@ struct LayerShape {
   // (GPT-OSS's banded layers, Mistral 7B v0.1); 0: the whole causal context.
   int window = 0;
   bool sinks = false;          // a learned attention-sink logit per head (GPT-OSS): one more softmax column
+  MlaSpec mla;                 // multi-head latent attention (kv_heads == heads)
   MoeSpec moe;
   bool operator==(const LayerShape&) const = default;
 };

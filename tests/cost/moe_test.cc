@@ -1,0 +1,129 @@
+// A MoE layer on the experts' own grid (weft/plan/strategy.h): expert tensor degree etp apart from
+// the attention's tp, the expert-parallel group over tp x dp, the dispatch as Megatron-LM's
+// all-to-all dispatcher issues it, and the experts' states sharded over etp x ep.
+#include <gtest/gtest.h>
+
+#include "contexts.h"
+#include "weft/cost/analytic.h"
+#include "weft/cost/memory.h"
+#include "weft/cost/traffic.h"
+#include "weft/spec/counts.h"
+
+namespace weft {
+namespace {
+
+// Mixtral-8x7B on 2 nodes of 8 H100, seq 4096, 64 samples per step in 8 micro-batches (one sample
+// per micro-batch on each of 8 data-parallel ranks).
+testing::PresetSetup mixtral() {
+  testing::PresetSetup su("mixtral-8x7b", "h100-80gb", 2, 8);
+  su.train.global_batch = 64;
+  return su;
+}
+
+LayerStrategy moe(int tp, int dp, int ep, int etp = 0, int zero = 1) {
+  return LayerStrategy{.tp = tp, .sp = tp > 1, .dp = dp, .zero = zero, .ep = ep, .etp = etp};
+}
+
+const Transfer* find(const LayerTraffic& t, CommAxis axis, Phase phase, Collective kind) {
+  for (const Transfer& x : t.transfers)
+    if (x.axis == axis && x.phase == phase)
+      for (const CollectiveCall& c : x.calls)
+        if (c.kind == kind) return &x;
+  return nullptr;
+}
+
+const CollectiveCall* call_of(const Transfer* x, Collective kind) {
+  if (!x) return nullptr;
+  for (const CollectiveCall& c : x->calls)
+    if (c.kind == kind) return &c;
+  return nullptr;
+}
+
+TEST(MoeGrid, ExpertStatesAreShardedOverEtpTimesEp) {
+  auto su = mixtral();
+  const LayerShape& L = su.model.layer(0);
+  const double experts = L.moe.experts * expert_params(L);
+  // tp 2 on attention, 16 GPUs: etp 1 x ep 8 holds one whole expert per rank; etp 2 x ep 8 half of one.
+  const HeldParams one = held_params(L, moe(2, 8, 8, 1));
+  const HeldParams two = held_params(L, moe(2, 8, 8));
+  EXPECT_DOUBLE_EQ(one.expert, experts / 8);
+  EXPECT_DOUBLE_EQ(two.expert, experts / 16);
+  // Their expert data-parallel groups: 16 / (1 x 8) and 16 / (2 x 8).
+  EXPECT_EQ(one.expert_shard, 2);
+  EXPECT_EQ(two.expert_shard, 1);
+  // The dense part is the attention's tp shard either way.
+  EXPECT_DOUBLE_EQ(one.dense, two.dense);
+  // In the cost model's memory: ZeRO-1 shards the experts' optimizer over the 2 ranks of etp 1.
+  const AnalyticCostModel cm;
+  const MemoryBreakdown m1 = cm.layer(su.layer(0), moe(2, 8, 8, 1)).memory;
+  const MemoryBreakdown m2 = cm.layer(su.layer(0), moe(2, 8, 8)).memory;
+  EXPECT_NEAR(m1.weights.value() - m2.weights.value(), 2.0 * (experts / 8 - experts / 16), 1.0);
+}
+
+TEST(MoeGrid, DispatchIsMegatronsAllToAllThenTheEtpGather) {
+  auto su = mixtral();
+  const LayerShape& L = su.model.layer(0);
+  const double e = 2, h = L.hidden, k = L.moe.top_k;
+  // 1 sample per micro-batch per dp rank: 4096 tokens per tp group.
+  const double tokens = 4096;
+  // etp 1, tp 2 (sp), ep 8 over tp x dp: each rank dispatches its half of the sequence, k copies;
+  // no gather after (each expert whole on one rank).
+  {
+    const LayerTraffic t = layer_traffic(su.layer(0), moe(2, 8, 8, 1));
+    const CollectiveCall* a2a = call_of(find(t, CommAxis::kExpert, Phase::kForward, Collective::kAllToAll),
+                                        Collective::kAllToAll);
+    ASSERT_NE(a2a, nullptr);
+    EXPECT_DOUBLE_EQ(a2a->bytes.value(), e * tokens / 2 * k * h);
+    EXPECT_EQ(a2a->group.size, 8);
+    EXPECT_EQ(find(t, CommAxis::kExpert, Phase::kForward, Collective::kAllGather), nullptr);
+    // The attention's tp pairs only: the FFN's went with the experts.
+    const Transfer* tp = find(t, CommAxis::kTensor, Phase::kForward, Collective::kAllGather);
+    ASSERT_NE(tp, nullptr);
+    EXPECT_EQ(tp->repeat, 1);
+  }
+  // etp 2 (= tp): the same all-to-all over ranks 2 apart, then the tp group gathers what its two
+  // ranks received (k copies of the whole tp group's tokens) and reduce-scatters on combine.
+  {
+    const LayerTraffic t = layer_traffic(su.layer(0), moe(2, 8, 8));
+    const CollectiveCall* a2a = call_of(find(t, CommAxis::kExpert, Phase::kForward, Collective::kAllToAll),
+                                        Collective::kAllToAll);
+    ASSERT_NE(a2a, nullptr);
+    EXPECT_DOUBLE_EQ(a2a->bytes.value(), e * tokens / 2 * k * h);
+    const CollectiveCall* ag = call_of(find(t, CommAxis::kExpert, Phase::kForward, Collective::kAllGather),
+                                       Collective::kAllGather);
+    ASSERT_NE(ag, nullptr);
+    EXPECT_DOUBLE_EQ(ag->bytes.value(), e * tokens * k * h);
+    EXPECT_EQ(ag->group.size, 2);
+  }
+  // ep 1, etp = tp: the experts are the FFN's tensor split, its tp pair as a dense layer's.
+  {
+    const LayerTraffic t = layer_traffic(su.layer(0), moe(2, 8, 1));
+    EXPECT_EQ(find(t, CommAxis::kExpert, Phase::kForward, Collective::kAllToAll), nullptr);
+    const Transfer* tp = find(t, CommAxis::kTensor, Phase::kForward, Collective::kAllGather);
+    ASSERT_NE(tp, nullptr);
+    EXPECT_EQ(tp->repeat, 2);
+  }
+}
+
+TEST(MoeGrid, TheRoutedWorkIsADthOfTheLayersAtAnyEtp) {
+  auto su = mixtral();
+  const AnalyticCostModel cm;
+  // The experts' GEMM FLOPs per rank do not depend on etp (each rank computes a 16th of the routed
+  // work); a whole expert per rank runs longer GEMMs (more tokens, full width), which the kernel
+  // model does not price slower.
+  const LayerCost one = cm.layer(su.layer(0), moe(2, 8, 8, 1));
+  const LayerCost two = cm.layer(su.layer(0), moe(2, 8, 8));
+  EXPECT_NEAR(one.time.compute.value(), two.time.compute.value(), 0.05 * two.time.compute.value());
+  // Less exchanged on the experts' behalf with etp 1: no gather of k copies over tp.
+  EXPECT_LT(one.time.ep_comm.value(), two.time.ep_comm.value());
+}
+
+TEST(MoeGrid, CommunicatorsCountTheExpertTensorGroup) {
+  // world, tp, shard, ep, expert dp, expert tp
+  EXPECT_EQ(nccl_communicators(moe(4, 4, 4, 2), 1, false), 6);
+  // etp as tp: no group of its own, and ep 4 x etp 4 leaves no expert data parallelism
+  EXPECT_EQ(nccl_communicators(moe(4, 4, 4), 1, false), 4);
+}
+
+}  // namespace
+}  // namespace weft
