@@ -6,7 +6,6 @@
 #include <cstring>
 #include <cstdint>
 #include <string>
-#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -230,35 +229,39 @@ namespace {
 
 // The last GEMMs priced on this thread, by their inputs: a search prices the same shapes under
 // strategies that differ elsewhere (ZeRO, expert degrees, the other layers' choices), and the tile
-// search below was half a MoE search's CPU time under perf. Cleared when full.
+// search below was half a MoE search's CPU time under perf. A direct-mapped table: a slot holds the
+// last key that hashed to it, whole, so a hit is exact and a collision only prices again.
 struct GemmKey {
   double v[9];
   bool operator==(const GemmKey& o) const { return std::memcmp(v, o.v, sizeof v) == 0; }
 };
-struct GemmKeyHash {
-  size_t operator()(const GemmKey& k) const {
-    size_t h = 1469598103934665603ull;
-    for (double x : k.v) {
-      uint64_t b;
-      std::memcpy(&b, &x, sizeof b);
-      h = (h ^ b) * 1099511628211ull;
-      h ^= h >> 29;
-    }
-    return h;
+size_t gemm_hash(const GemmKey& k) {
+  uint64_t h = 1469598103934665603ull;
+  for (double x : k.v) {
+    uint64_t b;
+    std::memcpy(&b, &x, sizeof b);
+    h = (h ^ b) * 1099511628211ull;
+    h ^= h >> 29;
   }
+  return static_cast<size_t>(h);
+}
+constexpr size_t kGemmMemoSlots = 1 << 16;
+struct GemmSlot {
+  GemmKey key{};
+  double seconds = -1;  // < 0: empty
 };
-constexpr size_t kGemmMemoEntries = 1 << 20;
 
 }  // namespace
 
 Seconds KernelModel::gemm(double m, double n, double k, double batch) const {
   if (m <= 0 || n <= 0 || k <= 0 || batch <= 0 || peak_ <= 0) return Seconds(0);
-  thread_local std::unordered_map<GemmKey, double, GemmKeyHash> memo;
+  thread_local std::vector<GemmSlot> memo(kGemmMemoSlots);
   const GemmKey key{{m, n, k, batch, peak_, hbm_, elem_, tile_rate_, static_cast<double>(sms_)}};
-  if (auto it = memo.find(key); it != memo.end()) return Seconds(it->second);
-  if (memo.size() >= kGemmMemoEntries) memo.clear();
+  GemmSlot& slot = memo[gemm_hash(key) & (kGemmMemoSlots - 1)];
+  if (slot.seconds >= 0 && slot.key == key) return Seconds(slot.seconds);
   const Seconds t = gemm_uncached(m, n, k, batch);
-  memo.emplace(key, t.value());
+  slot.key = key;
+  slot.seconds = t.value();
   return t;
 }
 
