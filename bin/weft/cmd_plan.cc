@@ -105,6 +105,7 @@ struct PlanFlags {
   std::string report;         // --report FILE: the HTML report of the result
   std::string galvatron_out;  // --galvatron-out FILE: the best plan as a Galvatron strategy
   std::string dtype;                 // --dtype; empty: default_dtype(gpu)
+  std::string exp_avg_dtype = "fp32", exp_avg_sq_dtype = "fp32", main_grads_dtype = "fp32";
   std::vector<int> pp;                // --pp 1,2,4: pipeline degrees to consider (default all)
   std::vector<std::string> schedules; // --schedule gpipe,1f1b,interleaved,zb-h1,zb-v (default all)
   int max_tp = 0;                     // --max-tp (default: GPUs per node)
@@ -124,6 +125,36 @@ struct PlanFlags {
 DType dtype_or_default(const std::string& flag, const GpuSpec& gpu) {
   if (!flag.empty()) return unwrap(dtype_from_string(flag));
   return gpu.runs(DType::kBf16) ? DType::kBf16 : DType::kFp16;
+}
+
+// --exp-avg-dtype, --exp-avg-sq-dtype, --main-grads-dtype (Megatron-LM's precision-aware optimizer),
+// which need a 16- or 8-bit compute dtype.
+template <class Flags>
+OptimizerPrecision optimizer_precision(const Flags& f, DType compute) {
+  OptimizerPrecision o;
+  o.exp_avg = unwrap(dtype_from_string(f.exp_avg_dtype));
+  o.exp_avg_sq = unwrap(dtype_from_string(f.exp_avg_sq_dtype));
+  o.main_grads = unwrap(dtype_from_string(f.main_grads_dtype));
+  if (o.precision_aware() && compute == DType::kFp32)
+    bad("--exp-avg-dtype / --exp-avg-sq-dtype / --main-grads-dtype: the optimizer's states are fp32 under fp32 "
+        "training (--dtype fp32); lower-precision states need a 16- or 8-bit compute dtype");
+  return o;
+}
+
+// Adds Megatron-LM's precision-aware optimizer flags to cmd.
+template <class Flags>
+void add_optimizer_flags(CLI::App* cmd, Flags* fl) {
+  cmd->add_option("--exp-avg-dtype", fl->exp_avg_dtype,
+                  "Adam's first moment: fp32, bf16, fp16 or fp8 (Megatron-LM's precision-aware optimizer)")
+      ->check(CLI::IsMember({"fp32", "bf16", "fp16", "fp8"}))
+      ->capture_default_str();
+  cmd->add_option("--exp-avg-sq-dtype", fl->exp_avg_sq_dtype, "Adam's second moment: fp32, bf16, fp16 or fp8")
+      ->check(CLI::IsMember({"fp32", "bf16", "fp16", "fp8"}))
+      ->capture_default_str();
+  cmd->add_option("--main-grads-dtype", fl->main_grads_dtype,
+                  "Gradients accumulated and reduced: fp32 or bf16 (the master parameters stay fp32)")
+      ->check(CLI::IsMember({"fp32", "bf16"}))
+      ->capture_default_str();
 }
 
 // weft plan --lengths FILE: the model-level strategy for a distribution of document lengths.
@@ -284,6 +315,7 @@ void run_plan(const PlanFlags& f) {
   opt.global_batch = f.global_batch;
   opt.top_k = f.top;
   opt.dtype = dtype_or_default(f.dtype, in.cluster.gpu);
+  opt.optimizer = optimizer_precision(f, opt.dtype);
   opt.pp_degrees = f.pp;
   for (const std::string& s : f.schedules) opt.schedules.push_back(unwrap(schedule_from_string(s)));
   opt.max_tp = f.max_tp;
@@ -421,10 +453,12 @@ struct EstimateFlags {
   int seq = 0, global_batch = 0, micro_batch = 0;
   int tp = 0, pp = 0, dp = 0, cp = 1, ulysses = 1, ep = 1, vp = 1, zero = 0;
   int etp = 0;  // 0: as tp
+  int rounds = 1;  // --pipeline-rounds
   std::string recompute = "none";
   bool sequence_parallel = false;
   std::string schedule;
   std::string dtype;  // empty: default_dtype(gpu)
+  std::string exp_avg_dtype = "fp32", exp_avg_sq_dtype = "fp32", main_grads_dtype = "fp32";
   std::string format = "table";
   std::string out;
 };
@@ -440,6 +474,7 @@ void check_strategy(const EstimateFlags& f, const ModelSpec& m, int gpus) {
   pos("--pp", f.pp);
   pos("--cp", f.cp);
   pos("--ulysses", f.ulysses);
+  pos("--pipeline-rounds", f.rounds);
   pos("--ep", f.ep);
   if (f.etp != 0) pos("--etp", f.etp);
   pos("--vp", f.vp);
@@ -515,6 +550,12 @@ Plan plan_from_flags(const EstimateFlags& f, const Inputs& in) {
   if (f.schedule.empty()) t.schedule = f.vp > 1 ? Schedule::kInterleaved : Schedule::k1F1B;
   else t.schedule = unwrap(schedule_from_string(f.schedule));
   t.dtype = dtype_or_default(f.dtype, in.cluster.gpu);
+  t.optimizer = optimizer_precision(f, t.dtype);
+  t.rounds = f.rounds;
+  if (t.micro_batches % t.rounds != 0)
+    bad("--pipeline-rounds: " + S(t.rounds) + " pipeline schedules do not divide the " + S(t.micro_batches) +
+        " micro-batches of a step (global batch " + S(f.global_batch) + " / (micro-batch " + S(f.micro_batch) + " x dp " +
+        S(dp) + "))");
   LayerStrategy s;
   s.tp = f.tp;
   s.sp = f.sequence_parallel;
@@ -533,7 +574,8 @@ void run_estimate(const EstimateFlags& f, const CLI::App& cmd) {
   Inputs in;
   if (!f.plan.empty()) {
     for (const char* flag : {"--seq", "--global-batch", "--micro-batch", "--tp", "--pp", "--dp", "--cp", "--ulysses",
-                             "--ep", "--etp", "--vp", "--zero", "--recompute", "--sequence-parallel", "--schedule", "--dtype"})
+                             "--ep", "--etp", "--vp", "--zero", "--recompute", "--sequence-parallel", "--schedule", "--dtype",
+                             "--exp-avg-dtype", "--exp-avg-sq-dtype", "--main-grads-dtype", "--pipeline-rounds"})
       if (cmd.count(flag) > 0)
         bad(std::string(flag) + ": not used with --plan (the plan file fixes the strategy; edit it instead)");
     p = unwrap(read_fixed_plan(f.plan, "estimate"));
@@ -646,6 +688,7 @@ void register_plan_commands(CLI::App& app) {
                     "Compute dtype (default bf16, fp16 on a GPU without bf16; fp32 master weights and Adam states "
                     "either way)")
         ->check(CLI::IsMember({"fp32", "bf16", "fp16", "fp8"}));
+    add_optimizer_flags(cmd, fl.get());
     cmd->add_option("--pp,--pipeline-model-parallel-size", fl->pp,
                     "Pipeline degrees to consider, e.g. 1,2,4 (default: all that divide)")
         ->delimiter(',');
@@ -711,6 +754,11 @@ void register_plan_commands(CLI::App& app) {
         ->check(CLI::IsMember({"gpipe", "1f1b", "interleaved", "zb-h1", "zb-v"}));
     cmd->add_option("--dtype", fl->dtype, "Compute dtype (default bf16, fp16 on a GPU without bf16)")
         ->check(CLI::IsMember({"fp32", "bf16", "fp16", "fp8"}));
+    add_optimizer_flags(cmd, fl.get());
+    cmd->add_option("--pipeline-rounds", fl->rounds,
+                    "Run a step's micro-batches as this many separate pipeline schedules, each filling and draining "
+                    "the pipeline (torchtitan's gradient accumulation with a local batch below global / dp)")
+        ->capture_default_str();
     cmd->add_option("--format", fl->format, "Output on stdout: table or json")
         ->check(CLI::IsMember({"table", "json"}))
         ->capture_default_str();

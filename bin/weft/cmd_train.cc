@@ -157,6 +157,12 @@ void register_train_commands(CLI::App& app) {
                 "Seconds one collective or pipeline transfer may take before the job stops")
       ->capture_default_str();
   t->add_option("--save-params", o->save_params, "Write the final parameters, consolidated, to this file");
+  t->add_option("--moe-trace", o->moe_trace,
+                "MoE: write what the routers chose, per step, layer, sample and expert, to this file (weft "
+                "moe-placement --trace)");
+  t->add_option("--moe-placement", o->moe_placement,
+                "MoE: compute each step's samples where this placement file (weft moe-placement --out) puts them; "
+                "the losses are those of the unplaced run");
   t->add_flag("--measure-memory", o->measure_memory,
               "Track what each rank allocates on the CPU; the summary's ranks get step_peak_cpu_bytes (activations "
               "and temporaries of one step's forward and backward)");

@@ -44,6 +44,7 @@ void register_plan_commands(CLI::App& app);     // plan, estimate            (cm
 void register_report_commands(CLI::App& app);   // report, simulate, export  (cmd_report.cc)
 void register_galvatron_commands(CLI::App& app);// import galvatron          (cmd_galvatron.cc)
 void register_varlen_commands(CLI::App& app);   // varlen                    (cmd_varlen.cc)
+void register_moe_commands(CLI::App& app);      // moe-placement             (cmd_moe.cc)
 #ifdef WEFT_WITH_TORCH
 void register_train_commands(CLI::App& app);    // train, launch             (cmd_train.cc)
 void register_profile_commands(CLI::App& app);  // profile hardware|model    (cmd_profile.cc)

@@ -11,6 +11,7 @@ int main(int argc, char** argv) {
   commands.push_back(register_report_commands);
   commands.push_back(register_galvatron_commands);
   commands.push_back(register_varlen_commands);
+  commands.push_back(register_moe_commands);
 #ifdef WEFT_WITH_TORCH
   commands.push_back(register_train_commands);
   commands.push_back(register_profile_commands);

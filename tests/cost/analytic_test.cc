@@ -7,6 +7,7 @@
 #include "contexts.h"
 #include "weft/cost/compute.h"
 #include "weft/cost/estimate.h"
+#include "weft/cost/memory.h"
 #include "weft/spec/counts.h"
 #include "weft/spec/presets.h"
 
@@ -277,6 +278,34 @@ TEST(AnalyticStep, InterleavedDividesBubble) {
   }
   // m * T + (p - 1) * T / v with T = 3 per device group
   EXPECT_DOUBLE_EQ(cm.step(t, st).step_time.value(), 4 * 3 + 3.0 / 2);
+}
+
+// train.rounds: a step's m micro-batches as R separate 1F1B schedules of m / R, each filling and
+// draining the pipeline: R (m / R + p - 1) T, the gradient reduction and the update once after the
+// last; the extra fills and drains are bubble. Activation memory in flight follows one schedule.
+TEST(AnalyticStep, EachPipelineRoundFillsAndDrains) {
+  const AnalyticCostModel cm;
+  TrainSettings t;
+  t.pp = 4;
+  t.micro_batches = 8;
+  std::vector<StageSums> st(4);
+  for (auto& s : st) {
+    s.fwd = Seconds(0.5);
+    s.bwd = Seconds(1);
+    s.optimizer = Seconds(0.25);
+  }
+  const StepCost one = cm.step(t, st);
+  EXPECT_DOUBLE_EQ(one.step_time.value(), (8 + 3) * 1.5 + 0.25);
+  t.rounds = 2;
+  const StepCost two = cm.step(t, st);
+  EXPECT_DOUBLE_EQ(two.step_time.value(), 2 * (4 + 3) * 1.5 + 0.25);
+  EXPECT_DOUBLE_EQ(two.time.bubble.value() - one.time.bubble.value(), 3 * 1.5);
+  t.rounds = 8;
+  EXPECT_DOUBLE_EQ(cm.step(t, st).step_time.value(), 8 * (1 + 3) * 1.5 + 0.25);
+  // GPipe holds one schedule's micro-batches.
+  t.schedule = Schedule::kGpipe;
+  t.rounds = 2;
+  EXPECT_DOUBLE_EQ(micro_batches_in_flight(t, 0), 4);
 }
 
 TEST(AnalyticStep, GradientSyncExposure) {

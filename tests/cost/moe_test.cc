@@ -125,5 +125,33 @@ TEST(MoeGrid, CommunicatorsCountTheExpertTensorGroup) {
   EXPECT_EQ(nccl_communicators(moe(4, 4, 4), 1, false), 4);
 }
 
+// Megatron-LM's precision-aware optimizer (train.optimizer): bf16 moments halve Adam's 8 bytes of
+// moments per parameter, bf16 main gradients the 4 of the gradient, before ZeRO shards them, and the
+// step moves 16 bytes of state instead of 24.
+TEST(OptimizerPrecision, Bf16MomentsAndGradientsShrinkTheStatesAndTheStep) {
+  const OptimizerPrecision fp32;
+  const OptimizerPrecision bf16{.exp_avg = DType::kBf16, .exp_avg_sq = DType::kBf16};
+  const OptimizerPrecision all{.exp_avg = DType::kBf16, .exp_avg_sq = DType::kBf16, .main_grads = DType::kBf16};
+  const OptimizerPrecision fp8{.exp_avg = DType::kFp8, .exp_avg_sq = DType::kFp8};
+  EXPECT_DOUBLE_EQ(state_bytes_per_param(DType::kBf16, fp32).optimizer, 12);
+  EXPECT_DOUBLE_EQ(state_bytes_per_param(DType::kBf16, bf16).optimizer, 8);
+  EXPECT_DOUBLE_EQ(state_bytes_per_param(DType::kBf16, fp8).optimizer, 6);
+  EXPECT_DOUBLE_EQ(state_bytes_per_param(DType::kBf16, bf16).grads, 4);
+  EXPECT_DOUBLE_EQ(state_bytes_per_param(DType::kBf16, all).grads, 2);
+  EXPECT_DOUBLE_EQ(sharded_state_bytes(DType::kBf16, 1, 8, MasterWeights::kInOptimizer, bf16).optimizer, 1.0);
+  EXPECT_DOUBLE_EQ(adam_state_traffic_bytes(fp32), 24);
+  EXPECT_DOUBLE_EQ(adam_state_traffic_bytes(bf16), 16);
+  // In the layer's cost: the optimizer memory falls by a third, the step's time too (its traffic,
+  // 24 + 4 + 2 bytes a parameter, becomes 16 + 4 + 2).
+  auto su = mixtral();
+  const AnalyticCostModel cm;
+  const LayerCost a = cm.layer(su.layer(0), moe(2, 8, 8, 1));
+  su.train.optimizer = bf16;
+  const LayerCost b = cm.layer(su.layer(0), moe(2, 8, 8, 1));
+  EXPECT_NEAR(b.memory.optimizer.value() / a.memory.optimizer.value(), 8.0 / 12.0, 1e-9);
+  EXPECT_DOUBLE_EQ(b.memory.weights.value(), a.memory.weights.value());
+  EXPECT_NEAR(b.optimizer.value() / a.optimizer.value(), 22.0 / 30.0, 0.02);
+}
+
 }  // namespace
 }  // namespace weft

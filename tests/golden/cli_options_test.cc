@@ -17,7 +17,7 @@ namespace weft {
 namespace {
 
 const std::vector<std::string> kCommands = {"models",   "clusters", "plan",   "estimate",         "report",
-                                            "simulate", "export",   "import galvatron", "varlen"};
+                                            "simulate", "export",   "import galvatron", "varlen", "moe-placement"};
 const std::vector<std::string> kTorchCommands = {"train", "launch", "profile hardware", "profile model"};
 
 std::string help_of(const std::string& cmd) {

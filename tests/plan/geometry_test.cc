@@ -162,6 +162,56 @@ TEST(Geometry, UnitSpecsCountEveryParameterOnce) {
   EXPECT_DOUBLE_EQ(counted_elements(p), total_params(p.model));
 }
 
+// MoE layers: a router and shared experts in the layer's unit, the routed experts in a unit of
+// their own on the experts' grid (E / ep experts per rank, split over etp, summed and sharded over
+// the expert data-parallel group); every parameter counted once and listed once.
+TEST(Geometry, MoeExpertsLiveOnTheExpertsGrid) {
+  for (const auto& [s, pp] : std::vector<std::pair<LayerStrategy, int>>{
+           {LayerStrategy{.dp = 8, .ep = 4}, 1},
+           {LayerStrategy{.dp = 8, .zero = 3, .ep = 2}, 1},
+           {LayerStrategy{.tp = 2, .sp = true, .dp = 4, .ep = 4, .etp = 1}, 1},
+           {LayerStrategy{.tp = 2, .sp = true, .dp = 2, .zero = 1, .ep = 2}, 2},
+           {LayerStrategy{.tp = 2, .dp = 2, .ep = 1}, 2}}) {
+    Plan p = testing::uniform_plan(s, pp);
+    p.model.groups[0].shape.moe = MoeSpec{8, 2, 256, 1};
+    ASSERT_TRUE(validate(p).ok()) << validate(p).error().message;
+    EXPECT_DOUBLE_EQ(counted_elements(p), total_params(p.model)) << label(s) << " pp " << pp;
+    const int S = p.devices_per_stage();
+    const int ep = s.ep, et = s.expert_tp();
+    for (int r = 0; r < p.world_size(); ++r) {
+      for (const UnitSpec& u : unit_specs(p, r)) {
+        if (u.name.find(".experts") == std::string::npos) continue;
+        EXPECT_EQ(u.sync_ranks, group_of(r, S, pp, s, Axis::kEdp)) << u.name;
+        EXPECT_EQ(static_cast<int>(u.sync_ranks.size()), S / (ep * et));
+        ASSERT_EQ(u.params.size(), 3u * (8 / ep)) << u.name;  // gate, up, down per expert
+        const int first = (r % S) % (ep * et) / et * (8 / ep);
+        const std::string pre = u.name.substr(0, u.name.size() - 8);  // "layers.N"
+        EXPECT_EQ(u.params[0].name, pre + ".experts." + std::to_string(first) + ".gate");
+        EXPECT_EQ(u.params[0].local_shape, (std::vector<int64_t>{256 / et, 1024}));
+        EXPECT_EQ(u.params[0].shard_start, (r % S) % et * (256 / et));
+      }
+    }
+    // Every expert of every layer listed once, in order.
+    int experts = 0;
+    std::set<std::string> names;
+    for (const ParamSpec& ps : model_params(p)) {
+      EXPECT_TRUE(names.insert(ps.name).second) << ps.name;
+      if (ps.name.find(".experts.") != std::string::npos && ps.name.find(".gate") != std::string::npos) ++experts;
+    }
+    EXPECT_EQ(experts, 8 * p.model.num_layers());
+    EXPECT_TRUE(names.count("layers.0.mlp.router"));
+    EXPECT_TRUE(names.count("layers.0.mlp.shared.down"));
+    EXPECT_TRUE(names.count("layers.7.experts.7.down"));
+    const Groups groups = distinct(process_groups(p));
+    for (int r = 0; r < p.world_size(); ++r)
+      for (Axis a : {Axis::kEp, Axis::kEtp, Axis::kEdp}) EXPECT_TRUE(groups.count(group_of(r, S, pp, s, a)));
+    if (s.zero < 3) {
+      const Groups grads = distinct(grad_groups(p));
+      for (int r = 0; r < p.world_size(); ++r) EXPECT_TRUE(grads.count(group_of(r, S, pp, s, Axis::kEdp)));
+    }
+  }
+}
+
 TEST(Geometry, UnitSpecsSliceTensorParallelWeightsAndPadToTheShardGroup) {
   const Plan p = testing::uniform_plan(LayerStrategy{.tp = 8}, 1);  // 16 heads, 4 kv heads, ffn 2816
   const std::vector<UnitSpec> units = unit_specs(p, 5);

@@ -88,6 +88,54 @@ TEST(PlanJson, RejectsBadEnumAndUnknownKey) {
   EXPECT_NE(r2.error().message.find("plan.train.micro_batch: unknown field"), std::string::npos);
 }
 
+// train.optimizer (Megatron-LM's precision-aware optimizer): written only where a state is not
+// fp32, read back exactly; refused with an fp32 compute dtype, an unknown dtype or fp8 gradients,
+// naming the field; the runtime refuses it.
+TEST(PlanJson, OptimizerStatePrecision) {
+  Plan p = uniform_plan(LayerStrategy{.dp = 8, .zero = 1}, 1);
+  EXPECT_FALSE(to_json(p).at("train").contains("optimizer"));
+  p.train.optimizer.exp_avg = DType::kBf16;
+  p.train.optimizer.exp_avg_sq = DType::kBf16;
+  ASSERT_TRUE(validate(p).ok()) << validate(p).error().message;
+  const Json j = to_json(p);
+  EXPECT_EQ(j.at("train").at("optimizer"), (Json{{"exp_avg", "bf16"}, {"exp_avg_sq", "bf16"}, {"main_grads", "fp32"}}));
+  auto back = plan_from_json(j);
+  ASSERT_TRUE(back.ok()) << back.error().message;
+  EXPECT_EQ(back.value(), p);
+  Json k = j;
+  k["train"]["optimizer"]["main_grads"] = "fp8";
+  auto r = plan_from_json(k);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.error().message.find("plan.train.optimizer.main_grads: \"fp8\": expected one of fp32, bf16"),
+            std::string::npos)
+      << r.error().message;
+  k["train"]["optimizer"]["main_grads"] = "fp33";
+  EXPECT_FALSE(plan_from_json(k).ok());
+  Plan fp32 = p;
+  fp32.train.dtype = DType::kFp32;
+  EXPECT_NE(message_of(validate(fp32)).find("train.optimizer: bf16 / bf16 moments and fp32 gradients under train.dtype "
+                                            "fp32"),
+            std::string::npos)
+      << message_of(validate(fp32));
+}
+
+// train.rounds: separate pipeline schedules per step, written only when more than one, dividing
+// the micro-batches; the runtime refuses them.
+TEST(PlanJson, PipelineRounds) {
+  Plan p = uniform_plan(LayerStrategy{.dp = 4}, 2);
+  EXPECT_FALSE(to_json(p).at("train").contains("rounds"));
+  p.train.rounds = 4;
+  ASSERT_TRUE(validate(p).ok()) << validate(p).error().message;
+  EXPECT_EQ(p.train.schedule_micro_batches(), 2);
+  const Json j = to_json(p);
+  EXPECT_EQ(j.at("train").at("rounds"), 4);
+  auto back = plan_from_json(j);
+  ASSERT_TRUE(back.ok()) << back.error().message;
+  EXPECT_EQ(back.value(), p);
+  p.train.rounds = 3;
+  EXPECT_EQ(message_of(validate(p)), "train.rounds: 3 pipeline schedules do not divide the 8 micro-batches of a step");
+}
+
 // train.varlen: written only when on, read back exactly; a variable-length plan has one stage,
 // Ulysses and cp 1 and power-of-two group sizes, and its batch (documents) need not divide by dp.
 TEST(PlanJson, VariableLengthSettings) {

@@ -64,7 +64,11 @@ TEST(RankMap, ExpertGroupsAreEtpApartOnTheExpertsGrid) {
   s = LayerStrategy{.tp = 4, .dp = 2, .ep = 2, .etp = 2};
   EXPECT_EQ(group_of(5, 8, 1, s, Axis::kEp), (std::vector<int>{5, 7}));
   EXPECT_EQ(group_of(13, 8, 2, s, Axis::kEp), (std::vector<int>{13, 15}));
-  for (Axis a : {Axis::kEp, Axis::kShard}) {
+  // Expert tensor groups: etp consecutive ranks; expert data-parallel groups: ep * etp apart.
+  EXPECT_EQ(group_of(5, 8, 1, s, Axis::kEtp), (std::vector<int>{4, 5}));
+  EXPECT_EQ(group_of(5, 8, 1, s, Axis::kEdp), (std::vector<int>{1, 5}));
+  EXPECT_EQ(group_of(13, 8, 2, s, Axis::kEdp), (std::vector<int>{9, 13}));
+  for (Axis a : {Axis::kEp, Axis::kShard, Axis::kEtp, Axis::kEdp}) {
     std::set<int> seen;
     for (const auto& g : all_groups(8, 2, s, a))
       for (int r : g) EXPECT_TRUE(seen.insert(r).second) << "rank " << r << " in two groups";

@@ -88,9 +88,26 @@ TEST(RuntimeSupport, RefusesModelsItCannotRunNamingTheFieldOrLayer) {
   EXPECT_EQ(refusal_of(enc), "plan: model layer 0: encoder layers are not supported by the weft runtime (decoder "
                              "layers are)");
 
-  Plan moe = uniform_plan(LayerStrategy{.dp = 8}, 1);
+  // MoE layers run with any expert degree; with biases they do not.
+  Plan moe = uniform_plan(LayerStrategy{.dp = 8, .ep = 4}, 1);
   moe.model.groups[0].shape.moe = MoeSpec{8, 2, 1408, 0};
-  EXPECT_EQ(refusal_of(moe), "plan: model layer 0: MoE layers (8 experts) are not supported by the weft runtime yet");
+  EXPECT_EQ(refusal_of(moe), "OK");
+  moe.model.groups[0].shape.bias = true;
+  EXPECT_EQ(refusal_of(moe), "plan: model layer 0: MoE layers with biases (8 experts) are not supported by the weft "
+                             "runtime yet (MoE layers without are)");
+  // Lower-precision optimizer states are Megatron-LM's, not the runtime's.
+  Plan lowp = uniform_plan(LayerStrategy{.dp = 8}, 1);
+  lowp.train.optimizer.exp_avg = DType::kBf16;
+  EXPECT_EQ(refusal_of(lowp), "plan: train.optimizer: the weft runtime keeps AdamW's moments and the gradients in "
+                              "fp32 (Megatron-LM's precision-aware optimizer is not built)");
+  // Under tp without sequence parallelism each tp rank routes a tp-th of the sequence.
+  Plan moe_tp = uniform_plan(LayerStrategy{.tp = 4, .dp = 2, .ep = 2}, 1);
+  moe_tp.model.groups[0].shape.moe = MoeSpec{8, 2, 1408, 0};
+  moe_tp.train.seq = 1026;
+  EXPECT_EQ(refusal_of(moe_tp), "plan: stages[0].layers[0].tp: a MoE layer under tp 4 without sequence parallelism "
+                                "routes a tp-th of each rank's 1026 tokens, which tp does not divide");
+  moe_tp.train.seq = 1024;
+  EXPECT_EQ(refusal_of(moe_tp), "OK");
 
   Plan banded = uniform_plan(LayerStrategy{.dp = 8}, 1);
   banded.model.groups[0].shape.window = 128;
@@ -116,7 +133,8 @@ TEST(RuntimeSupport, RefusesModelsItCannotRunNamingTheFieldOrLayer) {
   // The model predicate alone, without a plan.
   EXPECT_TRUE(runtime_runs_model(testing::small_model()).ok());
   EXPECT_EQ(runtime_runs_model(moe.model).error().message,
-            "model layer 0: MoE layers (8 experts) are not supported by the weft runtime yet");
+            "model layer 0: MoE layers with biases (8 experts) are not supported by the weft runtime yet (MoE layers "
+            "without are)");
 }
 
 TEST(RuntimeSupport, ValidatesFirst) {
@@ -131,8 +149,7 @@ TEST(RuntimeSupport, ValidatesFirst) {
 TEST(RuntimeSupport, PerStrategyAndScheduleRules) {
   EXPECT_TRUE(runtime_runs_strategy(LayerStrategy{.tp = 8, .sp = true, .ulysses = 1, .zero = 3}));
   EXPECT_TRUE(runtime_runs_strategy(LayerStrategy{.ulysses = 4, .dp = 2, .zero = 2, .recompute = Recompute::kFull}));
-  EXPECT_EQ(runtime_strategy_refusal(LayerStrategy{.dp = 8, .ep = 4}),
-            "ep: expert parallelism (ep=4) is not supported by the weft runtime yet");
+  EXPECT_EQ(runtime_strategy_refusal(LayerStrategy{.dp = 8, .ep = 4}), "");
   EXPECT_EQ(runtime_strategy_refusal(LayerStrategy{.dp = 8}), "");
 }
 

@@ -229,6 +229,29 @@ TEST(Megatron, LatentAttentionFlags) {
   EXPECT_FALSE(contains(b->text(), "--q-lora-rank")) << b->text();
 }
 
+// Megatron-LM's precision-aware optimizer: bf16 moments (NVIDIA's MoE recipes) and bf16 main
+// gradients as its flags; torchtitan and DeepSpeed have no counterpart and refuse the plan.
+TEST(Megatron, PrecisionAwareOptimizerFlags) {
+  Plan p = interleaved_tp_plan();
+  p.train.optimizer.exp_avg = DType::kBf16;
+  p.train.optimizer.exp_avg_sq = DType::kBf16;
+  auto a = megatron_args(p);
+  ASSERT_TRUE(a.ok()) << a.error().message;
+  for (const char* flag : {"--use-precision-aware-optimizer", "--exp-avg-dtype bf16", "--exp-avg-sq-dtype bf16"})
+    EXPECT_NE(std::find(a->lines.begin(), a->lines.end(), flag), a->lines.end()) << flag << "\n" << a->text();
+  EXPECT_FALSE(contains(a->text(), "--main-grads-dtype")) << a->text();
+  p.train.optimizer.main_grads = DType::kBf16;
+  auto b = megatron_args(p);
+  ASSERT_TRUE(b.ok()) << b.error().message;
+  EXPECT_TRUE(contains(b->text(), "--main-grads-dtype bf16")) << b->text();
+  auto t = torchtitan_config(p);
+  ASSERT_FALSE(t.ok());
+  EXPECT_TRUE(contains(t.error().message, "train.optimizer")) << t.error().message;
+  auto d = deepspeed_config(p);
+  ASSERT_FALSE(d.ok());
+  EXPECT_TRUE(contains(d.error().message, "train.optimizer")) << d.error().message;
+}
+
 // GPT-OSS: banded layers 1, 3, 5, ... (1-based) of 128 tokens with themselves, learned sinks,
 // biases kept. Megatron-LM's flags at core_v0.19: --window-size (left, right) keeps keys
 // j >= i - left; --window-attn-skip-freq N leaves layer n full when n % N == 0.
@@ -450,6 +473,26 @@ TEST(Torchtitan, FsdpPipelinePlanGivesExactTables) {
             "\n[activation_checkpoint]\n"
             "mode = \"selective\"\n"
             "selective_ac_option = \"op\"\n");
+}
+
+// train.rounds: the 8 micro-batches as 2 pipeline schedules of 4 each, torchtitan's gradient
+// accumulation (global 64 / (local 8 x dp 4) = 2 steps of its schedule); Megatron-LM and DeepSpeed
+// run one schedule per step and refuse it.
+TEST(Torchtitan, PipelineRoundsAreGradientAccumulation) {
+  Plan p = plan(llama(8), cluster(2, 8), train(2, 8, 64, Schedule::k1F1B, 1, 4096),
+                LayerStrategy{.tp = 2, .sp = true, .dp = 4, .zero = 3, .recompute = Recompute::kSelective});
+  p.train.rounds = 2;
+  ASSERT_TRUE(validate(p).ok()) << validate(p).error().message;
+  auto c = torchtitan_config(p);
+  ASSERT_TRUE(c.ok()) << c.error().message;
+  EXPECT_TRUE(contains(c->toml, "local_batch_size = 8\nglobal_batch_size = 64\n")) << c->toml;
+  EXPECT_TRUE(contains(c->toml, "pipeline_parallel_microbatch_size = 2\n")) << c->toml;
+  auto m = megatron_args(p);
+  ASSERT_FALSE(m.ok());
+  EXPECT_TRUE(contains(m.error().message, "train.rounds=2: Megatron-LM runs all 8 micro-batches of a step in one "
+                                          "pipeline schedule"))
+      << m.error().message;
+  EXPECT_FALSE(deepspeed_config(p).ok());
 }
 
 // Without a pipeline the micro-batches are gradient accumulation: local_batch_size is one

@@ -19,18 +19,19 @@ struct Reference {
 // One single-process run per (model, batch, micro-batches, driver build), cached on disk so the
 // tests of a ctest run (one process each) share it. A cache entry is a directory renamed into place
 // complete, so concurrent tests never read half of one.
-inline const Reference& reference(const Plan& p) {
+// `both`: flags for the reference and the parallel run alike.
+inline const Reference& reference(const Plan& p, const std::string& both = "") {
   static std::map<std::string, Reference> cache;
   const Plan ref = reference_of(p);
   const auto stamp = std::filesystem::last_write_time(driver()).time_since_epoch().count();
-  const std::string key = json_hash(Json{to_json(ref), train_flags(kSteps), std::to_string(stamp)});
+  const std::string key = json_hash(Json{to_json(ref), train_flags(kSteps) + both, std::to_string(stamp)});
   auto it = cache.find(key);
   if (it != cache.end()) return it->second;
   const auto final_dir = std::filesystem::temp_directory_path() / ("weft_rt_ref_" + key);
   Reference r;
   if (!std::filesystem::exists(final_dir / "losses.json")) {
     const std::string dir = temp_dir("ref_" + key);
-    const RunResult run = train_plan(ref, dir, "ref", kSteps);
+    const RunResult run = train_plan(ref, dir, "ref", kSteps, both);
     EXPECT_EQ(run.status, 0) << run.output;
     write_json_file(dir + "/losses.json", Json{{"losses", run.losses}, {"grad_norms", run.grad_norms}});
     std::error_code ec;
@@ -50,12 +51,14 @@ inline const Reference& reference(const Plan& p) {
   return cache.emplace(key, std::move(r)).first->second;
 }
 
-// `extra`: flags for the parallel run only (the reference runs with the defaults).
-inline void expect_parity(const Plan& p, const std::string& name, const std::string& extra = "") {
-  const Reference& ref = reference(p);
+// `extra`: flags for the parallel run only (the reference runs with the defaults); `both`: flags
+// for both runs.
+inline void expect_parity(const Plan& p, const std::string& name, const std::string& extra = "",
+                          const std::string& both = "") {
+  const Reference& ref = reference(p, both);
   ASSERT_EQ(ref.run.losses.size(), static_cast<size_t>(kSteps)) << ref.run.output;
   const std::string dir = temp_dir(name);
-  const RunResult got = train_plan(p, dir, name, kSteps, extra);
+  const RunResult got = train_plan(p, dir, name, kSteps, extra + both);
   ASSERT_EQ(got.status, 0) << got.output;
   ASSERT_EQ(got.losses.size(), static_cast<size_t>(kSteps)) << got.output;
   double worst_loss = 0;

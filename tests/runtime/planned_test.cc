@@ -129,14 +129,25 @@ TEST_P(PlannedPlans, TrainLikeOneProcess) {
   // Parameters: these plans are deeper and wider than the parity matrix's (up to 40 layers, 8 ranks,
   // other reduction orders), and AdamW's first steps move an element by about lr whatever its
   // gradient's size, so a gradient that is rounding noise in both runs moves its element by a
-  // fraction of lr (3e-3 here). The bound, a tenth of lr, is far below what a wrong gradient does
-  // (a step of lr on most elements, besides the losses and gradient norms above).
-  auto d = runtime::compare_params(read_params(dir + "/planned.params"), read_params(dir + "/one.params"));
+  // fraction of lr (3e-3 here). Which elements those are depends on the machine's BLAS kernels
+  // (llama-2-7b's plan: one element 4.4e-4 apart on one machine, none beyond 3e-4 on another), so
+  // the bounds are on how many elements move more than a tenth of lr (2 plus 1 in 100,000) and on
+  // the worst (half of lr): both far below what a wrong gradient does (a step of lr on most
+  // elements, besides the losses and gradient norms above).
+  const runtime::ParamsFile got_params = read_params(dir + "/planned.params"), ref_params = read_params(dir + "/one.params");
+  auto d = runtime::compare_params(got_params, ref_params);
   ASSERT_TRUE(d.ok()) << d.error().message;
-  EXPECT_LE(d->max_abs, 3e-4) << d->worst;
-  std::printf("%s on %d x %s, seq %d: %s; losses within %.1e, parameters within %.1e (%s)\n", c.model, c.gpus,
-              c.cluster, c.seq, describe(real).c_str(),
-              std::fabs(got.losses.back() - ref.losses.back()) / ref.losses.back(), d->max_abs, d->worst.c_str());
+  int64_t elements = 0, beyond = 0;
+  ASSERT_EQ(got_params.params.size(), ref_params.params.size());
+  for (size_t k = 0; k < got_params.params.size(); ++k)
+    for (size_t i = 0; i < got_params.params[k].data.size(); ++i, ++elements)
+      if (std::fabs(got_params.params[k].data[i] - ref_params.params[k].data[i]) > 3e-4) ++beyond;
+  EXPECT_LE(beyond, 2 + elements / 100000) << beyond << " of " << elements << " elements more than 3e-4 apart";
+  EXPECT_LE(d->max_abs, 1.5e-3) << d->worst;
+  std::printf("%s on %d x %s, seq %d: %s; losses within %.1e, parameters within %.1e (%s; %lld of %lld beyond 3e-4)\n",
+              c.model, c.gpus, c.cluster, c.seq, describe(real).c_str(),
+              std::fabs(got.losses.back() - ref.losses.back()) / ref.losses.back(), d->max_abs, d->worst.c_str(),
+              static_cast<long long>(beyond), static_cast<long long>(elements));
   std::filesystem::remove_all(dir);
 }
 
@@ -194,6 +205,77 @@ TEST(PlannedCli, PlansWrittenWithOutTrainUnderLaunch) {
     ASSERT_EQ(trained.losses.size(), 2u) << w.name << "\n" << trained.output;
     EXPECT_TRUE(std::isfinite(trained.losses.back())) << w.name;
   }
+  std::filesystem::remove_all(dir);
+}
+
+// The relied-on MoE path: `weft estimate --model <Mixtral-style config.json> --ep 2 ... --out P`
+// writes a plan with expert parallelism that `weft launch -n 2 -- weft train --plan P --model
+// <config.json>` trains, each step reporting its MoE layers' load imbalance.
+TEST(PlannedCli, MoeEstimateWithEpTrainsUnderLaunch) {
+  const std::string dir = temp_dir("planned_moe");
+  const std::string cfg = dir + "/config.json";
+  {
+    std::ofstream f(cfg);
+    f << R"({"architectures": ["MixtralForCausalLM"], "model_type": "mixtral", "vocab_size": 64,
+             "hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+             "intermediate_size": 16, "num_local_experts": 4, "num_experts_per_tok": 2,
+             "max_position_embeddings": 64, "rms_norm_eps": 1e-5, "rope_theta": 10000.0,
+             "tie_word_embeddings": false, "router_aux_loss_coef": 0.02})";
+  }
+  const std::string plan = dir + "/plan.json";
+  const RunResult est = run(std::string(WEFT_CLI) + " estimate --model " + cfg +
+                            " --cluster a100-80gb --gpus 2 --seq 16 --global-batch 4 --tp 1 --pp 1 --micro-batch 1 --ep 2 --out " + plan);
+  ASSERT_EQ(est.status, 0) << est.output;
+  auto p = read_plan_file(plan);
+  ASSERT_TRUE(p.ok()) << p.error().message;
+  EXPECT_EQ(p->stages[0].layers[0].ep, 2);
+  EXPECT_EQ(p->model.layer(0).moe.aux_loss_coef, 0.02);
+  const RunResult trained =
+      run(std::string(WEFT_CLI) + " launch -n 2 -- " + WEFT_CLI + train_flags(2) + " --plan " + plan + " --model " + cfg);
+  ASSERT_EQ(trained.status, 0) << trained.output;
+  ASSERT_EQ(trained.losses.size(), 2u) << trained.output;
+  EXPECT_TRUE(std::isfinite(trained.losses.back()));
+  EXPECT_NE(trained.output.find("\"imbalance\""), std::string::npos) << trained.output;
+  std::filesystem::remove_all(dir);
+}
+
+// `weft moe-placement` on a synthetic skewed trace (each sample preferring one ep rank's experts)
+// for a plan of 4 ranks on two nodes of 2: the inter-node bytes it prints fall, and the placement it
+// writes trains under `weft train --moe-placement`.
+TEST(PlannedCli, MoePlacementFromASyntheticTraceTrains) {
+  const std::string dir = temp_dir("planned_placement");
+  ModelSpec m = tiny_llama(2);
+  m.name = "tiny-moe-cli";
+  m.groups[0].shape.ffn = 0;
+  m.groups[0].shape.moe = MoeSpec{8, 2, 16, 0};
+  Plan p = uniform(m, 4, 1, strat(1, 4), {}, Schedule::k1F1B, 16, 2);
+  for (LayerStrategy& s : p.stages[0].layers) s.ep = 4;
+  p.cluster.nodes = 2;
+  p.cluster.gpus_per_node = 2;
+  p.cluster.inter = LinkSpec{1, 10};
+  ASSERT_TRUE(validate(p).ok()) << validate(p).error().message;
+  const std::string plan = write_plan(p, dir, "plan");
+  const RunResult placed = run(std::string(WEFT_CLI) + " moe-placement --plan " + plan +
+                               " --synthetic 0.9 --steps 2 --format json --out " + dir + "/placement.json");
+  ASSERT_EQ(placed.status, 0) << placed.output;
+  const Json j = Json::parse(placed.output);
+  ASSERT_EQ(j.at("steps").size(), 2u);
+  for (const Json& s : j.at("steps")) {
+    EXPECT_LT(s.at("inter_node_bytes_after").get<double>(), s.at("inter_node_bytes_before").get<double>()) << s.dump();
+    EXPECT_LT(s.at("step_s_after").get<double>(), s.at("step_s_before").get<double>()) << s.dump();
+  }
+  const RunResult trained = run(std::string(WEFT_CLI) + " launch -n 4 -- " + WEFT_CLI + train_flags(2) + " --plan " +
+                                plan + " --moe-placement " + dir + "/placement.json");
+  ASSERT_EQ(trained.status, 0) << trained.output;
+  ASSERT_EQ(trained.losses.size(), 2u) << trained.output;
+  // A placement for another batch is refused, naming the numbers.
+  p.train.global_batch = 8;
+  const std::string other = write_plan(p, dir, "other");
+  const RunResult refused = run(std::string(WEFT_CLI) + " launch -n 4 -- " + WEFT_CLI + train_flags(1) + " --plan " +
+                                other + " --moe-placement " + dir + "/placement.json");
+  EXPECT_NE(refused.status, 0);
+  EXPECT_NE(refused.output.find("global batch 16 in 2 micro-batches, the plan's is 8 in 2"), std::string::npos)
+      << refused.output;
   std::filesystem::remove_all(dir);
 }
 

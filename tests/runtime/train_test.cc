@@ -386,17 +386,20 @@ ModelSpec wider_gpt(int layers, int hidden) {
   return m;
 }
 
-// A rank made three times slower (--slow) is named in the log after three steps, its compute time
+// A rank made five times slower (--slow) is named in the log after three steps, its compute time
 // per step (in every step's JSON and the summary's mean) stands out, and the losses are those of
-// the run without it, bit for bit. (A margin of 1.6: four ranks sharing this machine's two cores see
-// their own compute vary by half from step to step.)
+// the run without it, bit for bit. Two ranks, one core each: four ranks sharing two cores saw their
+// own compute vary by half from step to step, and on a machine of two AMD EPYC threads rank 0,
+// which also serves the job's store, measured 1.6-2.6x the others' compute step after step (named
+// a straggler at margins up to 2.5), where two ranks measured alike. With two ranks the median is
+// their mean, so a rank five times slower reads 5/3 of it: margin 1.4.
 TEST(RuntimeStragglers, ASlowRankIsNamedAndChangesNothingElse) {
-  // Enough compute per step that four ranks on two cores measure it steadily: with tiny_gpt's the
-  // scheduler's jitter alone sometimes made a rank 1.6 times slower than the others.
-  const Plan p = uniform(wider_gpt(2, 256), 4, 1, strat(1, 4), {}, Schedule::k1F1B, 8, 2);
+  // Enough compute per step to measure it steadily (with tiny_gpt's the scheduler's jitter alone
+  // sometimes made a rank 1.6 times slower than the others).
+  const Plan p = uniform(wider_gpt(2, 256), 2, 1, strat(1, 2), {}, Schedule::k1F1B, 8, 2);
   const std::string dir = temp_dir("stragglers");
-  const RunResult base = train_plan(p, dir, "base", 6, " --straggler-margin 1.6");
-  const RunResult slow = train_plan(p, dir, "slow", 6, " --slow 1:3 --straggler-margin 1.6");
+  const RunResult base = train_plan(p, dir, "base", 6, " --straggler-margin 1.4");
+  const RunResult slow = train_plan(p, dir, "slow", 6, " --slow 1:5 --straggler-margin 1.4");
   std::filesystem::remove_all(dir);
   ASSERT_EQ(base.status, 0) << base.output;
   ASSERT_EQ(slow.status, 0) << slow.output;
@@ -411,14 +414,14 @@ TEST(RuntimeStragglers, ASlowRankIsNamedAndChangesNothingElse) {
     if (line.rfind("[0] ", 0) == 0) line = line.substr(4);
     if (line.rfind("{\"step\"", 0) != 0) continue;
     const Json j = Json::parse(line);
-    ASSERT_EQ(j.at("compute_s").size(), 4u) << line;
+    ASSERT_EQ(j.at("compute_s").size(), 2u) << line;
     ++steps;
   }
   EXPECT_EQ(steps, 6);
   ASSERT_TRUE(slow.summary.contains("mean_compute_s")) << slow.output;
   const auto c = slow.summary["mean_compute_s"].get<std::vector<double>>();
-  ASSERT_EQ(c.size(), 4u);
-  for (int r : {0, 2, 3}) EXPECT_GT(c[1], 2.0 * c[r]) << "rank " << r << ": " << slow.summary.dump();
+  ASSERT_EQ(c.size(), 2u);
+  EXPECT_GT(c[1], 2.5 * c[0]) << slow.summary.dump();
   // Out of range: refused before anything connects.
   const RunResult bad = run(driver() + train_flags(2) + " --slow 3:2");
   EXPECT_EQ(bad.status, 2) << bad.output;

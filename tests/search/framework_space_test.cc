@@ -127,7 +127,7 @@ TEST(FrameworkSpace, WeftIsTheRuntimesRestriction) {
   EXPECT_EQ(weft.schedules, (std::vector<Schedule>{Schedule::kGpipe, Schedule::k1F1B, Schedule::kInterleaved,
                                                    Schedule::kZbH1, Schedule::kZbV}));
   EXPECT_TRUE(weft.allow_cp);  // context parallelism runs (ring attention)
-  int accepted = 0, refused = 0;
+  // Every strategy runs, expert parallelism included (MoE layers in the runtime).
   for (int tp : {1, 2})
     for (int u : {1, 2})
       for (int cp : {1, 2})
@@ -136,11 +136,8 @@ TEST(FrameworkSpace, WeftIsTheRuntimesRestriction) {
             const LayerStrategy s{.tp = tp, .sp = tp > 1, .ulysses = u, .cp = cp, .dp = 2, .zero = zero, .ep = ep};
             const bool a = weft.accept(s, nullptr);
             EXPECT_EQ(a, runtime.accept(s, nullptr)) << label(s);
-            EXPECT_EQ(a, ep == 1) << label(s);
-            (a ? accepted : refused)++;
+            EXPECT_TRUE(a) << label(s);
           }
-  EXPECT_GT(accepted, 0);
-  EXPECT_GT(refused, 0);
 
   // Every schedule runs there: the ones asked for are kept.
   SearchOptions interleaved;

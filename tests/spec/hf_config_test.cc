@@ -143,7 +143,14 @@ TEST(HfConfig, DeepseekV3LatentAttention) {
   EXPECT_FALSE(m.groups[0].shape.moe.enabled());
   EXPECT_EQ(m.groups[1].count, 58);
   const LayerShape& s = m.groups[1].shape;
-  EXPECT_EQ(s.moe, (MoeSpec{.experts = 256, .top_k = 8, .expert_ffn = 2048, .shared_experts = 1}));
+  EXPECT_EQ(s.moe, (MoeSpec{.experts = 256,
+                           .top_k = 8,
+                           .expert_ffn = 2048,
+                           .shared_experts = 1,
+                           .score = RouterScore::kSigmoid,
+                           .norm_topk = true,
+                           .routed_scale = 2.5,
+                           .aux_loss_coef = 0.001}));
   EXPECT_EQ(s.mla, (MlaSpec{.q_lora_rank = 1536, .kv_lora_rank = 512, .qk_rope_dim = 64, .v_head_dim = 128}));
   EXPECT_EQ(s.head_dim, 192);
   EXPECT_EQ(s.kv_heads, 128);
@@ -370,6 +377,63 @@ TEST(HfConfig, UnknownTypeWithMixtralKeysNamesTheKeysItIgnores) {
   EXPECT_NE(err.find("not read"), std::string::npos) << err;
   EXPECT_NE(err.find("router_jitter_noise"), std::string::npos) << err;
   EXPECT_EQ(err.find("num_local_experts,"), std::string::npos) << err;  // read keys are not listed
+}
+
+// The router each family's configuration class describes: Mixtral's renormalised top-k and its
+// router_aux_loss_coef; Qwen's norm_topk_prob (false in Qwen1.5-MoE, true in Qwen3-30B-A3B);
+// OLMoE (OlmoeConfig: experts of intermediate_size in every layer, default coefficient 0.01).
+TEST(HfConfig, RouterSettingsPerFamily) {
+  const MoeSpec mixtral = load("mixtral-8x7b.config.json").groups[0].shape.moe;
+  EXPECT_EQ(mixtral.score, RouterScore::kSoftmax);
+  EXPECT_TRUE(mixtral.norm_topk);
+  EXPECT_DOUBLE_EQ(mixtral.aux_loss_coef, 0.02);
+  const ModelSpec q15 = load("qwen1.5-moe-a2.7b.config.json");
+  EXPECT_FALSE(q15.groups.back().shape.moe.norm_topk);
+  EXPECT_DOUBLE_EQ(q15.groups.back().shape.moe.aux_loss_coef, 0.001);
+  const ModelSpec q3 = load("qwen3-30b-a3b.config.json");
+  EXPECT_TRUE(q3.groups.back().shape.moe.norm_topk);
+  auto olmoe = model_from_hf_config(Json::parse(R"({"model_type": "olmoe", "vocab_size": 50304, "hidden_size": 2048,
+      "num_hidden_layers": 16, "num_attention_heads": 16, "num_key_value_heads": 16, "intermediate_size": 1024,
+      "num_experts": 64, "num_experts_per_tok": 8, "norm_topk_prob": false, "max_position_embeddings": 4096,
+      "rope_theta": 10000.0, "rms_norm_eps": 1e-05, "tie_word_embeddings": false})"));
+  ASSERT_TRUE(olmoe.ok()) << olmoe.error().message;
+  ASSERT_EQ(olmoe->groups.size(), 1u);
+  EXPECT_EQ(olmoe->groups[0].count, 16);
+  const MoeSpec& o = olmoe->groups[0].shape.moe;
+  EXPECT_EQ(o, (MoeSpec{.experts = 64, .top_k = 8, .expert_ffn = 1024, .norm_topk = false, .aux_loss_coef = 0.01}));
+  // A scoring function weft does not know is named.
+  auto bad = model_from_hf_config(Json::parse(R"({"model_type": "deepseek_v3", "vocab_size": 1000, "hidden_size": 64,
+      "num_hidden_layers": 2, "num_attention_heads": 4, "intermediate_size": 128, "n_routed_experts": 8,
+      "num_experts_per_tok": 2, "moe_intermediate_size": 32, "scoring_func": "tanh"})"));
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.error().message.find("scoring_func: expected \"softmax\" or \"sigmoid\", got \"tanh\""),
+            std::string::npos)
+      << bad.error().message;
+}
+
+// The router's fields round-trip through the model JSON, written only where they differ from the
+// defaults, and bad values are named.
+TEST(HfConfig, RouterFieldsInTheModelJson) {
+  ModelSpec m = load("deepseek-v3.config.json");
+  const Json j = to_json(m);
+  const Json& moe = j.at("groups").back().at("moe");
+  EXPECT_EQ(moe.at("router"), "sigmoid");
+  EXPECT_DOUBLE_EQ(moe.at("routed_scale").get<double>(), 2.5);
+  EXPECT_FALSE(moe.contains("norm_topk"));  // true, the default
+  auto back = model_from_json(j);
+  ASSERT_TRUE(back.ok()) << back.error().message;
+  EXPECT_TRUE(*back == m);
+  Json k = j;
+  k["groups"].back()["moe"]["routed_scale"] = 0;
+  auto r = model_from_json(k);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.error().message.find("moe.routed_scale: must be positive, got 0"), std::string::npos) << r.error().message;
+  k["groups"].back()["moe"]["routed_scale"] = 1;
+  k["groups"].back()["moe"]["router"] = "relu";
+  r = model_from_json(k);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.error().message.find("router: expected \"softmax\" or \"sigmoid\", got \"relu\""), std::string::npos)
+      << r.error().message;
 }
 
 }  // namespace

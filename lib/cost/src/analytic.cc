@@ -124,8 +124,8 @@ LayerCost AnalyticCostModel::layer(const LayerContext& ctx, const LayerStrategy&
   const double dense_local = hp.dense, expert_local = hp.expert;
   const int shard = hp.shard, expert_shard = hp.expert_shard;
   const MasterWeights master = master_weights(opt_);
-  const StateBytes sd = sharded_state_bytes(tr.dtype, s.zero, shard, master);
-  const StateBytes se = sharded_state_bytes(tr.dtype, s.zero, expert_shard, master);
+  const StateBytes sd = sharded_state_bytes(tr.dtype, s.zero, shard, master, tr.optimizer);
+  const StateBytes se = sharded_state_bytes(tr.dtype, s.zero, expert_shard, master, tr.optimizer);
   MemoryBreakdown& mem = out.memory;
   mem.weights = Bytes(sd.weights * dense_local + se.weights * expert_local);
   mem.grads = Bytes(sd.grads * dense_local + se.grads * expert_local);
@@ -175,7 +175,7 @@ LayerCost AnalyticCostModel::stage_extra(const StageContext& ctx, const LayerStr
   const double grad_sync = pt.grad_sync;
   out.optimizer = ec.optimizer;
   if (ec.params > 0) {
-    const StateBytes sb = sharded_state_bytes(tr.dtype, emb.zero, emb.shard_group(), master_weights(opt_));
+    const StateBytes sb = sharded_state_bytes(tr.dtype, emb.zero, emb.shard_group(), master_weights(opt_), tr.optimizer);
     out.memory.weights = Bytes(sb.weights * ec.params);
     out.memory.grads = Bytes(sb.grads * ec.params);
     out.memory.optimizer = Bytes(sb.optimizer * ec.params);
@@ -266,7 +266,10 @@ StepCost AnalyticCostModel::step(const TrainSettings& train, const std::vector<S
   for (const StageSums& s : stages) timing.push_back(stage_timing(s));
   const Result<Simulation> sim = simulate_schedule(spec, timing);
   if (!sim.ok()) throw InputError("pipeline step: " + sim.error().message);
-  const double m = spec.micro_batches;
+  // train.rounds schedules of spec.micro_batches each: every round but the last fills and drains
+  // the pipeline without the gradient reduction and the update, which follow the last.
+  const int rounds = std::max(1, train.rounds);
+  const double m = static_cast<double>(spec.micro_batches) * rounds;
 
   // Overlapped sends (interleaved schedule) do not occupy the device.
   const double p2p_busy = spec.overlap_p2p ? 0.0 : 1.0;
@@ -284,7 +287,8 @@ StepCost AnalyticCostModel::step(const TrainSettings& train, const std::vector<S
     const double end = sim->optimizer_start_s[g] + opt[g];
     if (end > last_end) last_end = end, last = g;
   }
-  const double step = sim->makespan_s;
+  const double step = sim->makespan_s + (rounds - 1) * pipeline;
+  pipeline *= rounds;
 
   out.step_time = Seconds(step);
   out.stage_time.resize(n);

@@ -88,9 +88,8 @@ constexpr double kEagerRopeElems = 10;
 constexpr double kBwdKernelsPerLinear = 2;
 constexpr double kBwdKernelsAttnCore = 7;
 constexpr double kBwdKernelsFlash = 3;
-// §6 Adam: reads and writes the fp32 master weight and both moments (24 bytes), reads the gradient,
-// writes the compute-dtype weight.
-constexpr double kAdamStateBytes = 24;
+// §6 Adam: reads and writes the fp32 master weight and both moments (24 bytes with fp32 moments:
+// adam_state_traffic_bytes), reads the gradient, writes the compute-dtype weight.
 // §2.3 A 16-bit GEMM with a dimension not a multiple of 8 (the unpadded 50257-token GPT vocabulary)
 // over the same GEMM padded, on the H100: 785 / 113 TFLOP/s (data/reference/h100/torch_kernels.json).
 constexpr double kUnalignedHeadGemmSlowdown = 785.0 / 113.0;
@@ -363,7 +362,7 @@ LayerCompute layer_compute(const LayerContext& ctx, const LayerStrategy& s, cons
   LayerCompute out;
   // --- optimizer (§6): Adam over the local shard, bound by HBM traffic
   const HeldParams& hp = out.held = held_params(L, s);
-  const StateBytes per_param = state_bytes_per_param(tr.dtype);
+  const StateBytes per_param = state_bytes_per_param(tr.dtype, tr.optimizer);
   const double opt_params = hp.dense / (s.zero >= 1 ? safe(hp.shard) : 1.0) +
                             hp.expert / (s.zero >= 1 ? safe(hp.expert_shard) : 1.0);
   // --- weight-gradient accumulation (§2.3) as its own kernel: read the new gradient and the
@@ -374,7 +373,8 @@ LayerCompute layer_compute(const LayerContext& ctx, const LayerStrategy& s, cons
     b.wgrad += accumulate;  // runs with the weight gradient it accumulates
   }
   out.optimizer = optimizer_kernels(c.gpu, tr.dtype, opt)
-                      .memory(Bytes((kAdamStateBytes + per_param.grads + per_param.weights) * opt_params +
+                      .memory(Bytes((adam_state_traffic_bytes(tr.optimizer) + per_param.grads + per_param.weights) *
+                                        opt_params +
                                     weft_step_bytes(opt, e) * (hp.dense + hp.expert)));
   out.f = f;
   out.b = b;
@@ -476,10 +476,10 @@ EdgeCompute edge_compute(const StageContext& ctx, const LayerStrategy& emb, cons
   // weight-gradient accumulation as its own kernel (§2.3), as in the layers
   if (!opt.fused_grad_accumulation) b.mem += seconds(km.memory(Bytes(grad_accumulation_bytes(e) * out.params)));
   if (out.params > 0) {
-    const StateBytes per_param = state_bytes_per_param(tr.dtype);
+    const StateBytes per_param = state_bytes_per_param(tr.dtype, tr.optimizer);
     const double opt_params = out.params / (emb.zero >= 1 ? safe(emb.shard_group()) : 1.0);
     out.optimizer = optimizer_kernels(c.gpu, tr.dtype, opt)
-                        .memory(Bytes((kAdamStateBytes + per_param.grads + per_param.weights) * opt_params +
+                        .memory(Bytes((adam_state_traffic_bytes(tr.optimizer) + per_param.grads + per_param.weights) * opt_params +
                                       weft_step_bytes(opt, e) * out.params));
   }
   return out;

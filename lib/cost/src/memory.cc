@@ -22,8 +22,27 @@ StateBytes state_bytes_per_param(DType dtype) {
   return {2, 4, 12};
 }
 
-StateBytes sharded_state_bytes(DType dtype, int zero, int shard, MasterWeights master) {
+namespace {
+// Bytes of one optimizer-state element (Megatron's precision-aware optimizer keeps fp8 moments in
+// one byte, with per-tensor scales).
+double state_element_bytes(DType d) { return d == DType::kFp8 ? 1.0 : dtype_bytes(d); }
+}  // namespace
+
+StateBytes state_bytes_per_param(DType dtype, const OptimizerPrecision& o) {
   StateBytes b = state_bytes_per_param(dtype);
+  if (!o.precision_aware()) return b;
+  b.optimizer += state_element_bytes(o.exp_avg) + state_element_bytes(o.exp_avg_sq) - 8;
+  if (o.main_grads == DType::kBf16) b.grads = 2;
+  return b;
+}
+
+double adam_state_traffic_bytes(const OptimizerPrecision& o) {
+  return 2 * (4 + state_element_bytes(o.exp_avg) + state_element_bytes(o.exp_avg_sq));
+}
+
+StateBytes sharded_state_bytes(DType dtype, int zero, int shard, MasterWeights master, const OptimizerPrecision& o) {
+  StateBytes b = state_bytes_per_param(dtype, o);
+  const double moments = state_element_bytes(o.exp_avg) + state_element_bytes(o.exp_avg_sq);
   const double n = std::max(1, shard);
   if (master == MasterWeights::kShardedParams && zero >= 2) {
     // FSDP with a param_dtype: fp32 sharded parameters (the master) and fp32 sharded gradients,
@@ -32,14 +51,14 @@ StateBytes sharded_state_bytes(DType dtype, int zero, int shard, MasterWeights m
     const double compute = b.weights;
     b.weights = 4 / n + (zero == 2 ? compute : 0.0);
     b.grads = 4 / n;
-    b.optimizer = 8 / n;
+    b.optimizer = moments / n;
     return b;
   }
   if (master == MasterWeights::kFp32Params && b.weights < 4) {
     const double compute = b.weights;
     b.weights = zero >= 3 ? 4 / n : 4 + compute;
     b.grads = zero >= 2 ? 4 / n : 4;
-    b.optimizer = zero >= 1 ? 8 / n : 8;
+    b.optimizer = zero >= 1 ? moments / n : moments;
     return b;
   }
   if (zero >= 1) b.optimizer /= n;
@@ -303,7 +322,7 @@ Bytes layer_backward_transient_bytes(const LayerShape& s, const LayerStrategy& s
 }
 
 double micro_batches_in_flight(const TrainSettings& t, int stage) {
-  const int m = std::max(1, t.micro_batches);
+  const int m = std::max(1, t.schedule_micro_batches());
   const int pp = std::max(1, t.pp);
   const int g = stage_group(t, stage);
   switch (t.schedule) {
@@ -355,7 +374,7 @@ Bytes weight_grad_state_bytes(const LayerShape& s, const LayerStrategy& st, cons
 bool weight_grad_inputs_held(const TrainSettings& t) { return t.schedule != Schedule::kZbV; }
 
 double pending_weight_grads(const TrainSettings& t, int stage) {
-  const int m = std::max(1, t.micro_batches);
+  const int m = std::max(1, t.schedule_micro_batches());
   // ZB-V's steady state runs each W right after its B: one chunk-micro-batch's W state per group
   // (its output gradients, weight_grad_inputs_held), counted half on each of its two chunks.
   if (t.schedule == Schedule::kZbV) return 0.5;

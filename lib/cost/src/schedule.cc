@@ -244,7 +244,7 @@ ScheduleSpec schedule_spec(const TrainSettings& train, int stages, const CostMod
     sp.schedule = sp.vp == 2 ? Schedule::kZbV : sp.vp > 1 ? Schedule::kInterleaved : Schedule::kZbH1;
   else
     sp.schedule = sp.vp > 1 ? Schedule::kInterleaved : train.schedule;
-  sp.micro_batches = std::max(1, train.micro_batches);
+  sp.micro_batches = std::max(1, train.schedule_micro_batches());  // one of train.rounds schedules
   // Megatron-LM's interleaved schedule overlaps its sends; so does torch.distributed.pipelining's
   // schedule runtime, which zb-v runs in (ScheduleZBVZeroBubble is a _PipelineScheduleRuntime: its
   // SEND_F / SEND_B are asynchronous, and only the receiving pass waits for its RECV; pytorch/pytorch

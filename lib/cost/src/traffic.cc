@@ -190,7 +190,7 @@ LayerTraffic layer_traffic(const LayerContext& ctx, const LayerStrategy& s, cons
   // §3.5 Data parallel / ZeRO over the ranks holding this shard; experts over their expert
   // data-parallel group (devices / (etp * ep), stride etp * ep).
   const HeldParams hp = held_params(L, s);
-  const StateBytes per_param = state_bytes_per_param(dtype);
+  const StateBytes per_param = state_bytes_per_param(dtype, tr.optimizer);
   const double wbytes = per_param.weights, gbytes = per_param.grads;
   const CommGroup dgroup = place_group(c, hp.shard, s.tp);
   const CommGroup egroup = place_group(c, hp.expert_shard, s.expert_tp() * s.ep);
@@ -299,7 +299,7 @@ LayerTraffic edge_traffic(const StageContext& ctx, const LayerStrategy& emb, con
 
   // Gradient reduction of each bucket: without per_tensor_edges once per step, all-reduced (ZeRO 0)
   // or reduce-scattered and the weights all-gathered; per tensor as for layers (§3.5).
-  const StateBytes sb = state_bytes_per_param(dtype);
+  const StateBytes sb = state_bytes_per_param(dtype, tr.optimizer);
   const int shard = emb.shard_group();
   const CommGroup dg = place_group(c, shard, emb.tp);
   auto data = [&](Phase ph, Overlap ov, const CallList& calls) { b.add(CommAxis::kData, ph, ov, 1, calls); };

@@ -56,7 +56,47 @@ struct UnitBuilder {
   }
 };
 
-// The parameters of decoder layer li on tensor-parallel rank t of tp.
+// An FFN of width F split by columns over tp (rank t's slice), names `pre` + gate/up/down (SwiGLU)
+// or fc1/fc2 (GELU), with biases where the layer has them.
+void add_ffn_params(UnitBuilder& b, const LayerShape& sh, const std::string& pre, int64_t F, int tp, int t,
+                    double out_std) {
+  const int64_t H = sh.hidden, Fl = F / tp;
+  const bool rep = t == 0;
+  if (sh.ffn_kind == FfnKind::kGelu) {
+    b.add(pre + "fc1", {F, H}, 0, t * Fl, Fl, true, true, kInitStd);
+    if (sh.bias) b.add(pre + "fc1_bias", {F}, 0, t * Fl, Fl, false, true, 0);
+    b.add(pre + "fc2", {H, F}, 1, t * Fl, Fl, true, true, out_std);
+    if (sh.bias) b.add(pre + "fc2_bias", {H}, -1, 0, 0, false, rep, 0);
+  } else {
+    b.add(pre + "gate", {F, H}, 0, t * Fl, Fl, true, true, kInitStd);
+    if (sh.bias) b.add(pre + "gate_bias", {F}, 0, t * Fl, Fl, false, true, 0);
+    b.add(pre + "up", {F, H}, 0, t * Fl, Fl, true, true, kInitStd);
+    if (sh.bias) b.add(pre + "up_bias", {F}, 0, t * Fl, Fl, false, true, 0);
+    b.add(pre + "down", {H, F}, 1, t * Fl, Fl, true, true, out_std);
+    if (sh.bias) b.add(pre + "down_bias", {H}, -1, 0, 0, false, rep, 0);
+  }
+}
+
+// The routed experts of MoE layer li held by `rank` (stage-local index `local` of S): on the
+// experts' grid (rank_map.h, etp fastest, then ep, then the expert data-parallel index) ep rank e
+// holds experts [e * E / ep, (e + 1) * E / ep), each split by columns over etp as a dense FFN;
+// names "layers.<li>.experts.<expert>." + gate/up/down (or fc1/fc2). Experts have no biases here
+// (runtime_supports refuses MoE layers with biases).
+void add_expert_params(UnitBuilder& b, const ModelSpec& m, int li, const LayerStrategy& s, int local) {
+  const LayerShape& sh = m.layer(li);
+  const int ep = std::max(1, s.ep), et = s.expert_tp();
+  const int e_idx = local % (ep * et) / et, t = local % et;
+  const int per = sh.moe.experts / ep;
+  LayerShape plain = sh;
+  plain.bias = false;
+  const double out_std = kInitStd / std::sqrt(2.0 * m.num_layers());
+  for (int e = e_idx * per; e < (e_idx + 1) * per; ++e)
+    add_ffn_params(b, plain, "layers." + std::to_string(li) + ".experts." + std::to_string(e) + ".", sh.moe.expert_ffn,
+                   et, t, out_std);
+}
+
+// The parameters of decoder layer li on tensor-parallel rank t of tp (a MoE layer's routed experts
+// apart).
 void add_layer_params(UnitBuilder& b, const ModelSpec& m, int li, int tp, int t) {
   const LayerShape& sh = m.layer(li);
   const int64_t H = m.hidden;
@@ -89,20 +129,15 @@ void add_layer_params(UnitBuilder& b, const ModelSpec& m, int li, int tp, int t)
   if (sh.bias) b.add(pre + "attn.bo", {H}, -1, 0, 0, false, rep, 0);
   b.add(pre + "ln2.weight", {H}, -1, 0, 0, false, rep, -1);
   if (nb) b.add(pre + "ln2.bias", {H}, -1, 0, 0, false, rep, 0);
-  const int64_t F = sh.ffn, Fl = F / tp;
-  if (sh.ffn_kind == FfnKind::kGelu) {
-    b.add(pre + "mlp.fc1", {F, H}, 0, t * Fl, Fl, true, true, kInitStd);
-    if (sh.bias) b.add(pre + "mlp.fc1_bias", {F}, 0, t * Fl, Fl, false, true, 0);
-    b.add(pre + "mlp.fc2", {H, F}, 1, t * Fl, Fl, true, true, out_std);
-    if (sh.bias) b.add(pre + "mlp.fc2_bias", {H}, -1, 0, 0, false, rep, 0);
-  } else {
-    b.add(pre + "mlp.gate", {F, H}, 0, t * Fl, Fl, true, true, kInitStd);
-    if (sh.bias) b.add(pre + "mlp.gate_bias", {F}, 0, t * Fl, Fl, false, true, 0);
-    b.add(pre + "mlp.up", {F, H}, 0, t * Fl, Fl, true, true, kInitStd);
-    if (sh.bias) b.add(pre + "mlp.up_bias", {F}, 0, t * Fl, Fl, false, true, 0);
-    b.add(pre + "mlp.down", {H, F}, 1, t * Fl, Fl, true, true, out_std);
-    if (sh.bias) b.add(pre + "mlp.down_bias", {H}, -1, 0, 0, false, rep, 0);
+  if (sh.moe.enabled()) {
+    // The router (replicated: every rank scores its own tokens; its gradient is summed over tp by
+    // the runtime) and the shared experts, one FFN of shared_experts * expert_ffn split over tp as
+    // a dense FFN; the routed experts are a unit of their own (add_expert_params).
+    b.add(pre + "mlp.router", {sh.moe.experts, H}, -1, 0, 0, true, rep, kInitStd);
+    if (sh.moe.shared_experts > 0) add_ffn_params(b, sh, pre + "mlp.shared.", sh.moe.shared_experts * sh.moe.expert_ffn, tp, t, out_std);
+    return;
   }
+  add_ffn_params(b, sh, pre + "mlp.", sh.ffn, tp, t, out_std);
 }
 
 }  // namespace
@@ -193,7 +228,7 @@ std::vector<std::vector<int>> process_groups(const Plan& p) {
   std::vector<int> all;
   for (int r = 0; r < world; ++r) all.push_back(r);
   out.push_back(all);
-  auto add_strategy = [&](const LayerStrategy& s, int stage, int kv) {
+  auto add_strategy = [&](const LayerStrategy& s, int stage, int kv, bool moe) {
     for (int j = 0; j < S; ++j) {
       const int r = stage * S + j;
       out.push_back(group_of(r, S, pp, s, Axis::kTp));
@@ -201,6 +236,8 @@ std::vector<std::vector<int>> process_groups(const Plan& p) {
       out.push_back(group_of(r, S, pp, s, Axis::kCp));
       out.push_back(shard_group(r, S, pp, s));
       if (kv > 0) out.push_back(kv_replica_group(r, S, pp, s, kv));
+      if (moe)
+        for (Axis a : {Axis::kEp, Axis::kEtp, Axis::kEdp}) out.push_back(group_of(r, S, pp, s, a));
     }
   };
   for (int g = 0; g < pp; ++g) {
@@ -209,10 +246,12 @@ std::vector<std::vector<int>> process_groups(const Plan& p) {
     out.push_back(stage);
     for (int c = 0; c < chunks(p); ++c) {
       const Stage& st = p.stages[group_stage(p, g, c)];
-      for (int i = 0; i < st.num_layers(); ++i)
-        add_strategy(st.layers[i], g, kv_heads(p.model.layer(st.first_layer + i)));
+      for (int i = 0; i < st.num_layers(); ++i) {
+        const LayerShape& sh = p.model.layer(st.first_layer + i);
+        add_strategy(st.layers[i], g, kv_heads(sh), sh.moe.enabled());
+      }
     }
-    if (holds_embedding(p, g)) add_strategy(p.embedding, g, 0);
+    if (holds_embedding(p, g)) add_strategy(p.embedding, g, 0, false);
   }
   if (tied_across(p))
     for (int j = 0; j < S; ++j) out.push_back({j, head_group(p) * S + j});
@@ -223,14 +262,19 @@ std::vector<std::vector<int>> grad_groups(const Plan& p) {
   const int S = p.devices_per_stage();
   const int pp = p.train.pp;
   std::vector<std::vector<int>> out;
-  auto add = [&](const LayerStrategy& s, int stage) {
+  auto add = [&](const LayerStrategy& s, int stage, bool moe) {
     if (s.zero >= 3) return;
-    for (int j = 0; j < S; ++j) out.push_back(shard_group(stage * S + j, S, pp, s));
+    for (int j = 0; j < S; ++j) {
+      out.push_back(shard_group(stage * S + j, S, pp, s));
+      if (moe) out.push_back(group_of(stage * S + j, S, pp, s, Axis::kEdp));
+    }
   };
   for (int g = 0; g < pp; ++g) {
-    for (int c = 0; c < chunks(p); ++c)
-      for (const LayerStrategy& s : p.stages[group_stage(p, g, c)].layers) add(s, g);
-    if (holds_embedding(p, g)) add(p.embedding, g);
+    for (int c = 0; c < chunks(p); ++c) {
+      const Stage& st = p.stages[group_stage(p, g, c)];
+      for (int i = 0; i < st.num_layers(); ++i) add(st.layers[i], g, p.model.layer(st.first_layer + i).moe.enabled());
+    }
+    if (holds_embedding(p, g)) add(p.embedding, g, false);
   }
   return out;
 }
@@ -282,6 +326,13 @@ std::vector<UnitSpec> unit_specs(const Plan& p, int rank) {
       add_layer_params(b, m, li, s.tp, coords_of(rank, S, s).tp);
       out.push_back(b.finish(s.zero, shard_group(rank, S, pp, s)));
       out.back().chunk = c;
+      if (m.layer(li).moe.enabled()) {
+        // The routed experts: summed and ZeRO-sharded over the expert data-parallel group.
+        UnitBuilder e("layers." + std::to_string(li) + ".experts");
+        add_expert_params(e, m, li, s, rank % S);
+        out.push_back(e.finish(s.zero, group_of(rank, S, pp, s, Axis::kEdp)));
+        out.back().chunk = c;
+      }
     }
   }
   if (last) {
@@ -311,8 +362,26 @@ std::vector<ParamSpec> model_params(const Plan& p) {
   // Units in model order: by virtual stage (group_stage of their group and chunk), in each in
   // forward order.
   std::vector<std::pair<int, UnitSpec>> units;
-  for (int g = 0; g < pp; ++g)
-    for (UnitSpec& u : unit_specs(p, g * S)) units.emplace_back(group_stage(p, g, u.chunk), std::move(u));
+  for (int g = 0; g < pp; ++g) {
+    std::vector<std::vector<UnitSpec>> others;  // the other ranks' units, read when some expert lives elsewhere
+    for (UnitSpec& u : unit_specs(p, g * S)) {
+      const bool experts = u.name.size() > 8 && u.name.compare(u.name.size() - 8, 8, ".experts") == 0;
+      if (experts && S > 1) {
+        // The routed experts are spread over the expert-parallel ranks: the stage's ranks in order
+        // hold them in ascending blocks.
+        if (others.empty())
+          for (int j = 1; j < S; ++j) others.push_back(unit_specs(p, g * S + j));
+        std::set<std::string> have;
+        for (const ParamSpec& ps : u.params) have.insert(ps.name);
+        for (const auto& rank_units : others)
+          for (const UnitSpec& o : rank_units)
+            if (o.name == u.name)
+              for (const ParamSpec& ps : o.params)
+                if (have.insert(ps.name).second) u.params.push_back(ps);
+      }
+      units.emplace_back(group_stage(p, g, u.chunk), std::move(u));
+    }
+  }
   std::stable_sort(units.begin(), units.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
   for (auto& [stage, u] : units)
     for (ParamSpec& ps : u.params)

@@ -120,10 +120,15 @@ Json to_json(const Plan& p) {
                 {"vp", p.train.vp},
                 {"schedule", to_string(p.train.schedule)},
                 {"dtype", to_string(p.train.dtype)}};
+  if (p.train.rounds != 1) j["train"]["rounds"] = p.train.rounds;
   if (p.train.varlen) j["train"]["varlen"] = {{"min_group", p.train.min_group}, {"max_group", p.train.max_group}};
   if (!p.train.dp_shares.empty()) j["train"]["dp_shares"] = p.train.dp_shares;
   if (!p.train.dp_micro_batches.empty()) j["train"]["dp_micro_batches"] = p.train.dp_micro_batches;
   if (!p.train.stage_dp_shares.empty()) j["train"]["stage_dp_shares"] = p.train.stage_dp_shares;
+  if (p.train.optimizer.precision_aware())
+    j["train"]["optimizer"] = {{"exp_avg", to_string(p.train.optimizer.exp_avg)},
+                               {"exp_avg_sq", to_string(p.train.optimizer.exp_avg_sq)},
+                               {"main_grads", to_string(p.train.optimizer.main_grads)}};
   j["embedding"] = to_json(p.embedding);
   Json stages = Json::array();
   const int S = p.devices_per_stage();
@@ -194,7 +199,22 @@ Result<Plan> plan_from_json(const Json& j, const std::string& path) {
     JsonObj t = o.obj("train");
     t.reject_unknown(
         {"seq", "global_batch", "micro_batches", "pp", "vp", "schedule", "dtype", "varlen", "dp_shares", "dp_micro_batches",
-         "stage_dp_shares"});
+         "stage_dp_shares", "optimizer", "rounds"});
+    if (t.has("optimizer")) {
+      JsonObj po = t.obj("optimizer");
+      po.reject_unknown({"exp_avg", "exp_avg_sq", "main_grads"});
+      auto read = [&](const char* key, std::initializer_list<DType> allowed, const char* names) {
+        auto d = dtype_from_string(po.str_or(key, "fp32"));
+        if (!d.ok()) po.fail(key, d.error().message);
+        if (std::find(allowed.begin(), allowed.end(), d.value()) == allowed.end())
+          po.fail(key, std::string("\"") + to_string(d.value()) + "\": expected one of " + names);
+        return d.value();
+      };
+      const auto moments = {DType::kFp32, DType::kBf16, DType::kFp16, DType::kFp8};
+      p.train.optimizer.exp_avg = read("exp_avg", moments, "fp32, bf16, fp16, fp8");
+      p.train.optimizer.exp_avg_sq = read("exp_avg_sq", moments, "fp32, bf16, fp16, fp8");
+      p.train.optimizer.main_grads = read("main_grads", {DType::kFp32, DType::kBf16}, "fp32, bf16");
+    }
     if (t.has("dp_shares"))
       for (long long x : t.array_of_int("dp_shares")) p.train.dp_shares.push_back(static_cast<int>(x));
     if (t.has("dp_micro_batches"))
@@ -228,6 +248,7 @@ Result<Plan> plan_from_json(const Json& j, const std::string& path) {
     p.train.micro_batches = static_cast<int>(t.integer("micro_batches"));
     p.train.pp = static_cast<int>(t.integer("pp"));
     p.train.vp = static_cast<int>(t.integer_or("vp", 1));
+    p.train.rounds = static_cast<int>(t.integer_or("rounds", 1));
     {
       auto s = schedule_from_string(t.str_or("schedule", "1f1b"));
       if (!s.ok()) t.fail("schedule", s.error().message);

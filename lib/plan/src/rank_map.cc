@@ -62,6 +62,21 @@ std::vector<int> group_of(int rank, int stage_size, int pp, const LayerStrategy&
       for (int k = 0; k < ep; ++k) out.push_back(first + block + k * et);
       break;
     }
+    case Axis::kEtp:
+    case Axis::kEdp: {
+      const int ep = s.ep > 0 ? s.ep : 1, et = s.expert_tp();
+      WEFT_ASSERT(stage_size % (ep * et) == 0, "ep*etp " + std::to_string(ep * et) + " does not divide the stage's " +
+                                                   std::to_string(stage_size) + " ranks");
+      const int local = rank % stage_size, first = rank - local;
+      if (axis == Axis::kEtp) {
+        const int block = local / et * et;
+        for (int k = 0; k < et; ++k) out.push_back(first + block + k);
+      } else {
+        const int pos = local % (ep * et);
+        for (int k = 0; k < stage_size / (ep * et); ++k) out.push_back(first + pos + k * ep * et);
+      }
+      break;
+    }
   }
   return out;  // ascending: every axis index is a monotone term of rank_of, outer axes looped outermost
 }

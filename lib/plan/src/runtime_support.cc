@@ -6,10 +6,7 @@
 
 namespace weft {
 
-std::string runtime_strategy_refusal(const LayerStrategy& s) {
-  if (s.ep > 1) return "ep: expert parallelism (ep=" + S(s.ep) + ") is not supported by the weft runtime yet";
-  return {};
-}
+std::string runtime_strategy_refusal(const LayerStrategy&) { return {}; }
 
 std::string runtime_sequence_refusal(const LayerStrategy& s, int64_t seq) {
   if (s.cp <= 1) return {};
@@ -34,9 +31,9 @@ Status runtime_runs_model(const ModelSpec& m) {
     if (sh.kind != LayerKind::kDecoder)
       return Error{ErrorKind::kBadInput, where + ": " + to_string(sh.kind) +
                                              " layers are not supported by the weft runtime (decoder layers are)"};
-    if (sh.moe.enabled())
-      return Error{ErrorKind::kBadInput, where + ": MoE layers (" + S(sh.moe.experts) +
-                                             " experts) are not supported by the weft runtime yet"};
+    if (sh.moe.enabled() && sh.bias)
+      return Error{ErrorKind::kBadInput, where + ": MoE layers with biases (" + S(sh.moe.experts) +
+                                             " experts) are not supported by the weft runtime yet (MoE layers without are)"};
     if (sh.window > 0)
       return Error{ErrorKind::kBadInput, where + ": sliding-window attention (window " + S(sh.window) +
                                              ") is not supported by the weft runtime yet (full causal attention is)"};
@@ -56,6 +53,13 @@ Status runtime_supports(const Plan& p) {
   Status v = validate(p);
   if (!v.ok()) return v.error().with_context("plan");
   if (Status m = runtime_runs_model(p.model); !m.ok()) return m.error().with_context("plan");
+  if (p.train.rounds > 1)
+    return Error{ErrorKind::kBadInput, "plan: train.rounds: the weft runtime runs a step's " + S(p.train.micro_batches) +
+                                           " micro-batches in one pipeline schedule (train.rounds " + S(p.train.rounds) +
+                                           " is not built)"};
+  if (p.train.optimizer.precision_aware())
+    return Error{ErrorKind::kBadInput, "plan: train.optimizer: the weft runtime keeps AdamW's moments and the "
+                                       "gradients in fp32 (Megatron-LM's precision-aware optimizer is not built)"};
   auto refusal = [&](const LayerStrategy& s) {
     std::string why = runtime_strategy_refusal(s);
     return why.empty() ? runtime_sequence_refusal(s, p.train.seq) : why;
@@ -63,10 +67,20 @@ Status runtime_supports(const Plan& p) {
   if (const std::string why = refusal(p.embedding); !why.empty())
     return Error{ErrorKind::kBadInput, "plan: embedding." + why};
   for (size_t s = 0; s < p.stages.size(); ++s)
-    for (size_t l = 0; l < p.stages[s].layers.size(); ++l)
-      if (const std::string why = refusal(p.stages[s].layers[l]); !why.empty())
+    for (size_t l = 0; l < p.stages[s].layers.size(); ++l) {
+      const LayerStrategy& st = p.stages[s].layers[l];
+      std::string why = refusal(st);
+      // A MoE layer under tp without sequence parallelism routes a tp-th of its replicated sequence
+      // block on each tp rank (as Megatron-SP would hold it).
+      const LayerShape& sh = p.model.layer(p.stages[s].first_layer + static_cast<int>(l));
+      const int64_t block = p.train.seq / (static_cast<int64_t>(st.cp) * st.ulysses);
+      if (why.empty() && sh.moe.enabled() && st.tp > 1 && !st.sp && block % st.tp != 0)
+        why = "tp: a MoE layer under tp " + S(st.tp) + " without sequence parallelism routes a tp-th of each rank's " +
+              S(static_cast<long long>(block)) + " tokens, which tp does not divide";
+      if (!why.empty())
         return Error{ErrorKind::kBadInput, "plan: stages[" + S(static_cast<long long>(s)) + "].layers[" +
                                                S(static_cast<long long>(l)) + "]." + why};
+    }
   return {};
 }
 

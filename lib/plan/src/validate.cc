@@ -91,6 +91,14 @@ void validate_or_throw(const Plan& p) {
   }
   const auto& t = p.train;
   require(t.seq > 0, "train.seq: must be positive, got " + S(t.seq));
+  require(t.rounds >= 1, "train.rounds: must be >= 1, got " + S(t.rounds));
+  require(t.micro_batches % t.rounds == 0, "train.rounds: " + S(t.rounds) + " pipeline schedules do not divide the " +
+                                               S(t.micro_batches) + " micro-batches of a step");
+  if (t.optimizer.precision_aware())
+    require(t.dtype != DType::kFp32 && t.dtype != DType::kTf32,
+            std::string("train.optimizer: ") + to_string(t.optimizer.exp_avg) + " / " + to_string(t.optimizer.exp_avg_sq) +
+                " moments and " + to_string(t.optimizer.main_grads) + " gradients under train.dtype " +
+                to_string(t.dtype) + ": lower-precision optimizer states need a 16- or 8-bit compute dtype");
   require(p.model.position != PositionKind::kLearned || p.model.max_seq == 0 || t.seq <= p.model.max_seq,
           "train.seq: " + S(t.seq) + " exceeds the model's learned position table of " + S(p.model.max_seq));
   require(t.global_batch > 0, "train.global_batch: must be positive, got " + S(t.global_batch));

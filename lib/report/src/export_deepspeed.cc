@@ -29,6 +29,12 @@ DeepSpeedConfig deepspeed_or_throw(const Plan& p, DeepSpeedTarget target) {
                     (plain ? "" : std::string(" and ") + kMegatronDeepSpeedRelease) +
                     " (their keys and flags: data/reference/deepspeed-args" +
                     (plain ? "" : ", data/reference/megatron-deepspeed-args") + ")");
+  if (p.train.rounds > 1 && p.train.pp > 1)
+    refuse_ds_plan(plain, "train.rounds=" + S(p.train.rounds) + ": DeepSpeed's pipeline engine runs all " +
+                              S(p.train.micro_batches) + " micro-batches of a step in one schedule");
+  if (p.train.optimizer.precision_aware())
+    refuse_ds_plan(plain, "train.optimizer: DeepSpeed's mixed-precision optimizers keep fp32 moments and gradients "
+                          "(Megatron-LM's precision-aware optimizer has no DeepSpeed counterpart)");
   {
     auto rs = runs(p, [](const LayerStrategy& s) { return s; });
     if (rs.size() > 1)

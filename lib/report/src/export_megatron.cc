@@ -209,6 +209,9 @@ void megatron_model(const Plan& p, std::vector<std::string>& out, std::vector<st
 
 MegatronArgs megatron_or_throw(const Plan& p) {
   require_valid(p);
+  if (p.train.rounds > 1 && p.train.pp > 1)
+    refuse_plan(kMeg, "train.rounds=" + S(p.train.rounds) + ": Megatron-LM runs all " + S(p.train.micro_batches) +
+                          " micro-batches of a step in one pipeline schedule");
   MegatronArgs r;
   r.notes.push_back(std::string("written for ") + kMegatronRelease +
                     " (its flags: data/reference/megatron-args/arguments.txt)");
@@ -303,6 +306,14 @@ MegatronArgs megatron_or_throw(const Plan& p) {
       break;
     case DType::kFp32:
     case DType::kTf32: break;
+  }
+  if (const OptimizerPrecision& o = p.train.optimizer; o.precision_aware()) {
+    // The precision-aware optimizer (Transformer Engine's FusedAdam) keeps the moments and, where
+    // asked, the main gradients in lower precision; the master parameters stay fp32.
+    out.push_back("--use-precision-aware-optimizer");
+    if (o.exp_avg != DType::kFp32) out.push_back(std::string("--exp-avg-dtype ") + to_string(o.exp_avg));
+    if (o.exp_avg_sq != DType::kFp32) out.push_back(std::string("--exp-avg-sq-dtype ") + to_string(o.exp_avg_sq));
+    if (o.main_grads != DType::kFp32) out.push_back(std::string("--main-grads-dtype ") + to_string(o.main_grads));
   }
   // validate_args: Megatron-FSDP refuses CUDA_DEVICE_MAX_CONNECTIONS=1; without it, tensor or
   // context parallelism requires 1 on GPUs before Blackwell.

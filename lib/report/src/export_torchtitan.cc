@@ -30,6 +30,9 @@ TorchtitanConfig torchtitan_or_throw(const Plan& p, bool compile) {
     refuse_titan(fw, "torchtitan applies one strategy to every layer, but this plan is layer-wise: " +
                         describe(runs(p, [](const LayerStrategy& s) { return s; }), 6));
   const LayerStrategy s = *one;
+  if (p.train.optimizer.precision_aware())
+    refuse_titan(fw, "train.optimizer: torchtitan's AdamW keeps its moments and gradients in the parameters' fp32 "
+                     "(Megatron-LM's precision-aware optimizer has no torchtitan counterpart)");
   if (s.ulysses > 1)
     refuse_titan(fw, "ulysses=" + S(s.ulysses) + ": torchtitan has no Ulysses sequence parallelism");
   if (s.zero < 2 && s.shard_group() > 1)
@@ -68,8 +71,9 @@ TorchtitanConfig torchtitan_or_throw(const Plan& p, bool compile) {
   auto q = [](const std::string& v) { return "\"" + v + "\""; };
   t += "[training]\n";
   // Without a pipeline, micro-batches are gradient accumulation: torchtitan runs global / (local * dp)
-  // steps of local_batch_size samples. With one, the local batch is split into pipeline micro-batches.
-  line("local_batch_size", S(pp > 1 ? B / dp : per_micro));
+  // steps of local_batch_size samples. With one, the local batch is split into pipeline micro-batches,
+  // and train.rounds > 1 is gradient accumulation over that many pipeline schedules.
+  line("local_batch_size", S(pp > 1 ? B / dp / std::max(1, p.train.rounds) : per_micro));
   line("global_batch_size", S(B));
   line("seq_len", S(p.train.seq));
   switch (p.train.dtype) {

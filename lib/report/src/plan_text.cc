@@ -46,6 +46,7 @@ std::string pipeline_text(const TrainSettings& t) {
   std::string s = "pp" + S(t.pp) + " " + to_string(t.schedule);
   if (t.vp > 1) s += " vp" + S(t.vp);
   s += " m" + S(t.micro_batches);
+  if (t.rounds > 1) s += " in " + S(t.rounds) + " schedules";
   return s;
 }
 

@@ -26,6 +26,7 @@
 #include <atomic>
 #include <exception>
 #include <memory>
+#include <numeric>
 #include <stdexcept>
 #include <thread>
 
@@ -101,6 +102,33 @@ void Pending::wait() {
   work_.reset();
   keep_.clear();
   then_ = nullptr;
+}
+
+at::Tensor Comm::alltoall_v(const at::Tensor& in, const std::vector<int64_t>& send_rows,
+                            const std::vector<int64_t>& recv_rows) {
+  const int W = size();
+  TORCH_CHECK(static_cast<int>(send_rows.size()) == W && static_cast<int>(recv_rows.size()) == W,
+              "alltoall_v: counts for ", send_rows.size(), " and ", recv_rows.size(), " members of a group of ", W);
+  if (W == 1) return in.contiguous().clone();
+  // Every piece padded to the group's largest, through the equal-split all-to-all.
+  at::Tensor most = at::tensor({*std::max_element(send_rows.begin(), send_rows.end()),
+                                *std::max_element(recv_rows.begin(), recv_rows.end())},
+                               at::TensorOptions().dtype(at::kLong));
+  allreduce_max(most);
+  const int64_t M = std::max(most[0].item<int64_t>(), most[1].item<int64_t>());
+  std::vector<int64_t> shape = in.sizes().vec();
+  shape.insert(shape.begin(), W);
+  shape[1] = M;
+  at::Tensor padded = at::zeros(shape, in.options());
+  int64_t at_row = 0;
+  for (int j = 0; j < W; ++j) {
+    padded[j].narrow(0, 0, send_rows[j]).copy_(in.narrow(0, at_row, send_rows[j]));
+    at_row += send_rows[j];
+  }
+  at::Tensor got = alltoall(padded);
+  std::vector<at::Tensor> parts;
+  for (int j = 0; j < W; ++j) parts.push_back(got[j].narrow(0, 0, recv_rows[j]));
+  return at::cat(parts);
 }
 
 namespace {
@@ -222,6 +250,26 @@ at::Tensor alltoall_equal(PG& pg, const at::Tensor& in, int size) {
   return out;
 }
 
+// Uneven all-to-all over the leading dimension. The buffers are one row longer than the rows they
+// hold, so that an empty send or receive still has storage behind its pointer.
+template <class PG>
+at::Tensor alltoall_rows(PG& pg, const at::Tensor& in, const std::vector<int64_t>& send_rows,
+                         const std::vector<int64_t>& recv_rows) {
+  const int64_t ns = std::accumulate(send_rows.begin(), send_rows.end(), int64_t{0});
+  const int64_t nr = std::accumulate(recv_rows.begin(), recv_rows.end(), int64_t{0});
+  TORCH_CHECK(in.dim() >= 1 && in.size(0) == ns, "alltoall_v: ", in.size(0), " rows to send, the counts say ", ns);
+  std::vector<int64_t> shape = in.sizes().vec();
+  shape[0] = ns + 1;
+  at::Tensor src_buf = at::empty(shape, in.options());
+  at::Tensor src = src_buf.narrow(0, 0, ns);
+  src.copy_(in);
+  shape[0] = nr + 1;
+  at::Tensor out = at::empty(shape, in.options()).narrow(0, 0, nr);
+  std::vector<int64_t> out_splits = recv_rows, in_splits = send_rows;
+  wait_work(pg.alltoall_base(out, src, out_splits, in_splits));
+  return out;
+}
+
 class GlooComm final : public Comm {
  public:
   GlooComm(std::vector<int> ranks, int rank, c10::intrusive_ptr<c10d::ProcessGroupGloo> pg)
@@ -305,6 +353,10 @@ class GlooComm final : public Comm {
   at::Tensor alltoall(const at::Tensor& in) override {
     if (in.numel() == 0) return in.contiguous().clone();
     return alltoall_equal(*pg_, in, size());
+  }
+  at::Tensor alltoall_v(const at::Tensor& in, const std::vector<int64_t>& send_rows,
+                        const std::vector<int64_t>& recv_rows) override {
+    return alltoall_rows(*pg_, in, send_rows, recv_rows);
   }
 
   Pending send(const at::Tensor& t, int peer, int tag) override {
@@ -396,6 +448,11 @@ class NcclComm final : public Comm {
     if (!in.is_cuda()) return cpu_->alltoall(in);
     return alltoall_equal(*pg_, in, size());
   }
+  at::Tensor alltoall_v(const at::Tensor& in, const std::vector<int64_t>& send_rows,
+                        const std::vector<int64_t>& recv_rows) override {
+    if (!in.is_cuda()) return cpu_->alltoall_v(in, send_rows, recv_rows);
+    return alltoall_rows(*pg_, in, send_rows, recv_rows);
+  }
 
   Pending send(const at::Tensor& t, int peer, int tag) override { return cpu_->send(t.to(at::kCPU), peer, tag); }
 
@@ -451,6 +508,10 @@ class HostStagedComm final : public Comm {
     return inner_->reduce_scatter_v_async(host(in), std::move(counts), back_to(in, std::move(then)));
   }
   at::Tensor alltoall(const at::Tensor& in) override { return back(inner_->alltoall(host(in)), in); }
+  at::Tensor alltoall_v(const at::Tensor& in, const std::vector<int64_t>& send_rows,
+                        const std::vector<int64_t>& recv_rows) override {
+    return back(inner_->alltoall_v(host(in), send_rows, recv_rows), in);
+  }
   Pending send(const at::Tensor& t, int peer, int tag) override { return inner_->send(host(t), peer, tag); }
   void recv(at::Tensor& t, int peer, int tag) override {
     staged(t, [&](at::Tensor& h) { inner_->recv(h, peer, tag); });
@@ -536,6 +597,11 @@ class RecordingComm final : public Comm {
   at::Tensor alltoall(const at::Tensor& in) override {
     note(CollectiveOp::kAllToAll, in);
     return inner_->alltoall(in);
+  }
+  at::Tensor alltoall_v(const at::Tensor& in, const std::vector<int64_t>& send_rows,
+                        const std::vector<int64_t>& recv_rows) override {
+    note(CollectiveOp::kAllToAll, in);
+    return inner_->alltoall_v(in, send_rows, recv_rows);
   }
   Pending send(const at::Tensor& t, int peer, int tag) override {
     note(CollectiveOp::kSend, t);

@@ -113,6 +113,7 @@ Model::Model(const Plan& p, int rank, GroupSet& groups, uint64_t seed, at::Devic
       groups_(groups) {
   const at::TensorOptions on = at::TensorOptions().dtype(dtype).device(device);
   stage_ = rank / S_;
+  moe_loss_scale_ = 1.0 / std::max(1, p.train.micro_batches);
   const int pp = p.train.pp;
   std::vector<int> stage_ranks;
   for (int j = 0; j < S_; ++j) stage_ranks.push_back(stage_ * S_ + j);
@@ -214,8 +215,21 @@ Model::Model(const Plan& p, int rank, GroupSet& groups, uint64_t seed, at::Devic
       L.ffn_local = L.shape.ffn / L.st.tp;
       const std::string name = "layers." + std::to_string(L.index);
       L.unit = -1;
-      for (size_t k = 0; k < units_.size(); ++k)
+      for (size_t k = 0; k < units_.size(); ++k) {
         if (units_[k].spec.name == name) L.unit = static_cast<int>(k);
+        if (units_[k].spec.name == name + ".experts") L.expert_unit = static_cast<int>(k);
+      }
+      if (L.shape.moe.enabled()) {
+        L.ep = &groups.get(group_of(rank, S_, pp, L.st, Axis::kEp));
+        L.etp = &groups.get(group_of(rank, S_, pp, L.st, Axis::kEtp));
+        L.experts_local = L.shape.moe.experts / L.ep->size();
+        L.expert0 = L.ep->rank() * L.experts_local;
+        L.stats = static_cast<int>(moe_stats_.size());
+        MoeLayerStats st;
+        st.layer = L.index;
+        st.tokens.assign(static_cast<size_t>(L.shape.moe.experts), 0);
+        moe_stats_.push_back(std::move(st));
+      }
       layers_.push_back(L);
     }
   }
@@ -557,20 +571,198 @@ at::Tensor Model::layer_forward(const LayerCtx& L, const at::Tensor& x0, bool re
   at::Tensor x = x0 + a;
 
   at::Tensor ln2b = nb ? rep("ln2.bias") : at::Tensor();
-  h = enter(norm(x, rep("ln2.weight"), nb ? &ln2b : nullptr));
+  at::Tensor hn = norm(x, rep("ln2.weight"), nb ? &ln2b : nullptr);
+  // A dense FFN (or a MoE layer's shared experts) split by columns over tp, from the entered h.
+  auto ffn = [&](const std::string& pre, const at::Tensor& h) {
+    auto bias = [&](const std::string& k) { return I.has(pre + k) ? w[I[pre + k]] : at::Tensor(); };
+    at::Tensor o;
+    if (L.shape.ffn_kind == FfnKind::kGelu) {
+      at::Tensor f = at::linear(h, w[I[pre + "fc1"]], bias("fc1_bias"));
+      o = leave(at::linear(at::gelu(f, "tanh"), w[I[pre + "fc2"]]));
+      if (I.has(pre + "fc2_bias")) o = o + rep(pre + "fc2_bias");
+    } else {
+      at::Tensor g = at::linear(h, w[I[pre + "gate"]], bias("gate_bias"));
+      at::Tensor up = at::linear(h, w[I[pre + "up"]], bias("up_bias"));
+      o = leave(at::linear(at::silu(g) * up, w[I[pre + "down"]]));
+      if (I.has(pre + "down_bias")) o = o + rep(pre + "down_bias");
+    }
+    return o;
+  };
   at::Tensor o;
-  if (L.shape.ffn_kind == FfnKind::kGelu) {
-    at::Tensor f = at::linear(h, w[I["mlp.fc1"]], I.has("mlp.fc1_bias") ? w[I["mlp.fc1_bias"]] : at::Tensor());
-    o = leave(at::linear(at::gelu(f, "tanh"), w[I["mlp.fc2"]]));
-    if (I.has("mlp.fc2_bias")) o = o + rep("mlp.fc2_bias");
+  if (L.shape.moe.enabled()) {
+    o = routed_experts(L, w, hn, release);
+    if (L.shape.moe.shared_experts > 0) o = o + ffn("mlp.shared.", enter(hn));
   } else {
-    at::Tensor g = at::linear(h, w[I["mlp.gate"]], I.has("mlp.gate_bias") ? w[I["mlp.gate_bias"]] : at::Tensor());
-    at::Tensor up = at::linear(h, w[I["mlp.up"]], I.has("mlp.up_bias") ? w[I["mlp.up_bias"]] : at::Tensor());
-    o = leave(at::linear(at::silu(g) * up, w[I["mlp.down"]]));
-    if (I.has("mlp.down_bias")) o = o + rep("mlp.down_bias");
+    o = ffn("mlp.", enter(hn));
   }
   w.clear();
   return release ? units_[L.unit].release(x + o, gathered) : x + o;
+}
+
+double MoeLayerStats::imbalance() const {
+  int64_t most = 0, sum = 0;
+  for (int64_t t : tokens) most = std::max(most, t), sum += t;
+  return sum > 0 ? static_cast<double>(most) * static_cast<double>(tokens.size()) / static_cast<double>(sum) : 1.0;
+}
+
+void Model::reset_moe_stats() {
+  for (MoeLayerStats& s : moe_stats_) {
+    std::fill(s.tokens.begin(), s.tokens.end(), 0);
+    s.aux_loss = 0;
+    s.micro_batches = 0;
+    s.inter_node_copies = 0;
+    if (s.sample_counts.defined()) s.sample_counts.zero_();
+  }
+}
+
+void Model::trace_routing(bool on) {
+  trace_routing_ = on;
+  for (MoeLayerStats& s : moe_stats_)
+    s.sample_counts = on ? at::zeros({plan_.train.global_batch, static_cast<int64_t>(s.tokens.size())}, at::kLong)
+                         : at::Tensor();
+}
+
+at::Tensor Model::routed_experts(const LayerCtx& L, const std::vector<at::Tensor>& w, const at::Tensor& hn,
+                                 bool release) {
+  const MoeSpec& moe = L.shape.moe;
+  const Idx I(units_[L.unit].spec);
+  const bool tp = L.st.tp > 1, sp = L.st.sp && tp;
+  // This rank's own tokens: its sequence block (under tp without sequence parallelism the tp ranks
+  // hold the same block, and each routes a tp-th of it).
+  const at::Tensor own = tp && !sp ? split_seq(hn, *L.tp) : hn;
+  const int64_t b = own.size(0), t = own.size(1), H = own.size(2);
+  const at::Tensor X = own.reshape({b * t, H});
+  const int64_t n = X.size(0);
+  const int E = moe.experts, k = moe.top_k;
+  const auto cpu_long = at::TensorOptions().dtype(at::kLong);
+
+  // Router, in fp32 (Megatron's --moe-router-dtype fp32): every rank scores its own tokens, so the
+  // replicated router's gradient is summed over tp.
+  at::Tensor wr = w[I["mlp.router"]];
+  if (tp) wr = copy_to(wr, *L.tp);
+  const at::Tensor logits = at::linear(X.to(at::kFloat), wr.to(at::kFloat));  // [n, E]
+  const at::Tensor scores = moe.score == RouterScore::kSigmoid ? logits.sigmoid() : logits.softmax(-1);
+  auto [topv, topi] = scores.topk(k, -1);
+  at::Tensor gate = topv;
+  if (moe.norm_topk) gate = gate / (gate.sum(-1, true) + (moe.score == RouterScore::kSigmoid ? 1e-20 : 0.0));
+  if (moe.routed_scale != 1.0) gate = gate * moe.routed_scale;
+
+  // Dispatch: the (token, slot) copies sorted by expert (ties by copy, so the order is fixed),
+  // sent to the ep rank holding their expert.
+  const at::Tensor expert_of = topi.reshape({-1});  // [n k]
+  const at::Tensor order = at::argsort(expert_of * (n * k) + at::arange(n * k, expert_of.options()));
+  const at::Tensor per_expert = at::bincount(expert_of, {}, E).to(at::kCPU);  // [E]
+  const int ep = L.ep->size(), per = L.experts_local;
+  std::vector<int64_t> send(ep), recv(ep);
+  const at::Tensor send_counts = per_expert.view({ep, per}).contiguous();
+  // Row j: what ep rank j sends this rank, per local expert.
+  const at::Tensor from = ep > 1 ? L.ep->alltoall(send_counts).to(at::kCPU) : send_counts;
+  for (int j = 0; j < ep; ++j) {
+    send[j] = send_counts[j].sum().item<int64_t>();
+    recv[j] = from[j].sum().item<int64_t>();
+  }
+  const at::Tensor xs = X.index_select(0, order.div(k, "floor"));
+  at::Tensor xr = alltoall_rows(xs, *L.ep, send, recv);  // by source rank, then local expert
+  // Expert tensor parallelism: the etp ranks of an expert shard see every copy any of them received.
+  const int et = L.etp->size();
+  at::Tensor segments = from;  // [sources, per]: copies per (source, local expert), in xr's order
+  std::vector<int64_t> member_rows{xr.size(0)};
+  if (et > 1) {
+    const at::Tensor all = L.etp->allgather(from.contiguous()).to(at::kCPU);  // [et, ep, per]
+    member_rows.clear();
+    for (int i = 0; i < et; ++i) member_rows.push_back(all[i].sum().item<int64_t>());
+    xr = gather_rows(xr, *L.etp, member_rows);
+    segments = all.reshape({et * ep, per});
+  }
+  // Group the received copies by local expert, then run each expert on its rows.
+  const int64_t nseg = segments.size(0);
+  const auto seg = segments.accessor<int64_t, 2>();
+  std::vector<int64_t> seg_start(static_cast<size_t>(nseg * per));
+  int64_t at_row = 0;
+  for (int64_t s = 0; s < nseg; ++s)
+    for (int e = 0; e < per; ++e) seg_start[s * per + e] = at_row, at_row += seg[s][e];
+  std::vector<int64_t> perm_v;
+  perm_v.reserve(static_cast<size_t>(at_row));
+  std::vector<int64_t> rows_of(per, 0);
+  for (int e = 0; e < per; ++e)
+    for (int64_t s = 0; s < nseg; ++s) {
+      for (int64_t r = 0; r < seg[s][e]; ++r) perm_v.push_back(seg_start[s * per + e] + r);
+      rows_of[e] += seg[s][e];
+    }
+  const at::Tensor perm = at::tensor(perm_v, cpu_long).to(X.device());
+  const at::Tensor xe = xr.index_select(0, perm);
+  at::Tensor gathered;
+  Unit& eu = units_[L.expert_unit];
+  std::vector<at::Tensor> we = eu.weights(&gathered);
+  const Idx J(eu.spec);
+  std::vector<at::Tensor> outs;
+  int64_t off = 0;
+  for (int e = 0; e < per; ++e) {
+    const at::Tensor xi = xe.narrow(0, off, rows_of[e]);
+    off += rows_of[e];
+    const std::string pre = "experts." + std::to_string(L.expert0 + e) + ".";
+    if (L.shape.ffn_kind == FfnKind::kGelu)
+      outs.push_back(at::linear(at::gelu(at::linear(xi, we[J[pre + "fc1"]]), "tanh"), we[J[pre + "fc2"]]));
+    else
+      outs.push_back(at::linear(at::silu(at::linear(xi, we[J[pre + "gate"]])) * at::linear(xi, we[J[pre + "up"]]),
+                                we[J[pre + "down"]]));
+  }
+  we.clear();
+  at::Tensor ye = at::cat(outs);
+  if (release) ye = eu.release(ye, gathered);
+  at::Tensor yr = ye.index_select(0, at::argsort(perm));
+  if (et > 1) yr = reduce_scatter_rows(yr, *L.etp, member_rows);
+  const at::Tensor ys = alltoall_rows(yr, *L.ep, recv, send);  // sorted copies, back home
+  const at::Tensor y = ys.index_select(0, at::argsort(order)).view({n, k, H});  // (token, slot) order
+  at::Tensor out = (y * gate.to(y.scalar_type()).unsqueeze(-1)).sum(1).view({b, t, H});
+
+  // The stage's routing figures for this micro-batch: copies per expert, tokens and summed scores
+  // (every rank of the stage holds distinct tokens), one all-reduce.
+  const at::Tensor probs = moe.score == RouterScore::kSigmoid ? scores / (scores.sum(-1, true) + 1e-20) : scores;
+  const at::Tensor prob_sum = probs.sum(0);  // [E], this rank's tokens
+  at::Tensor fig = at::cat({per_expert.to(at::kDouble), at::full({1}, static_cast<double>(n), at::kDouble),
+                            prob_sum.detach().to(at::kCPU, at::kDouble)});
+  if (stage_comm_->size() > 1) {
+    fig = fig.to(X.device());
+    stage_comm_->allreduce_sum(fig);
+    fig = fig.to(at::kCPU);
+  }
+  const at::Tensor copies = fig.narrow(0, 0, E);
+  const double N = std::max(1.0, fig[E].item<double>());
+  const double c = moe.aux_loss_coef * E / (N * N * k);
+  const double aux = c * (copies * fig.narrow(0, E + 1, E)).sum().item<double>();
+  if (moe.aux_loss_coef > 0 && at::GradMode::is_enabled()) {
+    // This rank's part of the load-balancing loss: its tokens' summed scores against the stage's
+    // copies per expert (the parts sum to the loss over the micro-batch).
+    const at::Tensor part = (prob_sum * copies.to(prob_sum.device(), at::kFloat)).sum() * c;
+    out = attach_loss(out, part, moe_loss_scale_);
+  }
+  if (!recomputing()) {
+    MoeLayerStats& st = moe_stats_[L.stats];
+    const auto cp = copies.to(at::kLong);
+    for (int e = 0; e < E; ++e) st.tokens[e] += cp[e].item<int64_t>();
+    st.aux_loss += aux;
+    const int gpn = std::max(1, plan_.cluster.gpus_per_node);
+    for (int j = 0; j < ep; ++j)
+      if (L.ep->ranks()[j] / gpn != rank_ / gpn) st.inter_node_copies += send[j];
+    if (trace_routing_ && n > 0) {
+      // This micro-batch's rows in the layer's layout: its batch block of the micro-batch (the
+      // micro-batch's index is the number of its forwards so far this step).
+      const int mb = st.micro_batches;
+      const int blk = L.layout->batch_idx[stage_comm_->rank()];
+      const int64_t first = plan_.train.micro_batch_offset(L.st.dp, mb) + batch_rows(plan_, *L.layout, blk, mb).first;
+      std::vector<int64_t> sample_of(static_cast<size_t>(b));
+      for (int64_t r = 0; r < b; ++r) {
+        const int64_t pos = first + r;
+        sample_of[r] = sample_order_ ? (*sample_order_)[pos] : pos;
+      }
+      const at::Tensor row_sample = at::tensor(sample_of, cpu_long).repeat_interleave(t * k);  // [n k]
+      const at::Tensor key = row_sample * E + expert_of.to(at::kCPU);
+      st.sample_counts.view({-1}).add_(at::bincount(key, {}, st.sample_counts.numel()));
+    }
+    st.micro_batches += 1;
+  }
+  return tp && !sp ? gather_seq_copy(out, *L.tp) : out;
 }
 
 at::Tensor Model::head_loss(const at::Tensor& x_in, const at::Tensor& targets) {

@@ -87,6 +87,118 @@ struct AllToAll : torch::autograd::Function<AllToAll> {
   }
 };
 
+// Uneven all-to-all of rows; its backward is the reverse all-to-all.
+struct AllToAllRows : torch::autograd::Function<AllToAllRows> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, int64_t comm, std::vector<int64_t> send,
+                            std::vector<int64_t> recv) {
+    ctx->saved_data["c"] = comm;
+    ctx->saved_data["send"] = send;
+    ctx->saved_data["recv"] = recv;
+    return reinterpret_cast<Comm*>(comm)->alltoall_v(x, send, recv);
+  }
+  static tensor_list backward(AutogradContext* ctx, tensor_list g) {
+    const std::vector<int64_t> send = ctx->saved_data["send"].toIntVector();
+    const std::vector<int64_t> recv = ctx->saved_data["recv"].toIntVector();
+    return {from_handle<Comm>(ctx->saved_data["c"])->alltoall_v(g[0].contiguous(), recv, send), at::Tensor(),
+            at::Tensor(), at::Tensor()};
+  }
+};
+
+// Every member's rows, concatenated in member order (uneven counts: padded to the largest for the
+// all-gather).
+at::Tensor allgather_rows(const at::Tensor& x, Comm& c, const std::vector<int64_t>& rows) {
+  if (c.size() == 1) return x;
+  const int64_t M = *std::max_element(rows.begin(), rows.end());
+  std::vector<int64_t> shape = x.sizes().vec();
+  shape[0] = M;
+  at::Tensor padded = at::zeros(shape, x.options());
+  padded.narrow(0, 0, x.size(0)).copy_(x);
+  at::Tensor all = c.allgather(padded);  // [size, M, ...]
+  std::vector<at::Tensor> parts;
+  for (int i = 0; i < c.size(); ++i) parts.push_back(all[i].narrow(0, 0, rows[i]));
+  return at::cat(parts);
+}
+
+// This member's rows of the rank-order sum over members of x [sum rows, ...].
+at::Tensor reduce_scatter_rows_raw(const at::Tensor& x, Comm& c, const std::vector<int64_t>& rows) {
+  if (c.size() == 1) return x;
+  int64_t per_row = 1;
+  for (int64_t i = 1; i < x.dim(); ++i) per_row *= x.size(i);
+  std::vector<int64_t> counts;
+  for (int64_t r : rows) counts.push_back(r * per_row);
+  at::Tensor out;
+  c.reduce_scatter_v_async(x.contiguous().reshape({-1}), counts, [&out](at::Tensor t) { out = std::move(t); }).wait();
+  std::vector<int64_t> shape = x.sizes().vec();
+  shape[0] = rows[c.rank()];
+  return out.view(shape);
+}
+
+// gather_rows and reduce_scatter_rows: each the other's backward.
+using RowsFn = at::Tensor (*)(const at::Tensor&, Comm&, const std::vector<int64_t>&);
+template <RowsFn Forward, RowsFn Backward>
+struct RowsOp : torch::autograd::Function<RowsOp<Forward, Backward>> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, int64_t comm, std::vector<int64_t> rows) {
+    ctx->saved_data["c"] = comm;
+    ctx->saved_data["rows"] = rows;
+    return Forward(x, *reinterpret_cast<Comm*>(comm), rows);
+  }
+  static tensor_list backward(AutogradContext* ctx, tensor_list g) {
+    const std::vector<int64_t> rows = ctx->saved_data["rows"].toIntVector();
+    return {Backward(g[0].contiguous(), *from_handle<Comm>(ctx->saved_data["c"]), rows), at::Tensor(), at::Tensor()};
+  }
+};
+using GatherRows = RowsOp<allgather_rows, reduce_scatter_rows_raw>;
+using ReduceScatterRows = RowsOp<reduce_scatter_rows_raw, allgather_rows>;
+
+// All-gather along dim 1 of equal blocks: [b, t, ...] on each member -> [b, size * t, ...].
+at::Tensor allgather_dim1(const at::Tensor& x, Comm& c) {
+  at::Tensor all = c.allgather(x.contiguous());  // [size, b, t, ...]
+  std::vector<int64_t> shape = x.sizes().vec();
+  shape[1] *= c.size();
+  return all.transpose(0, 1).reshape(shape);
+}
+
+struct SplitSeq : torch::autograd::Function<SplitSeq> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, int64_t comm) {
+    ctx->saved_data["c"] = comm;
+    Comm* c = reinterpret_cast<Comm*>(comm);
+    const int64_t t = x.size(1) / c->size();
+    return x.narrow(1, c->rank() * t, t).contiguous();
+  }
+  static tensor_list backward(AutogradContext* ctx, tensor_list g) {
+    return {allgather_dim1(g[0], *from_handle<Comm>(ctx->saved_data["c"])), at::Tensor()};
+  }
+};
+
+struct GatherSeqCopy : torch::autograd::Function<GatherSeqCopy> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, int64_t comm) {
+    ctx->saved_data["c"] = comm;
+    return allgather_dim1(x, *reinterpret_cast<Comm*>(comm));
+  }
+  static tensor_list backward(AutogradContext* ctx, tensor_list g) {
+    Comm* c = from_handle<Comm>(ctx->saved_data["c"]);
+    const int64_t t = g[0].size(1) / c->size();
+    return {g[0].narrow(1, c->rank() * t, t).contiguous(), at::Tensor()};
+  }
+};
+
+struct AttachLoss : torch::autograd::Function<AttachLoss> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& loss, double scale) {
+    ctx->saved_data["scale"] = scale;
+    ctx->saved_data["dtype"] = static_cast<int64_t>(loss.scalar_type());
+    ctx->saved_data["device"] = loss.device().str();
+    return x.view_as(x);
+  }
+  static tensor_list backward(AutogradContext* ctx, tensor_list g) {
+    const auto dtype = static_cast<at::ScalarType>(ctx->saved_data["dtype"].toInt());
+    const at::Device device(ctx->saved_data["device"].toStringRef());
+    at::Tensor dl = at::full({}, ctx->saved_data["scale"].toDouble(), at::TensorOptions().dtype(dtype).device(device));
+    return {g[0], dl, at::Tensor()};
+  }
+};
+
+thread_local int recompute_depth = 0;
+
 // Sample positions as a rank holds them: [local offset, sample start, length] pieces of its local
 // sequence, in order.
 struct Piece {
@@ -512,6 +624,10 @@ struct Recompute : torch::autograd::Function<Recompute> {
     at::Tensor y;
     {
       at::AutoGradMode on(true);
+      ++recompute_depth;
+      struct Leave {
+        ~Leave() { --recompute_depth; }
+      } leave;
       y = static_cast<FnHolder*>(holder.get())->fn(xs);
     }
     tensor_list out;
@@ -645,6 +761,33 @@ void drop_gathered(const at::Tensor& full) {
 GatheredBytes gathered_param_bytes() { return {g_gathered_live.load(), g_gathered_peak.load()}; }
 
 void reset_gathered_peak() { g_gathered_peak.store(g_gathered_live.load()); }
+
+at::Tensor alltoall_rows(const at::Tensor& x, Comm& c, const std::vector<int64_t>& send_rows,
+                         const std::vector<int64_t>& recv_rows) {
+  if (c.size() == 1) return x;
+  return AllToAllRows::apply(x, handle(&c), send_rows, recv_rows);
+}
+at::Tensor gather_rows(const at::Tensor& x, Comm& c, const std::vector<int64_t>& rows) {
+  if (c.size() == 1) return x;
+  return GatherRows::apply(x, handle(&c), rows);
+}
+at::Tensor reduce_scatter_rows(const at::Tensor& x, Comm& c, const std::vector<int64_t>& rows) {
+  if (c.size() == 1) return x;
+  return ReduceScatterRows::apply(x, handle(&c), rows);
+}
+at::Tensor split_seq(const at::Tensor& x, Comm& c) {
+  if (c.size() == 1) return x;
+  return SplitSeq::apply(x, handle(&c));
+}
+at::Tensor gather_seq_copy(const at::Tensor& x, Comm& c) {
+  if (c.size() == 1) return x;
+  return GatherSeqCopy::apply(x, handle(&c));
+}
+at::Tensor attach_loss(const at::Tensor& x, const at::Tensor& loss, double scale) {
+  if (!loss.requires_grad()) return x;
+  return AttachLoss::apply(x, loss, scale);
+}
+bool recomputing() { return recompute_depth > 0; }
 
 at::Tensor recompute(const TensorFn& fn, const std::vector<at::Tensor>& inputs) {
   if (!at::GradMode::is_enabled()) return fn(inputs);

@@ -24,6 +24,7 @@
 #include "fault.h"
 #include "weft/core/format.h"
 #include "weft/plan/checkpoint_layout.h"
+#include "weft/plan/routing_trace.h"
 #include "weft/runtime/checkpoint.h"
 #include "weft/runtime/hf_checkpoint.h"
 #include "weft/runtime/straggler.h"
@@ -159,6 +160,9 @@ class TrainStage : public PipelineStage {
   TrainStage(Model& m, Optimizer& opt, const TokenSource& data, const Plan& plan)
       : m_(m), opt_(opt), data_(data), seq_(plan.train.seq), blk_(m.token_block()), tl_(seq_ / blk_.seq_parts) {}
   int step = 0;  // the step whose micro-batches input() and loss() read
+  // The sample each position of the global batch holds this step (weft train --moe-placement), or
+  // nullptr: position i holds sample i.
+  const std::vector<int>* samples = nullptr;
 
   bool first_stage() const override { return m_.first_stage(); }
   bool last_stage() const override { return m_.last_stage(); }
@@ -179,7 +183,7 @@ class TrainStage : public PipelineStage {
     at::Tensor t = at::empty({rows, tl_}, at::kLong);
     std::vector<int64_t> buf(seq_ + 1);
     for (int64_t j = 0; j < rows; ++j) {
-      data_.sample(step, first + j, seq_ + 1, buf.data());
+      data_.sample(step, samples ? (*samples)[first + j] : first + j, seq_ + 1, buf.data());
       int64_t* dst = t[j].data_ptr<int64_t>();
       for (const SeqRun& r : blk_.runs) dst = std::copy_n(buf.data() + r.start + (targets ? 1 : 0), r.len, dst);
     }
@@ -309,6 +313,75 @@ StepResult optimizer_step(Model& model, Optimizer& opt, Comm& world, double loss
   }
   opt.step(lr, scale);
   return r;
+}
+
+// The routing figures of the step's MoE layers, from every stage (the first rank of each device
+// group sends its chunks' layers; one all-reduce over the world, on every rank), as fields of the
+// step's JSON: "moe" [{layer, imbalance (max over mean tokens per expert), aux_loss (the
+// load-balancing loss, mean over micro-batches, coefficient included), tokens_per_expert}] and
+// "moe_aux_loss" (their sum). Resets the model's figures. Nothing for a dense model.
+Json moe_step_fields(Model& model, Comm& world, const Plan& plan, std::string* tail, int step = 0,
+                     RoutingTrace* trace = nullptr) {
+  std::vector<std::pair<int, int>> layers;  // (layer, experts) in model order
+  for (int l = 0; l < plan.model.num_layers(); ++l)
+    if (plan.model.layer(l).moe.enabled()) layers.emplace_back(l, plan.model.layer(l).moe.experts);
+  if (layers.empty()) return Json();
+  std::vector<int64_t> where(static_cast<size_t>(plan.model.num_layers()), -1);
+  int64_t size = 0;
+  for (const auto& [l, e] : layers) where[l] = size, size += e + 2;
+  at::Tensor buf = at::zeros({size + 1}, at::kDouble);  // the last: inter-node copies of every rank
+  if (world.rank() % plan.devices_per_stage() == 0)
+    for (const MoeLayerStats& st : model.moe_stats()) {
+      const int64_t o = where[st.layer];
+      for (size_t e = 0; e < st.tokens.size(); ++e) buf[o + static_cast<int64_t>(e)] = static_cast<double>(st.tokens[e]);
+      buf[o + static_cast<int64_t>(st.tokens.size())] = st.aux_loss;
+      buf[o + static_cast<int64_t>(st.tokens.size()) + 1] = st.micro_batches;
+    }
+  int64_t inter = 0;
+  for (const MoeLayerStats& st : model.moe_stats()) inter += st.inter_node_copies;
+  buf[size] = static_cast<double>(inter);
+  world.allreduce_sum(buf);
+  if (trace) {
+    // Every rank's copies per sample and expert (each token counted by the one rank routing it).
+    RoutingStep rs;
+    rs.step = step;
+    for (const auto& [l, E] : layers) {
+      at::Tensor c = at::zeros({plan.train.global_batch, E}, at::kLong);
+      for (const MoeLayerStats& st : model.moe_stats())
+        if (st.layer == l && st.sample_counts.defined()) c = st.sample_counts.clone();
+      world.allreduce_sum(c);
+      rs.layers.push_back(l);
+      std::vector<std::vector<int64_t>> rows;
+      for (int64_t i = 0; i < c.size(0); ++i) {
+        const at::Tensor r = c[i].contiguous();
+        rows.emplace_back(r.data_ptr<int64_t>(), r.data_ptr<int64_t>() + E);
+      }
+      rs.counts.push_back(std::move(rows));
+    }
+    trace->steps.push_back(std::move(rs));
+  }
+  model.reset_moe_stats();
+  Json rows = Json::array();
+  double aux_total = 0, worst = 1;
+  const auto v = buf.accessor<double, 1>();
+  for (const auto& [l, E] : layers) {
+    MoeLayerStats st;
+    st.layer = l;
+    for (int e = 0; e < E; ++e) st.tokens.push_back(static_cast<int64_t>(std::llround(v[where[l] + e])));
+    const double micro = std::max(1.0, v[where[l] + E + 1]);
+    const double aux = v[where[l] + E] / micro;
+    aux_total += aux;
+    worst = std::max(worst, st.imbalance());
+    rows.push_back(Json{{"layer", l}, {"imbalance", st.imbalance()}, {"aux_loss", aux}, {"tokens_per_expert", st.tokens}});
+  }
+  if (tail) {
+    char b[96];
+    std::snprintf(b, sizeof b, "  moe imbalance %.2f (worst layer)  aux %.4g", worst, aux_total);
+    *tail += b;
+  }
+  return Json{{"moe", rows},
+              {"moe_aux_loss", aux_total},
+              {"moe_inter_node_copies", static_cast<int64_t>(std::llround(v[size]))}};
 }
 
 // What the summary reports, added up over the steps (the first step of a run is not timed).
@@ -586,6 +659,33 @@ Status train(const TrainOptions& given) {
   auto actions =
       pipeline_actions(plan.train.schedule, plan.train.pp, model->stage(), plan.train.micro_batches, model->chunks());
   auto stage_ptr = std::make_unique<TrainStage>(*model, *opt, *data, plan);
+  // MoE sample placement and routing traces (docs/moe-placement.md).
+  RoutingTrace trace;
+  std::optional<SamplePlacement> placement;
+  if (!o.moe_placement.empty() || !o.moe_trace.empty()) {
+    bool moe = false;
+    for (int l = 0; l < plan.model.num_layers(); ++l) moe = moe || plan.model.layer(l).moe.enabled();
+    if (!moe) return bad_input(job, Error{ErrorKind::kBadInput, "--moe-trace / --moe-placement: the model has no MoE layers"});
+    if (vl) return bad_input(job, Error{ErrorKind::kBadInput, "--moe-trace / --moe-placement: not with variable-length steps"});
+  }
+  if (!o.moe_placement.empty()) {
+    auto pl = read_sample_placement(o.moe_placement);
+    if (!pl.ok()) return bad_input(job, pl.error().with_context("--moe-placement"));
+    if (Status c = check_placement(*pl, plan); !c.ok()) return bad_input(job, c.error().with_context("--moe-placement"));
+    placement = std::move(pl).value();
+  }
+  if (!o.moe_trace.empty()) {
+    model->trace_routing(true);
+    trace.model = plan.model.name;
+    trace.seq = plan.train.seq;
+    trace.global_batch = plan.train.global_batch;
+    for (int l = 0; l < plan.model.num_layers(); ++l)
+      if (plan.model.layer(l).moe.enabled()) {
+        trace.experts = plan.model.layer(l).moe.experts;
+        trace.top_k = plan.model.layer(l).moe.top_k;
+        break;
+      }
+  }
   // Each rank's compute as the plan expects it (the straggler check and --adapt compare with it).
   std::vector<double> expected;
   if (o.adapt_hooks.expected && !vl) expected = o.adapt_hooks.expected(plan);
@@ -628,6 +728,7 @@ Status train(const TrainOptions& given) {
         if (f[0].item<double>() != fp || -f[1].item<double>() != fp)
           return job.fail("variable-length step " + std::to_string(step) + ": the ranks' batch planners disagree");
         loss_tokens = std::max<int64_t>(1, vstage->set_step(step, vs));
+        model->set_moe_loss_scale(1.0 / std::max(1, vstage->micro_batches()));
         step_tokens = 0;
         for (int64_t l : vstage->lengths()) step_tokens += l;
         // One stage: F0 B0 F1 B1 ..., each micro-batch's group and documents set until its backward ran.
@@ -645,6 +746,8 @@ Status train(const TrainOptions& given) {
         plan_wait_s = vs.waited_s;
       } else {
         stage_ptr->step = step;
+        stage_ptr->samples = placement ? placement->for_step(step) : nullptr;
+        model->set_sample_order(stage_ptr->samples);
       }
       TimedStage timed(*inner);
       timed.factor = slow.applies(rank, step) ? slow.factor : 1.0;
@@ -669,6 +772,9 @@ Status train(const TrainOptions& given) {
       stats.tokens_per_s = static_cast<double>(step_tokens) / dt, stats.step_time_s = dt;
       if (!stats.extra.is_object()) stats.extra = Json::object();
       stats.extra["compute_s"] = res.compute_s;
+      if (Json moe = moe_step_fields(*model, world, plan, &stats.text_tail, step, o.moe_trace.empty() ? nullptr : &trace);
+          moe.is_object())
+        stats.extra.update(moe);
       if (!res.probe_s.empty()) stats.extra["probe_s"] = res.probe_s;
       // Compared per unit of planned work: a rank given less (uneven shares) is not taken for fast.
       std::vector<double> per_work = res.compute_s;
@@ -805,6 +911,9 @@ Status train(const TrainOptions& given) {
     world.barrier();  // no rank leaves while another's watchdog still needs the store on rank 0
   } catch (const std::exception& e) {
     return job.fail(e.what());
+  }
+  if (rank == 0 && !o.moe_trace.empty()) {
+    if (Status w = write_routing_trace(o.moe_trace, trace); !w.ok()) return w.error().with_context("--moe-trace");
   }
   rep.summary(summary(o, tot, opt->grad_sync().stats(), env.world, tokens_per_step, seconds_since(run_start),
                       std::move(ranks)));

@@ -16,11 +16,11 @@ namespace {
 
 // Families weft reads. kGeneric is an unknown model_type that carries the Llama-style keys.
 enum class Family {
-  kLlama, kMistral, kQwen2, kQwen2Moe, kQwen3, kQwen3Moe, kMixtral, kDeepseek, kGptOss, kGpt2, kBert, kT5, kGeneric
+  kLlama, kMistral, kQwen2, kQwen2Moe, kQwen3, kQwen3Moe, kOlmoe, kMixtral, kDeepseek, kGptOss, kGpt2, kBert, kT5, kGeneric
 };
 
 const char* kKnownTypes =
-    "llama, mistral, qwen2, qwen2_moe, qwen3, qwen3_moe, mixtral, deepseek_v2, deepseek_v3, gpt_oss, gpt2, bert, "
+    "llama, mistral, qwen2, qwen2_moe, qwen3, qwen3_moe, olmoe, mixtral, deepseek_v2, deepseek_v3, gpt_oss, gpt2, bert, "
     "roberta, t5, mt5";
 
 void warn(const std::string& msg) { std::fprintf(stderr, "weft: warning: %s\n", msg.c_str()); }
@@ -71,6 +71,7 @@ std::optional<Family> family_of(const std::string& t) {
   if (t == "qwen2_moe") return Family::kQwen2Moe;
   if (t == "qwen3") return Family::kQwen3;
   if (t == "qwen3_moe") return Family::kQwen3Moe;
+  if (t == "olmoe") return Family::kOlmoe;
   if (t == "mixtral") return Family::kMixtral;
   if (t == "deepseek_v2" || t == "deepseek_v3") return Family::kDeepseek;
   if (t == "gpt_oss") return Family::kGptOss;
@@ -83,7 +84,7 @@ std::optional<Family> family_of(const std::string& t) {
 // "LlamaForCausalLM" -> "llama" for configs that name only the architecture.
 std::string type_from_architecture(const std::string& a) {
   const std::pair<const char*, const char*> prefixes[] = {
-      {"Qwen3Moe", "qwen3_moe"}, {"Qwen3", "qwen3"},
+      {"Qwen3Moe", "qwen3_moe"}, {"Qwen3", "qwen3"}, {"Olmoe", "olmoe"},
       {"Qwen2Moe", "qwen2_moe"}, {"Qwen2", "qwen2"},     {"Llama", "llama"},   {"Mistral", "mistral"},
       {"Mixtral", "mixtral"},    {"DeepseekV3", "deepseek_v3"}, {"DeepseekV2", "deepseek_v2"}, {"GptOss", "gpt_oss"},
       {"GPT2", "gpt2"},          {"Bert", "bert"},       {"Roberta", "roberta"}, {"MT5", "mt5"},
@@ -264,15 +265,17 @@ ModelSpec llama_like(const JsonObj& o, Family fam, const std::string& type) {
     moe.moe.expert_ffn = dense.ffn;
     moe.sinks = true;
     std::fill(is_moe.begin(), is_moe.end(), true);
-  } else if (fam == Family::kQwen2Moe || fam == Family::kQwen3Moe) {
+  } else if (fam == Family::kQwen2Moe || fam == Family::kQwen3Moe || fam == Family::kOlmoe) {
     // Qwen3-MoE has Qwen2-MoE's keys without the shared expert (and without Q/K/V biases, above;
-    // its per-head Q/K norms are 2 x head_dim weights a layer, left out).
+    // its per-head Q/K norms are 2 x head_dim weights a layer, left out). OLMoE (OlmoeConfig) has
+    // Qwen3-MoE's keys with its experts' size in intermediate_size and no dense layers (its Q/K
+    // norms, 2 x hidden weights a layer, left out).
     dense.ffn = positive(o, "intermediate_size");
     const long long experts = opt_int(o, "num_experts").value_or(0);
     if (experts > 0) {
       moe.moe.experts = static_cast<int>(experts);
       moe.moe.top_k = static_cast<int>(positive(o, "num_experts_per_tok"));
-      moe.moe.expert_ffn = positive(o, "moe_intermediate_size");
+      moe.moe.expert_ffn = fam == Family::kOlmoe ? dense.ffn : positive(o, "moe_intermediate_size");
       const long long shared = opt_int(o, "shared_expert_intermediate_size").value_or(0);
       if (shared % moe.moe.expert_ffn != 0)
         o.fail("shared_expert_intermediate_size",
@@ -320,6 +323,32 @@ ModelSpec llama_like(const JsonObj& o, Family fam, const std::string& type) {
     }
   } else {
     dense.ffn = positive(o, "intermediate_size");
+  }
+  if (moe.moe.enabled()) {
+    // The router, with each configuration class's defaults (transformers 4.57): DeepSeek's
+    // scoring_func, norm_topk_prob, routed_scaling_factor and aux_loss_alpha; Mixtral's and
+    // GPT-OSS's renormalised top-k (their routers take the softmax of the top-k logits); Qwen-MoE's
+    // and OLMoE's norm_topk_prob. The load-balancing coefficient is the config's whether or not it
+    // sets output_router_logits (what a user training the model from scratch runs with).
+    MoeSpec& r = moe.moe;
+    auto number_or = [&](std::string_view key, double dflt) { return present(o, key) ? o.number(key) : dflt; };
+    if (fam == Family::kDeepseek) {
+      const std::string score = str_or(o, "scoring_func", "softmax");
+      if (score != "softmax" && score != "sigmoid")
+        o.fail("scoring_func", "expected \"softmax\" or \"sigmoid\", got \"" + score + "\"");
+      r.score = score == "sigmoid" ? RouterScore::kSigmoid : RouterScore::kSoftmax;
+      r.norm_topk = bool_or(o, "norm_topk_prob", false);
+      r.routed_scale = number_or("routed_scaling_factor", 1.0);
+      r.aux_loss_coef = number_or("aux_loss_alpha", 0.001);
+    } else if (fam == Family::kMixtral || fam == Family::kGptOss || fam == Family::kGeneric) {
+      r.norm_topk = true;
+      r.aux_loss_coef = number_or("router_aux_loss_coef", fam == Family::kGptOss ? 0.9 : 0.001);
+    } else {
+      r.norm_topk = bool_or(o, "norm_topk_prob", false);
+      r.aux_loss_coef = number_or("router_aux_loss_coef", fam == Family::kOlmoe ? 0.01 : 0.001);
+    }
+    if (!(r.routed_scale > 0)) o.fail("routed_scaling_factor", "must be positive, got " + std::to_string(r.routed_scale));
+    if (!(r.aux_loss_coef >= 0)) o.fail("router_aux_loss_coef", "must be >= 0, got " + std::to_string(r.aux_loss_coef));
   }
   if (moe.moe.enabled() && moe.moe.top_k > moe.moe.experts)
     o.fail("num_experts_per_tok", std::to_string(moe.moe.top_k) + " is more than the " +

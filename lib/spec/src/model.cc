@@ -32,6 +32,8 @@ const char* to_string(LayerKind k) {
 }
 const char* to_string(FfnKind k) { return k == FfnKind::kGelu ? "gelu" : "swiglu"; }
 const char* to_string(NormKind k) { return k == NormKind::kLayerNorm ? "layernorm" : "rmsnorm"; }
+const char* to_string(RouterScore k) { return k == RouterScore::kSigmoid ? "sigmoid" : "softmax"; }
+
 const char* to_string(PositionKind k) {
   switch (k) {
     case PositionKind::kLearned: return "learned";
@@ -110,6 +112,10 @@ Status validate(const ModelSpec& m) {
         return fail(p + ".moe.expert_ffn: must be positive, got " + std::to_string(s.moe.expert_ffn));
       if (s.moe.shared_experts < 0)
         return fail(p + ".moe.shared_experts: must be >= 0, got " + std::to_string(s.moe.shared_experts));
+      if (!(s.moe.routed_scale > 0))
+        return fail(p + ".moe.routed_scale: must be positive, got " + std::to_string(s.moe.routed_scale));
+      if (!(s.moe.aux_loss_coef >= 0))
+        return fail(p + ".moe.aux_loss_coef: must be >= 0, got " + std::to_string(s.moe.aux_loss_coef));
     }
     if (s.hidden != m.hidden)
       return fail(p + ".hidden: " + std::to_string(s.hidden) + " differs from the model's hidden " +
@@ -160,6 +166,11 @@ Json to_json(const ModelSpec& m) {
                   {"top_k", g.shape.moe.top_k},
                   {"expert_ffn", g.shape.moe.expert_ffn},
                   {"shared_experts", g.shape.moe.shared_experts}};
+      const MoeSpec dflt;
+      if (g.shape.moe.score != dflt.score) o["moe"]["router"] = to_string(g.shape.moe.score);
+      if (g.shape.moe.norm_topk != dflt.norm_topk) o["moe"]["norm_topk"] = g.shape.moe.norm_topk;
+      if (g.shape.moe.routed_scale != dflt.routed_scale) o["moe"]["routed_scale"] = g.shape.moe.routed_scale;
+      if (g.shape.moe.aux_loss_coef != dflt.aux_loss_coef) o["moe"]["aux_loss_coef"] = g.shape.moe.aux_loss_coef;
     }
     groups.push_back(std::move(o));
   }
@@ -223,11 +234,19 @@ Result<ModelSpec> model_from_json(const Json& j, const std::string& path) {
       }
       if (g.has("moe")) {
         JsonObj mo = g.obj("moe");
-        mo.reject_unknown({"experts", "top_k", "expert_ffn", "shared_experts"});
+        mo.reject_unknown({"experts", "top_k", "expert_ffn", "shared_experts", "router", "norm_topk", "routed_scale",
+                           "aux_loss_coef"});
         s.moe.experts = static_cast<int>(mo.integer("experts"));
         s.moe.top_k = static_cast<int>(mo.integer("top_k"));
         s.moe.expert_ffn = mo.integer("expert_ffn");
         s.moe.shared_experts = static_cast<int>(mo.integer_or("shared_experts", 0));
+        const std::string router = mo.str_or("router", "softmax");
+        if (router != "softmax" && router != "sigmoid")
+          mo.fail("router", "expected \"softmax\" or \"sigmoid\", got \"" + router + "\"");
+        s.moe.score = router == "sigmoid" ? RouterScore::kSigmoid : RouterScore::kSoftmax;
+        s.moe.norm_topk = mo.boolean_or("norm_topk", true);
+        s.moe.routed_scale = mo.number_or("routed_scale", 1.0);
+        s.moe.aux_loss_coef = mo.number_or("aux_loss_coef", 0.0);
         if (s.moe.experts <= 0) mo.fail("experts", "must be positive, got " + std::to_string(s.moe.experts));
       }
       s.ffn = g.has("ffn") ? g.integer("ffn") : (s.moe.enabled() ? 0 : g.integer("ffn"));

@@ -28,6 +28,14 @@ struct StateBytes {
   double weights = 0, grads = 0, optimizer = 0;
 };
 StateBytes state_bytes_per_param(DType dtype);
+// The same with the optimizer precision of the plan (Megatron-LM's precision-aware optimizer,
+// plan.h OptimizerPrecision): the moments in their dtypes (fp8 one byte, 16-bit two), the main
+// gradients in bf16 where it says so; the fp32 master stays. bf16 with both moments bf16:
+// 2 + 4 + (4 + 2 + 2) = 14.
+StateBytes state_bytes_per_param(DType dtype, const OptimizerPrecision& o);
+// Bytes per parameter Adam's step reads and writes of its own state: the fp32 master and both
+// moments, each read and written (24 with fp32 moments, 16 with bf16 ones).
+double adam_state_traffic_bytes(const OptimizerPrecision& o);
 
 // Where a framework keeps the fp32 master weights under ZeRO >= 2 (docs/cost-model.md §5.1).
 enum class MasterWeights {
@@ -53,7 +61,9 @@ enum class MasterWeights {
 // the weights are the fp32 sharded parameters (4 / shard; ZeRO-2 adds the compute-dtype copy FSDP
 // keeps unsharded from forward to backward), the gradients fp32 / shard and the optimizer Adam's
 // two moments (8 / shard): 16 / shard at ZeRO-3 where a separate master counts 18 / shard.
-StateBytes sharded_state_bytes(DType dtype, int zero, int shard, MasterWeights master = MasterWeights::kInOptimizer);
+// `o`: the plan's optimizer precision (moments and main gradients; default all fp32).
+StateBytes sharded_state_bytes(DType dtype, int zero, int shard, MasterWeights master = MasterWeights::kInOptimizer,
+                               const OptimizerPrecision& o = {});
 
 // Bytes per local parameter of one layer that ZeRO holds in full while the layer runs, counted once
 // per device (docs/cost-model.md §5.1): under stage >= 2 the layer's unsharded gradient before its

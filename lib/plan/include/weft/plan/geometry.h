@@ -74,11 +74,13 @@ std::vector<int> kv_replica_group(int rank, int stage_size, int pp, const LayerS
 // Every process group some rank needs to run the plan, each sorted, in a fixed order that every
 // rank computes alike (groups repeat; the runtime builds each distinct one once): the world; per
 // stage the stage, and for every layer and the embedding / head of the first and last stage, each
-// rank's tp, ulysses, cp, shard (gradient sums and ZeRO shards) and, for layers, kv-replica groups;
+// rank's tp, ulysses, cp, shard (gradient sums and ZeRO shards) and, for layers, kv-replica groups
+// and, for MoE layers, the expert grid's ep, etp and expert data-parallel groups;
 // then the pairs of ranks holding the two copies of an embedding tied across pipeline stages.
 std::vector<std::vector<int>> process_groups(const Plan& p);
 
-// The groups of the runtime's gradient channel: the shard group of every unit with ZeRO < 3 (whose
+// The groups of the runtime's gradient channel: the shard group of every unit with ZeRO < 3 (a MoE
+// layer's experts: the expert data-parallel group; whose
 // gradients are reduced in buckets while backward runs), per rank, in the order of process_groups.
 std::vector<std::vector<int>> grad_groups(const Plan& p);
 
@@ -102,7 +104,9 @@ struct ParamSpec {
 
 // A group of parameters sharing one strategy (and so one gradient-sum group and ZeRO stage).
 struct UnitSpec {
-  std::string name;                  // "wte", "wpe", "layers.3", "head", "wte_copy"
+  std::string name;                  // "wte", "wpe", "layers.3", "layers.3.experts" (a MoE layer's
+                                     // routed experts: this rank's experts, synced over the expert
+                                     // data-parallel group), "head", "wte_copy"
   std::vector<ParamSpec> params;
   int zero = 0;
   std::vector<int> sync_ranks;       // the shard group (dp x ulysses x cp): sums gradients, shards ZeRO state
@@ -122,7 +126,8 @@ struct UnitSpec {
 std::vector<UnitSpec> unit_specs(const Plan& p, int rank);
 
 // Every parameter tensor of the plan's model once, in model order, as the first rank of its stage
-// holds it (one slice of each: callers read name and full_shape).
+// that holds it (one slice of each: callers read name and full_shape); a MoE layer's routed
+// experts in ascending order after the layer's other parameters.
 std::vector<ParamSpec> model_params(const Plan& p);
 
 }  // namespace weft

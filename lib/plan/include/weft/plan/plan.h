@@ -17,6 +17,19 @@ namespace weft {
 
 inline constexpr int kPlanFormatVersion = 1;
 
+// The precision of the optimizer's states where it is not fp32: Megatron-LM's precision-aware
+// optimizer (--use-precision-aware-optimizer with --exp-avg-dtype, --exp-avg-sq-dtype,
+// --main-grads-dtype; NVIDIA's MoE performance recipes keep both Adam moments in bf16). The master
+// parameters stay fp32. JSON "optimizer": {"exp_avg", "exp_avg_sq", "main_grads"}, absent when
+// all are fp32.
+struct OptimizerPrecision {
+  DType exp_avg = DType::kFp32;      // Adam's first moment: fp32, bf16, fp16 or fp8
+  DType exp_avg_sq = DType::kFp32;   // Adam's second moment: fp32, bf16, fp16 or fp8
+  DType main_grads = DType::kFp32;   // the gradients accumulated and reduced: fp32 or bf16
+  bool precision_aware() const { return exp_avg != DType::kFp32 || exp_avg_sq != DType::kFp32 || main_grads != DType::kFp32; }
+  bool operator==(const OptimizerPrecision&) const = default;
+};
+
 // Global training settings.
 struct TrainSettings {
   int seq = 0;                 // sequence length (tokens per sample)
@@ -52,10 +65,19 @@ struct TrainSettings {
   // intra-stage data split). The activations are re-split between groups (the receiving group
   // exchanges rows among its ranks); every layer and the embedding share one dp and one layout.
   std::vector<std::vector<int>> stage_dp_shares;
+  // Separate pipeline schedules per step (JSON "rounds", absent when 1): the m micro-batches run as
+  // `rounds` schedules of m / rounds each, gradients accumulated over them, each filling and
+  // draining the pipeline (torchtitan with local_batch_size below global_batch_size / dp under
+  // pipeline parallelism: gradient accumulation steps, each a pipeline schedule's step()).
+  int rounds = 1;
+  // The optimizer states' precision where not fp32 (mixed precision only; JSON "optimizer").
+  OptimizerPrecision optimizer;
   // Samples per micro-batch across the whole stage: global_batch / micro_batches. A layer with
   // data-parallel degree d processes pipeline_micro_batch() / d samples per device. With
   // dp_micro_batches a micro-batch's samples differ by micro-batch: micro_batch_rows().
   int pipeline_micro_batch() const { return micro_batches > 0 ? global_batch / micro_batches : 0; }
+  // Micro-batches one pipeline schedule runs: m / rounds.
+  int schedule_micro_batches() const { return rounds > 1 ? micro_batches / rounds : micro_batches; }
   // Samples replica j of `replicas` takes in micro-batch k on device group `group` (shares, stage
   // shares and counts as above; even: pipeline_micro_batch() / replicas).
   int replica_rows(int replicas, int j, int k, int group = 0) const;

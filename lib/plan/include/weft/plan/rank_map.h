@@ -29,7 +29,11 @@ int rank_of(const RankCoords& c, int stage_size, const LayerStrategy& s);
 //     with tp = etp): etp fastest, then ep, then the expert data-parallel index. So the group is ep
 //     ranks etp apart. With etp = tp and no Ulysses that is ep consecutive indices of
 //     cp_idx + cp * dp_idx at one tp position, Megatron-LM's tp-cp-ep-dp order.
-enum class Axis { kTp, kUlysses, kCp, kDp, kPp, kShard, kEp };
+//   kEtp: the expert-tensor-parallel group on that grid (etp consecutive ranks: one expert's FFN
+//     split by columns);
+//   kEdp: the expert data-parallel group on that grid (stage_size / (ep * etp) ranks, ep * etp
+//     apart, holding the same expert shard: they sum its gradients and shard its ZeRO state).
+enum class Axis { kTp, kUlysses, kCp, kDp, kPp, kShard, kEp, kEtp, kEdp };
 // The ranks in `rank`'s group along `axis` (sorted ascending), e.g. its tensor-parallel group.
 std::vector<int> group_of(int rank, int stage_size, int pp, const LayerStrategy& s, Axis axis);
 // All groups along `axis` for one stage group / all stages (each sorted), for building process groups.

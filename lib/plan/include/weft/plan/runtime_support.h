@@ -3,10 +3,11 @@
 // it when a plan is meant for weft's runtime, docs/search.md "weft's runtime") share one rule.
 //
 // The runtime runs every combination of tp, sp, ulysses, cp (ring attention), dp, ZeRO 0-3,
-// recompute and a pipeline under gpipe, 1f1b, interleaved with any vp and zb-h1 (uneven stages, a
-// different layout per layer) for models of decoder layers of one hidden width with learned or
-// rotary positions. It does not run yet: expert parallelism (ep > 1), MoE layers, encoder and
-// cross-attention layers, relative position biases, the zb-v schedule.
+// recompute and a pipeline under gpipe, 1f1b, interleaved with any vp, zb-h1 and zb-v (uneven
+// stages, a different layout per layer) for models of decoder layers of one hidden width with
+// learned or rotary positions, MoE layers (without biases) with any expert degree ep and expert
+// tensor degree etp the plan validates. It does not run yet: encoder and cross-attention layers,
+// relative position biases, sliding windows, attention sinks, latent attention.
 #pragma once
 
 #include <cstdint>
@@ -20,8 +21,8 @@
 namespace weft {
 
 // Why the runtime cannot run a layer (or the embedding) with strategy s, as "FIELD: reason" naming
-// the degree, e.g. "ep: expert parallelism (ep=2) is not supported by the weft runtime yet"; empty
-// when it can. Only ep matters: every other field is run.
+// the degree; empty when it can. Every field is run today (the function stays the one place the
+// search asks).
 std::string runtime_strategy_refusal(const LayerStrategy& s);
 inline bool runtime_runs_strategy(const LayerStrategy& s) { return runtime_strategy_refusal(s).empty(); }
 // Why the runtime cannot cut sequences of `seq` tokens as s asks, or empty: context parallelism

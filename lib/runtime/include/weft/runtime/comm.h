@@ -90,6 +90,13 @@ class Comm {
   // Equal-split all-to-all over the leading dimension: in [size, ...] -> out [size, ...] where
   // out[j] on member i is in[i] of member j.
   virtual at::Tensor alltoall(const at::Tensor& in) = 0;
+  // Uneven all-to-all over the leading dimension (MoE token dispatch): `in` holds send_rows[j] rows
+  // for member j, in member order; returns recv_rows[j] rows from member j, in member order.
+  // Member i's send_rows[j] must equal member j's recv_rows[i] (callers exchange the counts
+  // first). Gloo and NCCL send exactly those rows; the base version (any Comm) pads every piece to
+  // the group's largest through alltoall().
+  virtual at::Tensor alltoall_v(const at::Tensor& in, const std::vector<int64_t>& send_rows,
+                                const std::vector<int64_t>& recv_rows);
   // Point-to-point with a group rank. send does not block (keep the Pending until the peer has
   // received); recv blocks until the tensor arrived. On a group of one rank both are invariant
   // failures (WEFT_ASSERT: there is no peer).

@@ -83,6 +83,30 @@ struct LayerCtx {
   int unit = 0;
   int chunk = 0;                     // model chunk (virtual stage group_stage(plan, stage, chunk))
   int64_t heads_local = 0, kv_local = 0, ffn_local = 0;
+  // MoE layers: the experts' grid (rank_map.h): the expert-parallel and expert-tensor-parallel
+  // groups, the unit of this rank's routed experts, and the first of them (global index).
+  Comm* ep = nullptr;
+  Comm* etp = nullptr;
+  int expert_unit = -1;
+  int expert0 = 0, experts_local = 0;
+  int stats = -1;                    // index in Model::moe_stats()
+};
+
+// What a MoE layer's router did in a step, over the stage's tokens (every rank of the stage holds
+// the same figures).
+struct MoeLayerStats {
+  int layer = 0;
+  std::vector<int64_t> tokens;       // routed copies per expert, summed over the step's micro-batches
+  double aux_loss = 0;               // the load-balancing loss (coefficient included), summed likewise
+  int micro_batches = 0;
+  // Token copies this rank's dispatches sent to ranks of other nodes (plan.cluster.gpus_per_node
+  // ranks a node), over the step's micro-batches.
+  int64_t inter_node_copies = 0;
+  // With trace_routing(true): [global_batch, experts] copies each sample of the step routed to each
+  // expert, from this rank's tokens.
+  at::Tensor sample_counts;
+  // Load imbalance: the busiest expert's tokens over the mean (1: perfectly balanced).
+  double imbalance() const;
 };
 
 // Which rows of a micro-batch's tokens this rank reads: batch block / sequence block. The rows of
@@ -152,6 +176,21 @@ class Model {
   // packed documents, targets < 0 (padding, a document's last token) count nothing.
   at::Tensor head_loss(const at::Tensor& x, const at::Tensor& targets);
 
+  // The MoE layers of this rank's chunks (layer order), what their routers did since the last
+  // reset (a recomputed forward is not counted twice).
+  const std::vector<MoeLayerStats>& moe_stats() const { return moe_stats_; }
+  void reset_moe_stats();
+  // The weight of one micro-batch's load-balancing losses in the objective (the LM loss is the
+  // mean over the step's tokens; the balancing loss the mean over its micro-batches, as Megatron
+  // scales it): 1 / micro-batches of the step; set by the trainer, 1 / train.micro_batches at first.
+  void set_moe_loss_scale(double s) { moe_loss_scale_ = s; }
+  // Routing traces (weft train --moe-trace): record each sample's copies per expert
+  // (MoeLayerStats::sample_counts, reset with the other figures).
+  void trace_routing(bool on);
+  // The samples the step's positions hold (a sample placement, weft/plan/routing_trace.h; nullptr:
+  // position i holds sample i), for the trace.
+  void set_sample_order(const std::vector<int>* samples) { sample_order_ = samples; }
+
   std::vector<Unit>& units() { return units_; }
   const Plan& plan() const { return plan_; }
   // Whether this rank's head losses are counted in the job's loss (one copy per token).
@@ -163,6 +202,10 @@ class Model {
   // recomputation, which gathers and uses them within one backward).
   at::Tensor layer_forward(const LayerCtx& L, const at::Tensor& x, bool release);
   at::Tensor attention(const LayerCtx& L, const std::vector<at::Tensor>& w, const at::Tensor& h);
+  // A MoE layer's routed experts on the normalised hidden states hn (the layer's layout): router,
+  // dispatch over the expert grid, experts, combine; returns the routed output in hn's layout.
+  // release: as layer_forward's, for the experts' gathered ZeRO-3 parameters.
+  at::Tensor routed_experts(const LayerCtx& L, const std::vector<at::Tensor>& w, const at::Tensor& hn, bool release);
   at::Tensor norm(const at::Tensor& x, const at::Tensor& w, const at::Tensor* b) const;
   Unit* find_unit(const std::string& name);
   // Strategy s's activation layout on device group `group` (its rows: train.stage_dp_shares).
@@ -186,6 +229,10 @@ class Model {
   // set_documents(): the document of every token [b, seq] and its position in it (undefined: none).
   at::Tensor doc_ids_, doc_pos_;
   Comm* seq_group_ = nullptr;  // set_sequence_group()
+  std::vector<MoeLayerStats> moe_stats_;
+  double moe_loss_scale_ = 1.0;
+  bool trace_routing_ = false;
+  const std::vector<int>* sample_order_ = nullptr;
 };
 
 }  // namespace weft::runtime

@@ -32,6 +32,31 @@ at::Tensor reduce_scatter_seq(const at::Tensor& x, Comm& c);
 at::Tensor seq_to_heads(const at::Tensor& x, Comm& c);
 at::Tensor heads_to_seq(const at::Tensor& x, Comm& c);
 
+// Mixture-of-Experts dispatch (Megatron's all-to-all token dispatcher):
+// alltoall_rows: rows of x [n, ...] by an uneven all-to-all over c (send_rows[j] rows to member j,
+// recv_rows[j] from it, Comm::alltoall_v); the backward sends the gradients back the same way.
+at::Tensor alltoall_rows(const at::Tensor& x, Comm& c, const std::vector<int64_t>& send_rows,
+                         const std::vector<int64_t>& recv_rows);
+// Expert tensor parallelism, uneven rows: gather_rows concatenates every member's x [rows[i], ...]
+// in member order (backward: the rank-order sum over members of the gradient of this member's
+// rows); reduce_scatter_rows is its conjugate (forward: this member's rows[rank] rows of the
+// rank-order sum over members of x [sum rows, ...]; backward: gather_rows of the gradient).
+at::Tensor gather_rows(const at::Tensor& x, Comm& c, const std::vector<int64_t>& rows);
+at::Tensor reduce_scatter_rows(const at::Tensor& x, Comm& c, const std::vector<int64_t>& rows);
+// Tensor parallelism without sequence parallelism around a MoE layer, whose tp ranks route a
+// tp-th of their replicated block each (Megatron's scatter_to / gather_from_sequence_parallel_region
+// without the reduction): split_seq takes member r's block r of c.size() along dim 1 (backward:
+// all-gather); gather_seq_copy is its inverse (forward: all-gather along dim 1; backward: this
+// member's block).
+at::Tensor split_seq(const at::Tensor& x, Comm& c);
+at::Tensor gather_seq_copy(const at::Tensor& x, Comm& c);
+// A loss computed inside the layers (the MoE load-balancing loss), added to the objective without
+// changing the pipeline: returns x unchanged, and its backward hands `scale` to loss as loss's
+// gradient (Megatron's MoEAuxLossAutoScaler). loss: a scalar.
+at::Tensor attach_loss(const at::Tensor& x, const at::Tensor& loss, double scale);
+// Whether this thread is re-running a recomputed forward inside a backward pass (recompute()).
+bool recomputing();
+
 // Context parallelism: causal attention of this cp rank's share of the sequence (T / cp tokens:
 // chunks r and 2 cp - 1 - r of 2 cp, geometry.h seq_runs) against every share, the keys and values
 // passed round the ring of `cp`. q [b, T / cp, h, d], k and v [b, T / cp, hkv, d] (h a multiple of

@@ -120,6 +120,10 @@ struct TrainOptions {
   bool adapt = false;
   double adapt_min_gain = 1.05;
   AdaptHooks adapt_hooks;
+  // MoE sample placement (NetMoE; weft/plan/routing_trace.h, docs/moe-placement.md): write each
+  // step's routing trace (rank 0, at the end), and run the steps a placement file places.
+  std::string moe_trace;
+  std::string moe_placement;
   bool varlen = false;
   std::int64_t eos = -1;
   int min_group = 1, max_group = 0;    // sequence-group sizes (max 0: the most the world and heads allow)

@@ -32,6 +32,7 @@ struct SearchOptions {
   int seq = 4096;
   int global_batch = 512;
   DType dtype = DType::kBf16;
+  OptimizerPrecision optimizer;  // the optimizer states' precision (plan.h; default fp32), as given
   int top_k = 3;
 
   // Restrict the space (0 / empty = search all).

@@ -27,6 +27,7 @@ struct PipelineConfig {
     t.vp = vp;
     t.schedule = schedule;
     t.dtype = opt.dtype;
+    t.optimizer = opt.optimizer;
     return t;
   }
 };

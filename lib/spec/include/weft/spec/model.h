@@ -20,11 +20,25 @@ enum class FfnKind { kGelu, kSwiglu };
 enum class NormKind { kLayerNorm, kRmsNorm };
 enum class PositionKind { kLearned, kRope, kRelative };
 
+// How a MoE router turns its logits into expert scores: softmax over all experts (Mixtral,
+// Qwen-MoE, OLMoE, DeepSeek-V2) or an independent sigmoid per expert (DeepSeek-V3).
+enum class RouterScore { kSoftmax, kSigmoid };
+
 struct MoeSpec {
   int experts = 0;             // routed experts; 0 means a dense FFN
   int top_k = 0;               // experts each token is routed to
   std::int64_t expert_ffn = 0; // FFN size of one expert
   int shared_experts = 0;      // always-on experts of size expert_ffn (DeepSeek/Qwen-MoE style)
+  // The router (what the runtime computes; the cost model reads none of these): scores, the top_k
+  // highest chosen, their weights renormalised to sum to 1 (norm_topk: Mixtral, Qwen3-MoE,
+  // DeepSeek-V3) or used as they are (Qwen2-MoE, OLMoE), then scaled by routed_scale (DeepSeek-V3's
+  // routed_scaling_factor). aux_loss_coef: weight of the load-balancing loss (Switch Transformer /
+  // GShard: experts * sum_e f_e * P_e, f_e the fraction of routed copies sent to expert e, P_e its
+  // mean score), added to the training objective once per MoE layer; 0: none.
+  RouterScore score = RouterScore::kSoftmax;
+  bool norm_topk = true;
+  double routed_scale = 1.0;
+  double aux_loss_coef = 0.0;
   bool enabled() const { return experts > 0; }
   bool operator==(const MoeSpec&) const = default;
 };
@@ -102,6 +116,7 @@ const char* to_string(LayerKind k);
 const char* to_string(FfnKind k);
 const char* to_string(NormKind k);
 const char* to_string(PositionKind k);
+const char* to_string(RouterScore k);
 
 // Checks shapes: positive sizes, heads divisible by kv_heads, top_k <= experts, ... Messages name
 // the field and the numbers.
