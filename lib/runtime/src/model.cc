@@ -490,6 +490,20 @@ struct Idx {
   }
 };
 
+// An FFN's matrices on h, as a dense layer, a MoE layer's shared experts and each routed expert run
+// them: GELU (fc1, fc2) or SwiGLU (gate, up, down), the column-parallel matrices with their biases
+// where the unit has them (names under `pre`), without the output's reduction and bias.
+at::Tensor ffn_core(FfnKind kind, const at::Tensor& h, const std::vector<at::Tensor>& w, const Idx& I,
+                    const std::string& pre) {
+  auto weight = [&](const char* k) { return w[I[pre + k]]; };
+  auto bias = [&](const char* k) { return I.has(pre + k) ? w[I[pre + k]] : at::Tensor(); };
+  if (kind == FfnKind::kGelu)
+    return at::linear(at::gelu(at::linear(h, weight("fc1"), bias("fc1_bias")), "tanh"), weight("fc2"));
+  at::Tensor g = at::linear(h, weight("gate"), bias("gate_bias"));
+  at::Tensor up = at::linear(h, weight("up"), bias("up_bias"));
+  return at::linear(at::silu(g) * up, weight("down"));
+}
+
 }  // namespace
 
 at::Tensor Model::attention(const LayerCtx& L, const std::vector<at::Tensor>& w, const at::Tensor& h) {
@@ -574,18 +588,9 @@ at::Tensor Model::layer_forward(const LayerCtx& L, const at::Tensor& x0, bool re
   at::Tensor hn = norm(x, rep("ln2.weight"), nb ? &ln2b : nullptr);
   // A dense FFN (or a MoE layer's shared experts) split by columns over tp, from the entered h.
   auto ffn = [&](const std::string& pre, const at::Tensor& h) {
-    auto bias = [&](const std::string& k) { return I.has(pre + k) ? w[I[pre + k]] : at::Tensor(); };
-    at::Tensor o;
-    if (L.shape.ffn_kind == FfnKind::kGelu) {
-      at::Tensor f = at::linear(h, w[I[pre + "fc1"]], bias("fc1_bias"));
-      o = leave(at::linear(at::gelu(f, "tanh"), w[I[pre + "fc2"]]));
-      if (I.has(pre + "fc2_bias")) o = o + rep(pre + "fc2_bias");
-    } else {
-      at::Tensor g = at::linear(h, w[I[pre + "gate"]], bias("gate_bias"));
-      at::Tensor up = at::linear(h, w[I[pre + "up"]], bias("up_bias"));
-      o = leave(at::linear(at::silu(g) * up, w[I[pre + "down"]]));
-      if (I.has(pre + "down_bias")) o = o + rep(pre + "down_bias");
-    }
+    at::Tensor o = leave(ffn_core(L.shape.ffn_kind, h, w, I, pre));
+    const std::string out_bias = pre + (L.shape.ffn_kind == FfnKind::kGelu ? "fc2_bias" : "down_bias");
+    if (I.has(out_bias)) o = o + rep(out_bias);
     return o;
   };
   at::Tensor o;
@@ -700,12 +705,7 @@ at::Tensor Model::routed_experts(const LayerCtx& L, const std::vector<at::Tensor
   for (int e = 0; e < per; ++e) {
     const at::Tensor xi = xe.narrow(0, off, rows_of[e]);
     off += rows_of[e];
-    const std::string pre = "experts." + std::to_string(L.expert0 + e) + ".";
-    if (L.shape.ffn_kind == FfnKind::kGelu)
-      outs.push_back(at::linear(at::gelu(at::linear(xi, we[J[pre + "fc1"]]), "tanh"), we[J[pre + "fc2"]]));
-    else
-      outs.push_back(at::linear(at::silu(at::linear(xi, we[J[pre + "gate"]])) * at::linear(xi, we[J[pre + "up"]]),
-                                we[J[pre + "down"]]));
+    outs.push_back(ffn_core(L.shape.ffn_kind, xi, we, J, "experts." + std::to_string(L.expert0 + e) + "."));
   }
   we.clear();
   at::Tensor ye = at::cat(outs);

@@ -120,16 +120,18 @@ std::vector<int> min_cost_assignment(const std::vector<double>& a, int n) {
   return col;
 }
 
-Result<PlacementTraffic> placement_traffic(const Plan& p, const RoutingStep& step, const std::vector<int>* samples) {
-  auto gs = geometries(p, step);
-  if (!gs.ok()) return gs.error();
+namespace {
+
+// placement_traffic and place_samples on the step's layer geometries (geometries(p, step)).
+PlacementTraffic traffic_of(const Plan& p, const std::vector<LayerGeometry>& gs, const RoutingStep& step,
+                            const std::vector<int>* samples) {
   const Rates rate = rates_of(p.cluster);
   const double copy_bytes = static_cast<double>(p.model.hidden) * dtype_bytes(p.train.dtype);
   const int m = p.train.micro_batches, P = p.train.global_batch / std::max(1, m);
   PlacementTraffic out;
   double seconds = 0;
-  for (size_t l = 0; l < gs->size(); ++l) {
-    const LayerGeometry& g = (*gs)[l];
+  for (size_t l = 0; l < gs.size(); ++l) {
+    const LayerGeometry& g = gs[l];
     const auto& counts = step.counts[l];
     for (int k = 0; k < m; ++k) {
       std::vector<double> si(g.S, 0), so(g.S, 0), ri(g.S, 0), ro(g.S, 0);  // send/recv inter/intra copies
@@ -162,14 +164,12 @@ Result<PlacementTraffic> placement_traffic(const Plan& p, const RoutingStep& ste
   return out;
 }
 
-Result<std::vector<int>> place_samples(const Plan& p, const RoutingStep& step) {
-  auto gs = geometries(p, step);
-  if (!gs.ok()) return gs.error();
+std::vector<int> placed_samples(const Plan& p, const std::vector<LayerGeometry>& gs, const RoutingStep& step) {
   const Rates rate = rates_of(p.cluster);
   const int m = p.train.micro_batches, P = p.train.global_batch / std::max(1, m);
   // w[l][j][e]: time per copy of expert e from replica j's ranks (its tokens spread evenly over them).
   std::vector<std::vector<std::vector<double>>> w;
-  for (const LayerGeometry& g : *gs) {
+  for (const LayerGeometry& g : gs) {
     const int E = static_cast<int>(g.dest.front().size());
     std::vector<std::vector<double>> wl(g.replica.size(), std::vector<double>(static_cast<size_t>(E), 0.0));
     for (size_t j = 0; j < g.replica.size(); ++j)
@@ -188,8 +188,8 @@ Result<std::vector<int>> place_samples(const Plan& p, const RoutingStep& step) {
     for (int i = 0; i < P; ++i)
       for (int q = 0; q < P; ++q) {
         double c = 0;
-        for (size_t l = 0; l < gs->size(); ++l) {
-          const std::vector<double>& wj = w[l][(*gs)[l].replica_of[k][q]];
+        for (size_t l = 0; l < gs.size(); ++l) {
+          const std::vector<double>& wj = w[l][gs[l].replica_of[k][q]];
           const std::vector<int64_t>& n = step.counts[l][k * P + i];
           for (size_t e = 0; e < n.size(); ++e) c += static_cast<double>(n[e]) * wj[e];
         }
@@ -207,22 +207,31 @@ Result<std::vector<int>> place_samples(const Plan& p, const RoutingStep& step) {
   return out;
 }
 
+}  // namespace
+
+Result<PlacementTraffic> placement_traffic(const Plan& p, const RoutingStep& step, const std::vector<int>* samples) {
+  auto gs = geometries(p, step);
+  if (!gs.ok()) return gs.error();
+  return traffic_of(p, *gs, step, samples);
+}
+
+Result<std::vector<int>> place_samples(const Plan& p, const RoutingStep& step) {
+  auto gs = geometries(p, step);
+  if (!gs.ok()) return gs.error();
+  return placed_samples(p, *gs, step);
+}
+
 Result<SamplePlacement> place_trace(const Plan& p, const RoutingTrace& t, std::vector<PlacedStepReport>* reports) {
   if (Status c = check_trace(t, p); !c.ok()) return c.error();
   SamplePlacement out;
   out.global_batch = p.train.global_batch;
   out.micro_batches = p.train.micro_batches;
   for (const RoutingStep& s : t.steps) {
-    auto placed = place_samples(p, s);
-    if (!placed.ok()) return placed.error();
-    if (reports) {
-      auto before = placement_traffic(p, s);
-      auto after = placement_traffic(p, s, &placed.value());
-      if (!before.ok()) return before.error();
-      if (!after.ok()) return after.error();
-      reports->push_back({s.step, *before, *after});
-    }
-    out.steps.push_back({s.step, std::move(placed).value()});
+    auto gs = geometries(p, s);
+    if (!gs.ok()) return gs.error();
+    std::vector<int> placed = placed_samples(p, *gs, s);
+    if (reports) reports->push_back({s.step, traffic_of(p, *gs, s, nullptr), traffic_of(p, *gs, s, &placed)});
+    out.steps.push_back({s.step, std::move(placed)});
   }
   return out;
 }

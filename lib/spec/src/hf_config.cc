@@ -60,6 +60,8 @@ double norm_eps(const JsonObj& o, std::initializer_list<std::string_view> keys) 
   return kDefaultNormEps;
 }
 
+double number_or(const JsonObj& o, std::string_view key, double dflt) { return present(o, key) ? o.number(key) : dflt; }
+
 std::string str_or(const JsonObj& o, std::string_view key, const std::string& dflt) {
   return present(o, key) ? o.str(key) : dflt;
 }
@@ -331,21 +333,20 @@ ModelSpec llama_like(const JsonObj& o, Family fam, const std::string& type) {
     // and OLMoE's norm_topk_prob. The load-balancing coefficient is the config's whether or not it
     // sets output_router_logits (what a user training the model from scratch runs with).
     MoeSpec& r = moe.moe;
-    auto number_or = [&](std::string_view key, double dflt) { return present(o, key) ? o.number(key) : dflt; };
     if (fam == Family::kDeepseek) {
       const std::string score = str_or(o, "scoring_func", "softmax");
       if (score != "softmax" && score != "sigmoid")
         o.fail("scoring_func", "expected \"softmax\" or \"sigmoid\", got \"" + score + "\"");
       r.score = score == "sigmoid" ? RouterScore::kSigmoid : RouterScore::kSoftmax;
       r.norm_topk = bool_or(o, "norm_topk_prob", false);
-      r.routed_scale = number_or("routed_scaling_factor", 1.0);
-      r.aux_loss_coef = number_or("aux_loss_alpha", 0.001);
+      r.routed_scale = number_or(o, "routed_scaling_factor", 1.0);
+      r.aux_loss_coef = number_or(o, "aux_loss_alpha", 0.001);
     } else if (fam == Family::kMixtral || fam == Family::kGptOss || fam == Family::kGeneric) {
       r.norm_topk = true;
-      r.aux_loss_coef = number_or("router_aux_loss_coef", fam == Family::kGptOss ? 0.9 : 0.001);
+      r.aux_loss_coef = number_or(o, "router_aux_loss_coef", fam == Family::kGptOss ? 0.9 : 0.001);
     } else {
       r.norm_topk = bool_or(o, "norm_topk_prob", false);
-      r.aux_loss_coef = number_or("router_aux_loss_coef", fam == Family::kOlmoe ? 0.01 : 0.001);
+      r.aux_loss_coef = number_or(o, "router_aux_loss_coef", fam == Family::kOlmoe ? 0.01 : 0.001);
     }
     if (!(r.routed_scale > 0)) o.fail("routed_scaling_factor", "must be positive, got " + std::to_string(r.routed_scale));
     if (!(r.aux_loss_coef >= 0)) o.fail("router_aux_loss_coef", "must be >= 0, got " + std::to_string(r.aux_loss_coef));
