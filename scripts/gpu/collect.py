@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Turns the logs of scripts/gpu/h100.sh (its gpu-results folder) into the checked-in files
-data/reference/h100/parity.json and closed_loop.json (and, when their logs are there,
-mixed_precision.json and closed_loop_bf16.json).
+data/reference/h100/parity.json, closed_loop.json, mixed_precision.json, closed_loop_bf16.json and
+moe_parity.json, each when its logs are there.
 Usage: python3 scripts/gpu/collect.py GPU_RESULTS_DIR OUT_DIR
 """
 import json
@@ -79,8 +79,50 @@ def mixed(src):
     return out
 
 
+def moe(src):
+    """MoE layers on CUDA: one rank against the CPU; expert-parallel plans of 2 and 4 ranks sharing the
+    GPU through Gloo against one rank with the same batch (a CUDA rank's log moe_ref_m1.jsonl, or the
+    CPU's, moe_ref_cpu_m1.jsonl, made by the same command with --device cpu)."""
+    cmd = ("weft train --model scripts/gpu/small-moe.json --seq 128 --global-batch 8 --micro-batches 1 --lr 3e-3 "
+           "--seed 7")
+    out = {"dtype": "fp32", "device": "NVIDIA H100 80GB HBM3",
+           "one_rank": one_rank(src, "moe", "parity", cmd + " --steps 20 --device cpu|cuda", "cpu", "cuda", True),
+           "ranks_on_one_gpu": []}
+    ref_dev = "cuda" if os.path.exists(os.path.join(src, "moe_ref_m1.jsonl")) else "cpu"
+    ref, _ = steps(os.path.join(src, "moe_ref_m1.jsonl" if ref_dev == "cuda" else "moe_ref_cpu_m1.jsonl"))
+    for plan in ("moe_ep2", "moe_tp2sp_ep4"):
+        with open(os.path.join("data/reference/h100/plans", "parity_" + plan + ".json")) as f:
+            p = json.load(f)
+        got, _ = steps(os.path.join(src, "multi_parity_%s.jsonl" % plan))
+        out["ranks_on_one_gpu"].append({
+            "plan": "plans/parity_%s.json" % plan, "ranks": p["cluster"]["nodes"] * p["cluster"]["gpus_per_node"],
+            "command": "weft launch -n N -- weft train --plan P --lr 3e-3 --steps 10 --seed 7 --device cuda --backend gloo",
+            "reference": cmd + " --steps 10 --device " + ref_dev,
+            "loss": [s["loss"] for s in got], "reference_loss": [s["loss"] for s in ref],
+            "max_rel_loss": rel([s["loss"] for s in got], [s["loss"] for s in ref]),
+            "max_rel_grad_norm": rel([s["grad_norm"] for s in got], [s["grad_norm"] for s in ref]),
+            "imbalance_first_step": [layer["imbalance"] for layer in got[0]["moe"]]})
+    return out
+
+
 def main():
     src, dst = sys.argv[1], sys.argv[2]
+    outputs = []
+    if os.path.exists(os.path.join(src, "parity_gpt_cpu.jsonl")):
+        outputs += fp32_session(src)
+    if os.path.exists(os.path.join(src, "mixed_gpt_bf16.jsonl")):
+        outputs.append(("mixed_precision.json", mixed(src)))
+    if os.path.exists(os.path.join(src, "loop_bf16_gb8_m1.jsonl")):
+        outputs.append(("closed_loop_bf16.json", loop_bf16(src)))
+    if os.path.exists(os.path.join(src, "moe_parity_cpu.jsonl")):
+        outputs.append(("moe_parity.json", moe(src)))
+    for name, obj in outputs:
+        with open(os.path.join(dst, name), "w") as f:
+            json.dump(obj, f, indent=1)
+            f.write("\n")
+
+
+def fp32_session(src):
     parity = {"dtype": "fp32", "device": "NVIDIA H100 80GB HBM3", "one_rank": [], "ranks_on_one_gpu": []}
     for name, cmd in (("gpt", "weft train --steps 20 --seed 7 --device cpu|cuda"),
                       ("llama", "weft train --model scripts/gpu/small-llama.json --seq 128 --global-batch 8 "
@@ -88,8 +130,7 @@ def main():
         parity["one_rank"].append(one_rank(src, "parity", name, cmd, "cpu", "cuda", grad_norm=True))
     parity["ranks_on_one_gpu"] = ranks_on_one_gpu(src, "multi", "")
     loop = {"model": "gpt3-1.3b", "seq": 1024, "dtype": "fp32", "device": "NVIDIA H100 80GB HBM3",
-            "note": "mean_step_time_s leaves the first step out; peak_device_bytes is the CUDA caching allocator's "
-                    "peak of allocated bytes (torch.cuda.max_memory_allocated)", "runs": []}
+            "note": LOOP_NOTE, "runs": []}
     runs = [("loop_gb8_mb1", "loop_gb8_m1", "weft train --model gpt3-1.3b --seq 1024 --global-batch 8 --micro-batches 1"),
             ("loop_gb8_mb2", "loop_gb8_m2", "weft train --model gpt3-1.3b --seq 1024 --global-batch 8 --micro-batches 2"),
             ("loop_gb16_mb4", "loop_gb16_m4", "weft train --model gpt3-1.3b --seq 1024 --global-batch 16 --micro-batches 4"),
@@ -97,19 +138,18 @@ def main():
             ("loop_gb8_m1_selective", "loop_gb8_m1_selective",
              "weft train --plan data/reference/h100/plans/loop_gb8_m1_selective.json")]
     loop["runs"] = [loop_run(src, log, plan, cmd) for log, plan, cmd in runs]
-    outputs = [("parity.json", parity), ("closed_loop.json", loop)]
-    if os.path.exists(os.path.join(src, "mixed_gpt_bf16.jsonl")):
-        outputs.append(("mixed_precision.json", mixed(src)))
-    if os.path.exists(os.path.join(src, "loop_bf16_gb8_m1.jsonl")):
-        bf16 = {"model": "gpt3-1.3b", "seq": 1024, "dtype": "bf16", "device": loop["device"], "note": loop["note"],
-                "runs": [loop_run(src, plan, plan, "weft train --plan data/reference/h100/plans/%s.json" % plan)
-                         for plan in ("loop_bf16_gb8_m1", "loop_bf16_gb8_m2", "loop_bf16_gb16_m4",
-                                      "loop_bf16_gb16_m1_full", "loop_bf16_gb8_m1_selective")]}
-        outputs.append(("closed_loop_bf16.json", bf16))
-    for name, obj in outputs:
-        with open(os.path.join(dst, name), "w") as f:
-            json.dump(obj, f, indent=1)
-            f.write("\n")
+    return [("parity.json", parity), ("closed_loop.json", loop)]
+
+
+LOOP_NOTE = ("mean_step_time_s leaves the first step out; peak_device_bytes is the CUDA caching allocator's "
+             "peak of allocated bytes (torch.cuda.max_memory_allocated)")
+
+
+def loop_bf16(src):
+    return {"model": "gpt3-1.3b", "seq": 1024, "dtype": "bf16", "device": "NVIDIA H100 80GB HBM3", "note": LOOP_NOTE,
+            "runs": [loop_run(src, plan, plan, "weft train --plan data/reference/h100/plans/%s.json" % plan)
+                     for plan in ("loop_bf16_gb8_m1", "loop_bf16_gb8_m2", "loop_bf16_gb16_m4",
+                                  "loop_bf16_gb16_m1_full", "loop_bf16_gb8_m1_selective")]}
 
 
 if __name__ == "__main__":

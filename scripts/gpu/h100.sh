@@ -3,7 +3,8 @@
 # PyTorch 2.x, checks one CUDA rank against the CPU, profiles Llama-2-7B and GPT-3 2.7B layers in bf16
 # and measures the GPU through PyTorch. Results go to $OUT (default ./gpu-out) as h100.tgz and steps.log.
 # Arguments: the steps to run, of measure parity multi profile loop mixed hardware profilebf16 loopbf16
-# (default the first five: the fp32 session; the last four measure mixed precision and the hardware).
+# moe moeparity moeprofile (default the first five: the fp32 session; the next four measure mixed
+# precision and the hardware, the last three mixture-of-experts layers).
 # Needs: PyTorch with CUDA (python3 -c 'import torch'), CMake, a C++20 compiler; nlohmann-json and
 # CLI11 from CMAKE_PREFIX_PATH or from .dev/prefix (headers and CMake configs copied there).
 set -u
@@ -33,11 +34,23 @@ if [ ! -f "$TINC/gloo/algorithm.h" ] && [ -d .dev/gloo ]; then
 fi
 GEN=(); command -v ninja >/dev/null && GEN=(-G Ninja)
 
-log "python kernel measurements (GEMM, attention, bandwidth)"
+# GPU-bound PyTorch measurements (CUDA-event timed) run beside the build, one after the other.
 MEASURE=
-want measure && (timeout 200 python3 scripts/gpu/measure.py "$R/torch_kernels.json" kernels > "$R/measure_kernels.log" 2>&1 \
-  || log "kernel measurements failed: $(tail -3 "$R/measure_kernels.log")") &
-want measure && MEASURE=$!
+if want measure || want moe; then
+  (
+    if want measure; then
+      log "python kernel measurements (GEMM, attention, bandwidth)"
+      timeout 200 python3 scripts/gpu/measure.py "$R/torch_kernels.json" kernels > "$R/measure_kernels.log" 2>&1 \
+        || log "kernel measurements failed: $(tail -3 "$R/measure_kernels.log")"
+    fi
+    if want moe; then
+      log "python MoE kernel measurements (grouped GEMM, fp8, permutation, router)"
+      timeout 240 python3 scripts/gpu/moe.py "$R/moe_kernels.json" kernels > "$R/moe_kernels.log" 2>&1 \
+        || log "MoE kernel measurements failed: $(tail -3 "$R/moe_kernels.log")"
+    fi
+  ) &
+  MEASURE=$!
+fi
 
 if [ "$STEPS" = " measure " ]; then  # the PyTorch measurements alone, on an idle CPU: no build
   wait
@@ -60,6 +73,11 @@ if want measure; then
   log "python host measurements (launch overhead, eager Llama-2-7B layer)"
   timeout 120 python3 scripts/gpu/measure.py "$R/torch_host.json" host > "$R/measure_host.log" 2>&1 \
     || log "host measurements failed: $(tail -3 "$R/measure_host.log")"
+fi
+if want moe; then
+  log "python MoE block measurements (GPU against wall time)"
+  timeout 150 python3 scripts/gpu/moe.py "$R/moe_host.json" host > "$R/moe_host.log" 2>&1 \
+    || log "MoE block measurements failed: $(tail -3 "$R/moe_host.log")"
 fi
 W=build-gpu/bin/weft
 log "built: $($W --version)"
@@ -161,5 +179,31 @@ fi
 if want profilebf16; then
   profile llama-2-7b_bf16 200 --model llama-2-7b --device cuda --dtype bf16 --seq 4096 --micro-batch 1 2 --recompute none full
   profile gpt3-2.7b_bf16 150 --model gpt3-2.7b --device cuda --dtype bf16 --seq 2048 --micro-batch 1 2 3 4 --recompute none
+fi
+# MoE in weft's runtime on CUDA: one rank against the CPU (fp32), expert-parallel plans of 2 and 4
+# ranks sharing the GPU through Gloo against one CUDA rank, and the layers of Qwen3-30B-A3B (every
+# expert local; and 16 experts of top 8, one rank's share under expert degree 8) and Mixtral 8x7B.
+if want moeparity; then
+  log "MoE parity: one rank cpu vs cuda, expert-parallel plans on the GPU"
+  for dev in cpu cuda; do
+    $W train --model scripts/gpu/small-moe.json --seq 128 --global-batch 8 --micro-batches 1 --lr 3e-3 --steps 20 \
+      --seed 7 --format json --device $dev --progress off > "$R/moe_parity_$dev.jsonl" 2> "$R/moe_parity_$dev.err" \
+      || log "train moe $dev failed: $(tail -2 "$R/moe_parity_$dev.err")"
+  done
+  $W train --model scripts/gpu/small-moe.json --seq 128 --global-batch 8 --micro-batches 1 --lr 3e-3 --steps 10 \
+    --seed 7 --format json --device cuda --progress off > "$R/moe_ref_m1.jsonl" 2> "$R/moe_ref_m1.err" \
+    || log "moe reference failed: $(tail -2 "$R/moe_ref_m1.err")"
+  for p in parity_moe_ep2 parity_moe_tp2sp_ep4; do
+    n=$(python3 -c "import json; c=json.load(open('data/reference/h100/plans/$p.json'))['cluster']; print(c['nodes'] * c['gpus_per_node'])")
+    timeout 120 $W launch -n "$n" -- $W train --plan data/reference/h100/plans/$p.json --lr 3e-3 --steps 10 --seed 7 \
+      --format json --device cuda --backend gloo --progress off > "$R/multi_$p.jsonl" 2> "$R/multi_$p.err" || log "plan $p failed: $(tail -3 "$R/multi_$p.err")"
+  done
+fi
+if want moeprofile; then
+  profile qwen3-30b-a3b_bf16 150 --model tests/spec/data/qwen3-30b-a3b.config.json --device cuda --dtype bf16 --seq 4096 \
+    --micro-batch 1 2 --recompute none
+  profile qwen3-30b-a3b-ep8-local_bf16 120 --model scripts/gpu/qwen3-moe-ep8-local.json --device cuda --dtype bf16 --seq 4096 \
+    --micro-batch 1 2 --recompute none
+  profile mixtral-8x7b_bf16 120 --model mixtral-8x7b --device cuda --dtype bf16 --seq 4096 --micro-batch 1 --recompute none
 fi
 log "done"

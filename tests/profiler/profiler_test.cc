@@ -112,6 +112,41 @@ TEST(ProfileModel, SkipsPointsThatDoNotFitAndRecordsThem) {
   EXPECT_NE(p->skipped[0].find("available"), std::string::npos) << p->skipped[0];
 }
 
+// A MoE layer is timed whole on one rank (router, dispatch, every expert local); a tp-way shard of
+// it alone has no expert grid, so tp 2 is skipped with the reason recorded.
+TEST(ProfileModel, TimesAMoeLayerWholeAtTpOneAndSkipsTpTwo) {
+  const fs::path dir = work_dir("moe");
+  const fs::path model = dir / "tiny-moe.json";
+  std::ofstream(model) << R"({"name": "tiny-moe", "vocab": 64, "hidden": 32, "tied_embeddings": false,
+    "norm": "rmsnorm", "position": "rope", "max_seq": 32,
+    "groups": [{"name": "decoder", "count": 2, "kind": "decoder", "hidden": 32, "heads": 4,
+                "kv_heads": 2, "head_dim": 8, "ffn": 0, "ffn_kind": "swiglu", "bias": false,
+                "moe": {"experts": 4, "top_k": 2, "expert_ffn": 16, "shared_experts": 0}}]})";
+  const std::string out = (dir / "layers.json").string();
+  const Outcome r = run("profile model --model " + model.string() +
+                        " --tp 1,2 --seq 32 --micro-batch 1,4 --recompute none --time-per-point 0.02 --progress off"
+                        " --out " + out);
+  ASSERT_EQ(r.code, 0) << r.output;
+  auto p = read_model_profile(out);
+  ASSERT_TRUE(p.ok()) << p.error().message;
+  ASSERT_EQ(p->layers.size(), 1u);
+  EXPECT_EQ(p->layers[0].samples.size(), 4u);  // tp 1 x (none, ZeRO-3) x 2 micro-batches
+  for (const auto& s : p->layers[0].samples) {
+    EXPECT_EQ(s.tp, 1);
+    EXPECT_GT(s.forward_s, 0);
+    EXPECT_GT(s.backward_s, 0);
+  }
+  // Four times the tokens keep more than twice the activations (the tiny layer's index tensors and
+  // routing figures are a fixed part of them).
+  const PhaseSample* one = find(p->layers[0].samples, 1, Recompute::kNone, 1, 32);
+  const PhaseSample* four = find(p->layers[0].samples, 1, Recompute::kNone, 4, 32);
+  ASSERT_TRUE(one && four);
+  EXPECT_GT(four->activation_bytes, 2 * one->activation_bytes);
+  ASSERT_FALSE(p->skipped.empty());
+  EXPECT_NE(p->skipped[0].find("tp 2"), std::string::npos) << p->skipped[0];
+  EXPECT_NE(p->skipped[0].find("MoE layers are profiled at tp 1"), std::string::npos) << p->skipped[0];
+}
+
 TEST(ProfileModel, BadFlagsNameTheFlag) {
   const fs::path dir = work_dir("badflags");
   Outcome r = run("profile model --model " + tiny_model(dir) + " --tp 0 --out " + (dir / "x.json").string());

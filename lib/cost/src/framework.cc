@@ -55,6 +55,7 @@ AnalyticOptions framework_options(Framework f, AnalyticOptions o) {
       o.sp_regather_inputs = false;
       o.backward_transient = true;
       o.loss_in_fp32 = false;
+      o.moe_grouped_gemm = false;
       o.overlap_grad_sync = true;
       o.selective = SelectivePolicy::kAttentionCore;
       o.vocab_parallel_loss = true;

@@ -246,6 +246,7 @@ LayerCompute layer_compute(const LayerContext& ctx, const LayerStrategy& s, cons
     b.mem += kElementwiseBackward * seconds(km.memory(Bytes(act_bytes * tokens * ff / t)));
   };
   double routed = 0;
+  double expert_ops_f = 0, expert_ops_b = 0;  // host operators of a loop over the experts
   if (moe) {
     // The experts' grid (weft/plan/strategy.h): each rank holds experts / ep experts at 1 / etp of
     // their width and computes the routed copies of etp / tp of its tensor-parallel group's tokens
@@ -258,9 +259,23 @@ LayerCompute layer_compute(const LayerContext& ctx, const LayerStrategy& s, cons
     f.gemm += seconds(km.gemm(tokens, experts, h));
     b.gemm += bwd_gemm(km, tokens, experts, h);
     b.wgrad += dw_gemm(km, tokens, experts, h);
-    f.gemm += seconds(km.gemm(per_expert, in_mats * ef / et, h, local)) + seconds(km.gemm(per_expert, h, ef / et, local));
-    b.gemm += bwd_gemm(km, per_expert, in_mats * ef / et, h, local) + bwd_gemm(km, per_expert, h, ef / et, local);
-    b.wgrad += dw_gemm(km, per_expert, in_mats * ef / et, h, local) + dw_gemm(km, per_expert, h, ef / et, local);
+    if (opt.moe_grouped_gemm) {
+      f.gemm += seconds(km.gemm(per_expert, in_mats * ef / et, h, local)) + seconds(km.gemm(per_expert, h, ef / et, local));
+      b.gemm += bwd_gemm(km, per_expert, in_mats * ef / et, h, local) + bwd_gemm(km, per_expert, h, ef / et, local);
+      b.wgrad += dw_gemm(km, per_expert, in_mats * ef / et, h, local) + dw_gemm(km, per_expert, h, ef / et, local);
+    } else {
+      // A loop: each expert's projections are GEMMs of their own over its rows (SwiGLU's gate and up
+      // two of them, as weft's runtime keeps them), each filling the GPU alone; per expert the host
+      // issues the GEMMs, the activation (SwiGLU: SiLU and the product) and its slice of the rows,
+      // and the backward their gradient kernels.
+      const double first = swiglu ? 2 : 1;
+      f.gemm += local * (first * seconds(km.gemm(per_expert, ef / et, h)) + seconds(km.gemm(per_expert, h, ef / et)));
+      b.gemm += local * (first * bwd_gemm(km, per_expert, ef / et, h) + bwd_gemm(km, per_expert, h, ef / et));
+      b.wgrad += local * (first * dw_gemm(km, per_expert, ef / et, h) + dw_gemm(km, per_expert, h, ef / et));
+      const double linears_per_expert = first + 1, act_ops = swiglu ? 2 : 1;
+      expert_ops_f = local * (linears_per_expert + act_ops + 1);
+      expert_ops_b = local * (linears_per_expert * kBwdKernelsPerLinear + act_ops);
+    }
     const double moe_bytes = act_bytes * routed * ef / et + 2 * 2 * e * routed * h + 3 * 4 * tokens * experts;
     f.mem += seconds(km.memory(Bytes(moe_bytes)));
     b.mem += kElementwiseBackward * seconds(km.memory(Bytes(moe_bytes)));
@@ -326,7 +341,7 @@ LayerCompute layer_compute(const LayerContext& ctx, const LayerStrategy& s, cons
   const double eager_ops = eager ? norms * (rms ? 7 : 0) + blocks * ((rope ? 14 : 0) + (flash ? 5 : 0) +
                                                                      (kv < q ? 6 : 0)) + (swiglu ? 1 : 0)
                                  : 0;
-  const double fwd_ops = blocks * attn_ops + 3 * norms + 3 + (moe ? 20 : 0) + eager_ops;
+  const double fwd_ops = blocks * attn_ops + 3 * norms + 3 + (moe ? 20 : 0) + expert_ops_f + eager_ops;
   // Python autograd Functions: the fused norms, attention kernel, activation and bias-dropout-add
   // (none when eager), then the parallel mappings.
   const double fused_fns = eager ? 0 : norms + blocks + 1 + (dropout ? norms : 0);
@@ -340,7 +355,7 @@ LayerCompute layer_compute(const LayerContext& ctx, const LayerStrategy& s, cons
   const double param_tensors = linears * (L.bias ? 2 : 1) + norms * (layer_norm ? 2 : 1);
   const double bwd_kernels = linears * (kBwdKernelsPerLinear + (L.bias ? 1 : 0)) + norms * (layer_norm ? 3 : 2) +
                              2 * norms + blocks * (flash ? kBwdKernelsFlash : kBwdKernelsAttnCore) + 1 +
-                             param_tensors + (moe ? 20 : 0) + eager_ops;
+                             param_tensors + (moe ? 20 : 0) + expert_ops_b + eager_ops;
   double host_b = opt.framework_overhead
                       ? (bwd_kernels * opt.host_op_us + (fwd_fns + (s.zero >= 3 ? 1 : 0)) * opt.host_function_us) * 1e-6
                       : 0;

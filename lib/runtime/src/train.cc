@@ -425,9 +425,18 @@ double device_peak_bytes(const at::Device& device) {
 // PyTorch's profiler installs): live bytes and their peak since reset_peak(). Only allocations made
 // while it is installed are seen (and their frees); c10 logs a warning the first time a tensor
 // made before is freed, so it is on only with --measure-memory.
+// The hook's totals are int64_t in libtorch 1.13 and size_t in 2.x: read their type off the base.
+template <class F>
+struct ReportTotal;
+template <class B, class T>
+struct ReportTotal<void (B::*)(void*, int64_t, T, T, c10::Device)> {
+  using type = T;
+};
+using ReportTotalT = ReportTotal<decltype(&c10::MemoryReportingInfoBase::reportMemoryUsage)>::type;
+
 struct CpuMemory final : c10::MemoryReportingInfoBase {
   int64_t live = 0, peak = 0;
-  void reportMemoryUsage(void*, int64_t bytes, int64_t, int64_t, c10::Device d) override {
+  void reportMemoryUsage(void*, int64_t bytes, ReportTotalT, ReportTotalT, c10::Device d) override {
     if (d.type() != c10::DeviceType::CPU) return;
     live += bytes;
     peak = std::max(peak, live);

@@ -98,6 +98,12 @@ struct AnalyticOptions {
   // PyTorch's F.cross_entropy on an fp32 copy (torchtitan), which holds three fp32 tensors per
   // logit at its peak (docs/cost-model.md §5.3).
   bool vocab_parallel_loss = true;
+  // A MoE layer's local experts run as one grouped GEMM per projection (Megatron-LM's
+  // --moe-grouped-gemm, torchtitan's torch._grouped_mm), or as a loop of one GEMM and one set of
+  // elementwise operators per expert (weft's runtime on libtorch without a grouped GEMM): each
+  // expert's GEMMs then fill the GPU on their own rows, and the host issues every expert's
+  // operators (docs/cost-model.md §2.1, §4).
+  bool moe_grouped_gemm = true;
   SelectivePolicy selective = SelectivePolicy::kAttentionCore;
   Framework framework = Framework::kMegatron;  // the preset these options came from (framework_options)
   CollectiveOptions comm;           // collective call latency and link efficiencies
