@@ -106,6 +106,7 @@ struct PlanFlags {
   std::string galvatron_out;  // --galvatron-out FILE: the best plan as a Galvatron strategy
   std::string dtype;                 // --dtype; empty: default_dtype(gpu)
   std::string exp_avg_dtype = "fp32", exp_avg_sq_dtype = "fp32", main_grads_dtype = "fp32";
+  double moe_imbalance = 1.0;         // --moe-imbalance
   std::vector<int> pp;                // --pp 1,2,4: pipeline degrees to consider (default all)
   std::vector<std::string> schedules; // --schedule gpipe,1f1b,interleaved,zb-h1,zb-v (default all)
   int max_tp = 0;                     // --max-tp (default: GPUs per node)
@@ -154,6 +155,10 @@ void add_optimizer_flags(CLI::App* cmd, Flags* fl) {
   cmd->add_option("--main-grads-dtype", fl->main_grads_dtype,
                   "Gradients accumulated and reduced: fp32 or bf16 (the master parameters stay fp32)")
       ->check(CLI::IsMember({"fp32", "bf16"}))
+      ->capture_default_str();
+  cmd->add_option("--moe-imbalance", fl->moe_imbalance,
+                  "MoE layers: routed copies the busiest expert-parallel rank receives over the mean (1: even "
+                  "routing; `weft train` reports the measured figure as moe[].rank_imbalance)")
       ->capture_default_str();
 }
 
@@ -316,6 +321,7 @@ void run_plan(const PlanFlags& f) {
   opt.top_k = f.top;
   opt.dtype = dtype_or_default(f.dtype, in.cluster.gpu);
   opt.optimizer = optimizer_precision(f, opt.dtype);
+  opt.moe_imbalance = f.moe_imbalance;
   opt.pp_degrees = f.pp;
   for (const std::string& s : f.schedules) opt.schedules.push_back(unwrap(schedule_from_string(s)));
   opt.max_tp = f.max_tp;
@@ -459,6 +465,7 @@ struct EstimateFlags {
   std::string schedule;
   std::string dtype;  // empty: default_dtype(gpu)
   std::string exp_avg_dtype = "fp32", exp_avg_sq_dtype = "fp32", main_grads_dtype = "fp32";
+  double moe_imbalance = 1.0;  // --moe-imbalance
   std::string format = "table";
   std::string out;
 };
@@ -551,6 +558,12 @@ Plan plan_from_flags(const EstimateFlags& f, const Inputs& in) {
   else t.schedule = unwrap(schedule_from_string(f.schedule));
   t.dtype = dtype_or_default(f.dtype, in.cluster.gpu);
   t.optimizer = optimizer_precision(f, t.dtype);
+  if (!(std::isfinite(f.moe_imbalance) && f.moe_imbalance >= 1.0))
+    bad("--moe-imbalance: the busiest expert-parallel rank's routed copies over the mean, at least 1, got " +
+        num(f.moe_imbalance));
+  if (f.moe_imbalance != 1.0 && !in.model.has_moe())
+    bad("--moe-imbalance: " + num(f.moe_imbalance) + " for a model without MoE layers (" + in.model.name + ")");
+  t.moe_imbalance = f.moe_imbalance;
   t.rounds = f.rounds;
   if (t.micro_batches % t.rounds != 0)
     bad("--pipeline-rounds: " + S(t.rounds) + " pipeline schedules do not divide the " + S(t.micro_batches) +
@@ -575,7 +588,8 @@ void run_estimate(const EstimateFlags& f, const CLI::App& cmd) {
   if (!f.plan.empty()) {
     for (const char* flag : {"--seq", "--global-batch", "--micro-batch", "--tp", "--pp", "--dp", "--cp", "--ulysses",
                              "--ep", "--etp", "--vp", "--zero", "--recompute", "--sequence-parallel", "--schedule", "--dtype",
-                             "--exp-avg-dtype", "--exp-avg-sq-dtype", "--main-grads-dtype", "--pipeline-rounds"})
+                             "--exp-avg-dtype", "--exp-avg-sq-dtype", "--main-grads-dtype", "--pipeline-rounds",
+                             "--moe-imbalance"})
       if (cmd.count(flag) > 0)
         bad(std::string(flag) + ": not used with --plan (the plan file fixes the strategy; edit it instead)");
     p = unwrap(read_fixed_plan(f.plan, "estimate"));
@@ -636,8 +650,11 @@ void run_estimate(const EstimateFlags& f, const CLI::App& cmd) {
     std::printf("seq %d, global batch %d, %s, %s; cost model %s (%s)\n", p.train.seq, p.train.global_batch,
                 to_string(p.train.dtype), pipeline_text(p.train).c_str(), in.cost().name().c_str(),
                 in.cost().source().c_str());
-    std::printf("layers %s, embedding %s\n\n", p.uniform() ? label(*p.uniform_strategy()).c_str() : "per layer",
-                label(p.embedding).c_str());
+    std::printf("layers %s, embedding %s%s\n\n", p.uniform() ? label(*p.uniform_strategy()).c_str() : "per layer",
+                label(p.embedding).c_str(),
+                p.train.moe_imbalance != 1.0
+                    ? ("; MoE routing: the busiest expert rank takes " + num(p.train.moe_imbalance) + "x the mean").c_str()
+                    : "");
     std::fputs(estimate_table(p, e, in.margin).c_str(), stdout);
     if (!notes.empty()) std::printf("\n");
     std::fputs(notes_text(notes).c_str(), stdout);

@@ -18,13 +18,14 @@ Timings are CUDA-event medians after warm-up, as measure.py's.
 Usage: python3 scripts/gpu/moe.py OUT.json kernels|host
 """
 import json
-import math
 import statistics
 import sys
 import time
 
 import torch
 import torch.nn.functional as F
+
+from measure import cuda_time  # CUDA-event medians of back-to-back calls (scripts/gpu/measure.py)
 
 # name, hidden, expert ffn, experts, top k, expert degree, tokens of the rank (micro-batch x seq)
 CASES = [
@@ -38,27 +39,6 @@ CASES = [
     ("gpt-oss-120b_ep8_mb1", 2880, 2880, 128, 4, 8, 4096),
     ("olmoe_ep8_mb1", 2048, 1024, 64, 8, 8, 4096),
 ]
-
-
-def cuda_time(fn, iters=10, warmup=3, min_s=2e-3):
-    """Median seconds of one call, back-to-back calls between two CUDA events (measure.py's)."""
-    for _ in range(warmup):
-        fn()
-    torch.cuda.synchronize()
-    t0 = time.perf_counter()
-    fn()
-    torch.cuda.synchronize()
-    reps = max(1, min(200, int(min_s / max(time.perf_counter() - t0, 1e-6)) + 1))
-    times = []
-    for _ in range(iters):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        for _ in range(reps):
-            fn()
-        b.record()
-        b.synchronize()
-        times.append(a.elapsed_time(b) / 1e3 / reps)
-    return statistics.median(times)
 
 
 def wall_time(fn, iters=10, warmup=3):

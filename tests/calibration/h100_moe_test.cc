@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <string>
 
+#include "h100_files.h"
 #include "weft/calibration/model_profile.h"
 #include "weft/core/json.h"
 #include "weft/cost/analytic.h"
@@ -17,14 +18,8 @@
 namespace weft {
 namespace {
 
-std::string h100_file(const std::string& f) { return std::string(WEFT_DATA_DIR) + "/reference/h100/" + f; }
-
-ClusterSpec one_h100() {
-  ClusterSpec c = *load_cluster("h100-80gb");
-  c.nodes = 1;
-  c.gpus_per_node = 1;
-  return c;
-}
+using testing::h100_file;
+using testing::one_h100;
 
 double rel(double predicted, double measured) { return predicted / measured - 1; }
 

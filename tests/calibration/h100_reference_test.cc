@@ -9,6 +9,7 @@
 #include <string>
 
 #include "weft/calibration/hardware_profile.h"
+#include "h100_files.h"
 #include "weft/calibration/model_profile.h"
 #include "weft/core/json.h"
 #include "weft/cost/analytic.h"
@@ -20,14 +21,8 @@
 namespace weft {
 namespace {
 
-std::string h100_file(const std::string& f) { return std::string(WEFT_DATA_DIR) + "/reference/h100/" + f; }
-
-ClusterSpec one_h100() {
-  ClusterSpec c = *load_cluster("h100-80gb");
-  c.nodes = 1;
-  c.gpus_per_node = 1;
-  return c;
-}
+using testing::h100_file;
+using testing::one_h100;
 
 TrainSettings settings(const PhaseSample& s, DType dt) {
   TrainSettings t;

@@ -1,10 +1,11 @@
-// `--memory-margin` on `weft plan` and `weft estimate` (bin/weft/cmd_plan.cc, inputs.cc) driven
-// through CLI11 in-process: the budget it leaves, the room the tables print, and its errors (exit
+// `--memory-margin` (and `--moe-imbalance`) on `weft plan` and `weft estimate` (bin/weft/cmd_plan.cc,
+// inputs.cc) driven through CLI11 in-process: the budget it leaves, the room the tables print, and its errors (exit
 // code 2, naming the flag and the value). Budgets by hand (docs/cost-model.md §5.4): an A100 of
 // 80 GiB less the CUDA context (1024 MiB) and the GEMM workspaces (64 MiB) = 78.9375 GiB, less the
 // margin.
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -106,6 +107,51 @@ TEST(CliMemoryMargin, BadValuesNameTheFlag) {
   CliRun g = run(with(kEstimate, {"--memory-margin", "10%", "--cost-model", "galvatron"}));
   EXPECT_EQ(g.code, 2);
   EXPECT_NE(g.err.find("--memory-margin: sets the budget of weft's cost models"), std::string::npos) << g.err;
+}
+
+}  // namespace
+}  // namespace weft::cli
+
+namespace weft::cli {
+namespace {
+
+// `--moe-imbalance F` on `weft estimate` and `weft plan` (docs/cost-model.md §3.4): Mixtral 8x7B on
+// 32 H100 with ep 8 (ZeRO-3) runs slower, holds more and writes train.moe_imbalance into its plan when its busiest
+// expert rank takes 1.5x the mean; values below 1 and dense models are refused naming the flag.
+TEST(CliMoeImbalance, SlowsTheStepAndReachesThePlan) {
+  const std::vector<std::string> est{"estimate", "--model", "mixtral-8x7b", "--cluster", "h100-80gb", "--gpus", "32",
+                                     "--seq", "4096", "--global-batch", "64", "--micro-batch", "1", "--tp", "2",
+                                     "--sequence-parallel", "--pp", "1", "--ep", "8", "--etp", "1", "--zero", "3",
+                                     "--format", "json"};
+  CliRun even = test::run_cli(register_plan_commands, est);
+  CliRun skew = test::run_cli(register_plan_commands, with(est, {"--moe-imbalance", "1.5"}));
+  ASSERT_EQ(even.code, 0) << even.err;
+  ASSERT_EQ(skew.code, 0) << skew.err;
+  const Json a = Json::parse(even.out), b = Json::parse(skew.out);
+  EXPECT_GT(b["step_time_s"].get<double>(), a["step_time_s"].get<double>());
+  EXPECT_GT(b["peak_memory_gib"].get<double>(), a["peak_memory_gib"].get<double>() + 1);  // its routed activations
+  // The all-to-alls' bytes grow 1.5x (their fixed latencies do not).
+  EXPECT_GT(b["breakdown"]["ep_comm_s"].get<double>(), 1.3 * a["breakdown"]["ep_comm_s"].get<double>());
+  EXPECT_LE(b["breakdown"]["ep_comm_s"].get<double>(), 1.5 * a["breakdown"]["ep_comm_s"].get<double>());
+  const std::string out = (std::filesystem::temp_directory_path() / "weft_moe_imbalance_plan.json").string();
+  CliRun w = test::run_cli(register_plan_commands, with(est, {"--moe-imbalance", "1.5", "--out", out}));
+  ASSERT_EQ(w.code, 0) << w.err;
+  EXPECT_EQ(read_json_file(out)["train"]["moe_imbalance"].get<double>(), 1.5);
+  std::filesystem::remove(out);
+  CliRun low = test::run_cli(register_plan_commands, with(est, {"--moe-imbalance", "0.5"}));
+  EXPECT_EQ(low.code, 2);
+  EXPECT_NE(low.err.find("--moe-imbalance: the busiest expert-parallel rank's routed copies over the mean, at least 1, "
+                         "got 0.5"),
+            std::string::npos)
+      << low.err;
+  CliRun dense = run(with(kEstimate, {"--moe-imbalance", "1.2"}));
+  EXPECT_EQ(dense.code, 2);
+  EXPECT_NE(dense.err.find("--moe-imbalance: 1.2 for a model without MoE layers (llama-2-7b)"), std::string::npos)
+      << dense.err;
+  CliRun plan = run({"plan", "--model", "llama-2-7b", "--cluster", "a100-80gb", "--gpus", "8", "--seq", "4096",
+                     "--global-batch", "64", "--moe-imbalance", "1.2"});
+  EXPECT_EQ(plan.code, 2);
+  EXPECT_NE(plan.err.find("--moe-imbalance: 1.2 for a model without MoE layers"), std::string::npos) << plan.err;
 }
 
 }  // namespace

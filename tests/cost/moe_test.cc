@@ -190,3 +190,37 @@ TEST(MoeExperts, ALoopPaysEachExpertsGemmsAndOperators) {
 
 }  // namespace
 }  // namespace weft
+
+namespace weft {
+namespace {
+
+// Uneven routing between expert ranks (train.moe_imbalance): the busiest of Mixtral's 8 expert
+// ranks receives 1.5x the mean, so its experts' GEMMs run 1.5x the rows, its all-to-all moves 1.5x
+// the bytes (the exchange lasts as long as its part; the calls' latencies stay) and it saves 1.5x the routed activations; the
+// attention and the router are untouched. At ep 1 one rank holds every expert: no effect. A factor
+// beyond ep is every copy on one rank: capped.
+TEST(MoeImbalance, TheBusiestExpertRankSetsThePace) {
+  auto even = mixtral();
+  auto skew = mixtral();
+  skew.train.moe_imbalance = 1.5;
+  const AnalyticCostModel cm;
+  const LayerCost a = cm.layer(even.layer(0), moe(1, 16, 8)), b = cm.layer(skew.layer(0), moe(1, 16, 8));
+  // 1.5x the bytes; the collectives' fixed latencies stay.
+  EXPECT_GT(b.time.ep_comm.value(), 1.3 * a.time.ep_comm.value());
+  EXPECT_LE(b.time.ep_comm.value(), 1.5 * a.time.ep_comm.value());
+  EXPECT_GT(b.time.compute.value(), 1.2 * a.time.compute.value());
+  EXPECT_LT(b.time.compute.value(), 1.5 * a.time.compute.value());  // attention and router unchanged
+  EXPECT_GT(b.memory.activations.value(), a.memory.activations.value());
+  const LayerCost c = cm.layer(even.layer(0), moe(1, 16, 1)), d = cm.layer(skew.layer(0), moe(1, 16, 1));
+  EXPECT_EQ(c.time.compute.value(), d.time.compute.value());
+  EXPECT_EQ(c.memory.activations.value(), d.memory.activations.value());
+  auto all = mixtral();
+  all.train.moe_imbalance = 8;
+  auto beyond = mixtral();
+  beyond.train.moe_imbalance = 40;
+  EXPECT_EQ(cm.layer(all.layer(0), moe(1, 16, 8)).time.compute.value(),
+            cm.layer(beyond.layer(0), moe(1, 16, 8)).time.compute.value());
+}
+
+}  // namespace
+}  // namespace weft

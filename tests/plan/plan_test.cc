@@ -136,6 +136,36 @@ TEST(PlanJson, PipelineRounds) {
   EXPECT_EQ(message_of(validate(p)), "train.rounds: 3 pipeline schedules do not divide the 8 micro-batches of a step");
 }
 
+// train.moe_imbalance: written only when not 1, read back exactly; at least 1, and only for a model
+// with MoE layers; the busiest ep rank's share is capped at ep (every copy on one rank) and is 1
+// at ep 1.
+TEST(PlanJson, MoeImbalance) {
+  Plan p = uniform_plan(LayerStrategy{.dp = 8}, 1);
+  p.train.moe_imbalance = 1.5;
+  EXPECT_EQ(message_of(validate(p)), "train.moe_imbalance: 1.5 for a model without MoE layers");
+  p.model.groups[0].count = 2;
+  LayerGroup moe = p.model.groups[0];
+  moe.count = 6;
+  moe.shape.moe = MoeSpec{8, 2, 1408, 0};
+  p.model.groups.push_back(moe);
+  for (int i = 2; i < 8; ++i) p.stages[0].layers[i].ep = 4;
+  ASSERT_TRUE(validate(p).ok()) << validate(p).error().message;
+  const Json j = to_json(p);
+  EXPECT_EQ(j.at("train").at("moe_imbalance"), 1.5);
+  auto back = plan_from_json(j);
+  ASSERT_TRUE(back.ok()) << back.error().message;
+  EXPECT_EQ(back.value(), p);
+  EXPECT_EQ(p.train.busiest_expert_rank(4), 1.5);
+  EXPECT_EQ(p.train.busiest_expert_rank(1), 1.0);
+  p.train.moe_imbalance = 6;
+  EXPECT_EQ(p.train.busiest_expert_rank(4), 4.0);
+  p.train.moe_imbalance = 0.8;
+  EXPECT_EQ(message_of(validate(p)),
+            "train.moe_imbalance: the busiest expert-parallel rank's routed copies over the mean, at least 1, got 0.8");
+  p.train.moe_imbalance = 1;
+  EXPECT_FALSE(to_json(p).at("train").contains("moe_imbalance"));
+}
+
 // train.varlen: written only when on, read back exactly; a variable-length plan has one stage,
 // Ulysses and cp 1 and power-of-two group sizes, and its batch (documents) need not divide by dp.
 TEST(PlanJson, VariableLengthSettings) {

@@ -119,8 +119,10 @@ std::vector<Json> moe_fields(const std::string& output) {
 }
 
 // Each step reports every MoE layer's tokens per expert (all the step's routed copies: global batch
-// x sequence x top-k), its imbalance (max over mean) and balancing loss; expert parallelism and
-// recomputation route exactly as one process does, so they report the same figures.
+// x sequence x top-k), its imbalance (max over mean), the imbalance between the plan's expert ranks
+// (the busiest rank's block of E / ep experts over the mean: 1 in one process) and balancing loss;
+// expert parallelism and recomputation route exactly as one process does, so they report the same
+// figures.
 TEST(RuntimeMoe, StepsReportEachLayersImbalance) {
   const Plan one = reference_of(moe_plan(tiny_moe(), 2, 1, strat(1, 2), 2));
   const Plan ep2 = moe_plan(tiny_moe(), 2, 1, strat(1, 2, 1, false, 0, Recompute::kFull), 2);
@@ -148,6 +150,12 @@ TEST(RuntimeMoe, StepsReportEachLayersImbalance) {
       EXPECT_EQ(sum, copies) << "step " << s + 1 << " layer " << l + 1;
       EXPECT_NEAR(la[l].at("imbalance").get<double>(), static_cast<double>(most) * 8 / static_cast<double>(sum), 1e-9);
       EXPECT_GE(la[l].at("imbalance").get<double>(), 1.0);
+      EXPECT_EQ(la[l].at("rank_imbalance").get<double>(), 1.0);  // ep 1: one rank holds every expert
+      const int64_t low = ta[0] + ta[1] + ta[2] + ta[3], high = sum - low;  // ep 2's two ranks' experts
+      EXPECT_NEAR(lb[l].at("rank_imbalance").get<double>(),
+                  static_cast<double>(std::max(low, high)) * 2 / static_cast<double>(sum), 1e-9);
+      EXPECT_GE(lb[l].at("rank_imbalance").get<double>(), 1.0);
+      EXPECT_LE(lb[l].at("rank_imbalance").get<double>(), lb[l].at("imbalance").get<double>() + 1e-9);
       // The balancing loss is at least its balanced value, coef x experts x sum_e (1/E)(1/E).
       EXPECT_GE(la[l].at("aux_loss").get<double>(), 0.01 * (1 - 1e-6));
       aux_sum += la[l].at("aux_loss").get<double>();

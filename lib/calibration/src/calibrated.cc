@@ -176,7 +176,9 @@ CalibratedCostModel::Compute CalibratedCostModel::measured_compute(const LayerCo
   ao.elem_bytes = dtype_bytes(wire_dtype(ctx.train));
   ao.flash_attention = false;  // weft's runtime materialises the score matrix
   const double ref = layer_activation_bytes(L, measured_as, ao).value();
-  const double act = layer_activation_bytes(L, s, ao).value();
+  ActivationOptions busiest = ao;  // the busiest expert rank's copies (train.moe_imbalance)
+  busiest.expert_rows = ctx.train.busiest_expert_rank(s.ep);
+  const double act = layer_activation_bytes(L, s, busiest).value();
   out.act = pc->activation_bytes * (ref > 0 ? act / ref : 1.0);
   out.weight_grad_state = weight_grad_state_bytes(L, s, ao, weight_grad_inputs_held(ctx.train)).value();
   if (pc->extrapolated)

@@ -253,7 +253,10 @@ LayerCompute layer_compute(const LayerContext& ctx, const LayerStrategy& s, cons
     // (those its etp group gathered); so every rank computes a D-th of the routed work at any etp.
     const double experts = L.moe.experts, k = L.moe.top_k, ef = static_cast<double>(L.moe.expert_ffn);
     const double et = safe(s.expert_tp());
-    routed = tokens * et / t * k;  // token copies this device's experts process
+    // Token copies this device's experts process; under uneven routing (train.moe_imbalance) the
+    // busiest ep rank's, which sets the layer's pace (its local experts' split among them does not:
+    // a grouped GEMM's time follows its total rows, data/reference/h100).
+    routed = tokens * et / t * k * tr.busiest_expert_rank(s.ep);
     const double local = experts / ep;
     const double per_expert = routed / local;
     f.gemm += seconds(km.gemm(tokens, experts, h));
@@ -400,6 +403,7 @@ LayerCompute layer_compute(const LayerContext& ctx, const LayerStrategy& s, cons
   out.host_b = host_b;
   ActivationOptions& ao = out.activations;
   ao.samples = samples;
+  ao.expert_rows = tr.busiest_expert_rank(s.ep);
   ao.seq = seq;
   ao.elem_bytes = e;
   ao.flash_attention = flash;

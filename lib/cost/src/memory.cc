@@ -276,7 +276,7 @@ Bytes layer_activation_bytes(const LayerShape& s, const LayerStrategy& st, const
     // layer_compute) at 1 / etp of the experts' width: the gathered copies themselves, the experts'
     // inner tensors; with ep 1 and etp tp (tokens kept in place) the copies of the tp group's tokens.
     const double et = std::max(1, st.expert_tp());
-    const double routed = tokens * s.moe.top_k * et / t;
+    const double routed = tokens * s.moe.top_k * et / t * o.expert_rows;
     const double ef = static_cast<double>(s.moe.expert_ffn);
     ffn += 4.0 * tokens * s.moe.experts * rep;            // fp32 router logits
     ffn += e * routed * h;                                 // dispatched token copies
@@ -313,7 +313,7 @@ Bytes layer_backward_transient_bytes(const LayerShape& s, const LayerStrategy& s
   double split = d.t;  // the FFN's tensor split
   if (s.moe.enabled()) {
     split = std::max(1, st.expert_tp());
-    rows = d.tokens * s.moe.top_k * split / d.t, width = static_cast<double>(s.moe.expert_ffn);
+    rows = d.tokens * s.moe.top_k * split / d.t * o.expert_rows, width = static_cast<double>(s.moe.expert_ffn);
   }
   const double output_grad = d.tokens * d.h;  // gathered under SP: the whole local sequence
   const double input_grad = rows * width / split;
@@ -363,7 +363,7 @@ Bytes weight_grad_state_bytes(const LayerShape& s, const LayerStrategy& st, cons
     per_layer += tokens * (in * h * rep + s.moe.experts * rep);                  // router
     // routed experts: the copies a rank's experts take, gathered (no sequence split), 1 / etp wide
     const double et = std::max(1, st.expert_tp());
-    per_layer += tokens * s.moe.top_k * et / t * (in * h + in_mats * ef / et + in * ef / et + h);
+    per_layer += tokens * s.moe.top_k * et / t * o.expert_rows * (in * h + in_mats * ef / et + in * ef / et + h);
     if (s.moe.shared_experts > 0) per_layer += ffn(tokens, s.moe.shared_experts * ef);
   } else {
     per_layer += ffn(tokens, static_cast<double>(s.ffn));

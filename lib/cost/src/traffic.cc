@@ -174,11 +174,14 @@ LayerTraffic layer_traffic(const LayerContext& ctx, const LayerStrategy& s, cons
   if (moe) {
     const int et = s.expert_tp();
     const double own = tokens / t;  // tokens a rank dispatches
+    // Uneven routing (train.moe_imbalance): the busiest rank receives that many times the mean, and
+    // the exchange lasts as long as its part.
+    const double busiest = tr.busiest_expert_rank(s.ep);
     if (s.ep > 1)
       b.both(CommAxis::kExpert, 1,
-             {call(Collective::kAllToAll, Bytes(e * own * L.moe.top_k * h), place_group(c, s.ep, et), 2)});
+             {call(Collective::kAllToAll, Bytes(e * own * L.moe.top_k * h * busiest), place_group(c, s.ep, et), 2)});
     if (et > 1 && !(s.ep == 1 && et == s.tp)) {
-      const double rows = s.ep > 1 ? own * L.moe.top_k * et : own * et;
+      const double rows = s.ep > 1 ? own * L.moe.top_k * et * busiest : own * et;
       const CommGroup g = place_group(c, et, 1);
       b.both(CommAxis::kExpert, 1,
              {call(Collective::kAllGather, Bytes(e * rows * h), g), call(Collective::kReduceScatter, Bytes(e * rows * h), g)});

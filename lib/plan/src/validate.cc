@@ -1,6 +1,7 @@
 // Plan validation: everything checked here is checked before any search result is written and
 // before the runtime builds a process group. Messages name the field and the numbers.
 #include <algorithm>
+#include <cmath>
 #include <string>
 
 #include "weft/core/format.h"
@@ -92,6 +93,11 @@ void validate_or_throw(const Plan& p) {
   const auto& t = p.train;
   require(t.seq > 0, "train.seq: must be positive, got " + S(t.seq));
   require(t.rounds >= 1, "train.rounds: must be >= 1, got " + S(t.rounds));
+  require(std::isfinite(t.moe_imbalance) && t.moe_imbalance >= 1.0,
+          "train.moe_imbalance: the busiest expert-parallel rank's routed copies over the mean, at least 1, got " +
+              num(t.moe_imbalance));
+  if (t.moe_imbalance != 1.0)
+    require(p.model.has_moe(), "train.moe_imbalance: " + num(t.moe_imbalance) + " for a model without MoE layers");
   require(t.micro_batches % t.rounds == 0, "train.rounds: " + S(t.rounds) + " pipeline schedules do not divide the " +
                                                S(t.micro_batches) + " micro-batches of a step");
   if (t.optimizer.precision_aware())

@@ -625,6 +625,19 @@ double MoeLayerStats::imbalance() const {
   return sum > 0 ? static_cast<double>(most) * static_cast<double>(tokens.size()) / static_cast<double>(sum) : 1.0;
 }
 
+double MoeLayerStats::rank_imbalance(int ep) const {
+  const int64_t E = static_cast<int64_t>(tokens.size());
+  if (ep <= 1 || E % ep != 0) return 1.0;
+  int64_t most = 0, sum = 0;
+  for (int64_t r = 0; r < ep; ++r) {
+    int64_t on_rank = 0;
+    for (int64_t e = r * (E / ep); e < (r + 1) * (E / ep); ++e) on_rank += tokens[static_cast<size_t>(e)];
+    most = std::max(most, on_rank);
+    sum += on_rank;
+  }
+  return sum > 0 ? static_cast<double>(most) * ep / static_cast<double>(sum) : 1.0;
+}
+
 void Model::reset_moe_stats() {
   for (MoeLayerStats& s : moe_stats_) {
     std::fill(s.tokens.begin(), s.tokens.end(), 0);

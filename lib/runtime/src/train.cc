@@ -372,7 +372,11 @@ Json moe_step_fields(Model& model, Comm& world, const Plan& plan, std::string* t
     const double aux = v[where[l] + E] / micro;
     aux_total += aux;
     worst = std::max(worst, st.imbalance());
-    rows.push_back(Json{{"layer", l}, {"imbalance", st.imbalance()}, {"aux_loss", aux}, {"tokens_per_expert", st.tokens}});
+    rows.push_back(Json{{"layer", l},
+                        {"imbalance", st.imbalance()},
+                        {"rank_imbalance", st.rank_imbalance(plan.layer_strategy(l).ep)},
+                        {"aux_loss", aux},
+                        {"tokens_per_expert", st.tokens}});
   }
   if (tail) {
     char b[96];
@@ -672,9 +676,7 @@ Status train(const TrainOptions& given) {
   RoutingTrace trace;
   std::optional<SamplePlacement> placement;
   if (!o.moe_placement.empty() || !o.moe_trace.empty()) {
-    bool moe = false;
-    for (int l = 0; l < plan.model.num_layers(); ++l) moe = moe || plan.model.layer(l).moe.enabled();
-    if (!moe) return bad_input(job, Error{ErrorKind::kBadInput, "--moe-trace / --moe-placement: the model has no MoE layers"});
+    if (!plan.model.has_moe()) return bad_input(job, Error{ErrorKind::kBadInput, "--moe-trace / --moe-placement: the model has no MoE layers"});
     if (vl) return bad_input(job, Error{ErrorKind::kBadInput, "--moe-trace / --moe-placement: not with variable-length steps"});
   }
   if (!o.moe_placement.empty()) {

@@ -12,6 +12,12 @@ int ModelSpec::num_layers() const {
   return n;
 }
 
+bool ModelSpec::has_moe() const {
+  for (const auto& g : groups)
+    if (g.shape.moe.enabled()) return true;
+  return false;
+}
+
 int ModelSpec::group_of(int i) const {
   WEFT_ASSERT(i >= 0 && i < num_layers(),
               "layer " + std::to_string(i) + " of a model with " + std::to_string(num_layers()) + " layers");

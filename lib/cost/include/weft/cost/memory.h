@@ -176,6 +176,9 @@ struct ActivationOptions {
   // weight gradient (weft's runtime) instead of the sequence shard Megatron keeps and gathers again
   // in backward (Korthikanti et al. 2022, section 4.2.2).
   bool sp_gathered_inputs = false;
+  // A MoE layer's routed copies on this device over the even share: the busiest expert-parallel
+  // rank's under uneven routing (TrainSettings::busiest_expert_rank), whose memory is the peak.
+  double expert_rows = 1;
 };
 
 // One matmul of a layer's forward on one device, per token: n output and k reduction elements.

@@ -2,6 +2,7 @@
 // A plain value type; to_json / plan_from_json are exact inverses (round-trip tested).
 #pragma once
 
+#include <algorithm>
 #include <optional>
 #include <string>
 #include <vector>
@@ -72,10 +73,19 @@ struct TrainSettings {
   int rounds = 1;
   // The optimizer states' precision where not fp32 (mixed precision only; JSON "optimizer").
   OptimizerPrecision optimizer;
+  // MoE load imbalance between expert-parallel ranks (JSON "moe_imbalance", absent when 1): the
+  // routed copies the busiest of a layer's ep ranks receives over the mean, which sets the pace of
+  // its experts and of the all-to-all (capped at the layer's ep: every copy on one rank). 1 is even
+  // routing (Megatron-LM's --moe-router-force-load-balancing, as NVIDIA's performance recipes run);
+  // `weft train` reports each layer's measured figure (its step JSON's moe[].rank_imbalance).
+  double moe_imbalance = 1.0;
   // Samples per micro-batch across the whole stage: global_batch / micro_batches. A layer with
   // data-parallel degree d processes pipeline_micro_batch() / d samples per device. With
   // dp_micro_batches a micro-batch's samples differ by micro-batch: micro_batch_rows().
   int pipeline_micro_batch() const { return micro_batches > 0 ? global_batch / micro_batches : 0; }
+  // The busiest rank's routed copies over the mean in an ep-way expert-parallel layer: moe_imbalance,
+  // at most ep (1 at ep 1: one rank holds every expert).
+  double busiest_expert_rank(int ep) const { return ep > 1 ? std::min(moe_imbalance, static_cast<double>(ep)) : 1.0; }
   // Micro-batches one pipeline schedule runs: m / rounds.
   int schedule_micro_batches() const { return rounds > 1 ? micro_batches / rounds : micro_batches; }
   // Samples replica j of `replicas` takes in micro-batch k on device group `group` (shares, stage

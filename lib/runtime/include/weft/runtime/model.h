@@ -107,6 +107,9 @@ struct MoeLayerStats {
   at::Tensor sample_counts;
   // Load imbalance: the busiest expert's tokens over the mean (1: perfectly balanced).
   double imbalance() const;
+  // Between the ranks of an ep-way expert-parallel group (rank r holds experts [r E/ep, (r+1) E/ep)):
+  // the busiest rank's copies over the mean, the figure the cost model takes as train.moe_imbalance.
+  double rank_imbalance(int ep) const;
 };
 
 // Which rows of a micro-batch's tokens this rank reads: batch block / sequence block. The rows of

@@ -33,6 +33,7 @@ struct SearchOptions {
   int global_batch = 512;
   DType dtype = DType::kBf16;
   OptimizerPrecision optimizer;  // the optimizer states' precision (plan.h; default fp32), as given
+  double moe_imbalance = 1.0;    // MoE routing's busiest expert rank over the mean (TrainSettings)
   int top_k = 3;
 
   // Restrict the space (0 / empty = search all).

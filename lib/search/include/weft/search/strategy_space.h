@@ -28,6 +28,7 @@ struct PipelineConfig {
     t.schedule = schedule;
     t.dtype = opt.dtype;
     t.optimizer = opt.optimizer;
+    t.moe_imbalance = opt.moe_imbalance;
     return t;
   }
 };

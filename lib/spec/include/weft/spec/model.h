@@ -105,6 +105,8 @@ struct ModelSpec {
   std::vector<LayerGroup> groups;
 
   int num_layers() const;
+  // Whether any layer routes its tokens to experts.
+  bool has_moe() const;
   // The shape of global layer index i (0-based, groups in order).
   const LayerShape& layer(int i) const;
   // The group index of global layer i.
