@@ -9,6 +9,7 @@
 #include <array>
 #include <cmath>
 #include <fstream>
+#include <numeric>
 #include <sstream>
 #include <thread>
 
@@ -477,10 +478,11 @@ int replanned_recovered(const std::string& output, int from) {
   return at_step;
 }
 
-// Whether a switch was made for rank 1 measured within 1.25x of the others (of 4 ranks).
+// Whether a switch was made for rank 1 measured within 1.25x of the fastest other rank (of 4; not
+// of the slowest: on 2 cores rank 0 often reads 1.75x, and rank 1 at 1.95x beside it is still slow).
 bool back_to_speed(const Json& step) {
   const std::vector<double> s = step["switched"]["slowdowns"].get<std::vector<double>>();
-  return s.size() == 4 && s[1] <= 1.25 * std::max({s[0], s[2], s[3]});
+  return s.size() == 4 && s[1] <= 1.25 * std::min({s[0], s[2], s[3]});
 }
 
 // The layers per stage of a switch's change, "stages 3:1:2:2 layers, ..."; empty for a change of
@@ -514,10 +516,14 @@ TEST(RuntimeStragglers, AdaptSwitchesInPlaceAndBackWithOneProcessLosses) {
     return s.first >= 3 && s.first <= 9 && s.second.rfind("shares ", 0) == 0;
   });
   ASSERT_NE(slow_switch, switches.end()) << got.output;
-  auto shares_of = [](const std::string& change) {  // "shares a:b:c:d, ..." or "even shares, ..."
+  // "shares a:b:c:d, ...", a structural change that names its shares ("pp1 1f1b, layers dp4 z1,
+  // ..., shares 5:5:2:4, ...": a clean-clone CI run re-planned so when a healthy rank read 1.55x
+  // slow after the recovery), or "even shares, ..." (zeros).
+  auto shares_of = [](const std::string& change) {
     std::vector<int> v;
-    if (change.rfind("shares ", 0) != 0) return std::vector<int>(4, 0);
-    std::istringstream sh(change.substr(7, change.find(',') - 7));
+    const size_t at = change.find("shares ");
+    if (at == std::string::npos) return std::vector<int>(4, 0);
+    std::istringstream sh(change.substr(at + 7, change.find(',', at) - at - 7));
     for (std::string x; std::getline(sh, x, ':');) v.push_back(std::stoi(x));
     return v;
   };
@@ -531,8 +537,12 @@ TEST(RuntimeStragglers, AdaptSwitchesInPlaceAndBackWithOneProcessLosses) {
   // little uneven, rank 1 may still read slow for a few steps, or the re-plan may gain too little
   // to switch).
   EXPECT_GE(replanned_recovered(got.output, 10), 10) << got.output;
-  if (switches.back().first >= 10 && back_to_speed(sws.back()) && switches.back().second.rfind("even shares", 0) != 0)
-    EXPECT_GT(shares_of(switches.back().second)[1], shares[1]) << got.output;
+  // Shares of the step's samples, compared as fractions (a re-plan may change the micro-batches).
+  const std::vector<int> after = shares_of(switches.back().second);  // zeros: even shares
+  const int before_sum = std::accumulate(shares.begin(), shares.end(), 0);
+  const int after_sum = std::accumulate(after.begin(), after.end(), 0);
+  if (switches.back().first >= 10 && back_to_speed(sws.back()) && after_sum > 0)
+    EXPECT_GT(static_cast<double>(after[1]) / after_sum, static_cast<double>(shares[1]) / before_sum) << got.output;
   EXPECT_NE(got.output.find("state to move 0 bytes"), std::string::npos) << got.output;
   EXPECT_EQ(got.summary.value("adapt_switches", 0), static_cast<int>(switches.size())) << got.summary.dump();
   // Refused where it cannot apply.
