@@ -558,11 +558,7 @@ Plan plan_from_flags(const EstimateFlags& f, const Inputs& in) {
   else t.schedule = unwrap(schedule_from_string(f.schedule));
   t.dtype = dtype_or_default(f.dtype, in.cluster.gpu);
   t.optimizer = optimizer_precision(f, t.dtype);
-  if (!(std::isfinite(f.moe_imbalance) && f.moe_imbalance >= 1.0))
-    bad("--moe-imbalance: the busiest expert-parallel rank's routed copies over the mean, at least 1, got " +
-        num(f.moe_imbalance));
-  if (f.moe_imbalance != 1.0 && !in.model.has_moe())
-    bad("--moe-imbalance: " + num(f.moe_imbalance) + " for a model without MoE layers (" + in.model.name + ")");
+  check(check_moe_imbalance(f.moe_imbalance, in.model, "--moe-imbalance"));
   t.moe_imbalance = f.moe_imbalance;
   t.rounds = f.rounds;
   if (t.micro_batches % t.rounds != 0)

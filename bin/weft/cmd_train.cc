@@ -163,6 +163,10 @@ void register_train_commands(CLI::App& app) {
   t->add_option("--moe-placement", o->moe_placement,
                 "MoE: compute each step's samples where this placement file (weft moe-placement --out) puts them; "
                 "the losses are those of the unplaced run");
+  t->add_option("--throttle-inter-node", o->throttle_inter_node_gbps,
+                "MoE: emulate a slow link between nodes (the plan's cluster.gpus_per_node ranks a node): each expert "
+                "all-to-all holds a rank for its bytes to or from other nodes at this many GB/s (0: off)")
+      ->capture_default_str();
   t->add_flag("--measure-memory", o->measure_memory,
               "Track what each rank allocates on the CPU; the summary's ranks get step_peak_cpu_bytes (activations "
               "and temporaries of one step's forward and backward)");

@@ -142,7 +142,7 @@ TEST(PlanJson, PipelineRounds) {
 TEST(PlanJson, MoeImbalance) {
   Plan p = uniform_plan(LayerStrategy{.dp = 8}, 1);
   p.train.moe_imbalance = 1.5;
-  EXPECT_EQ(message_of(validate(p)), "train.moe_imbalance: 1.5 for a model without MoE layers");
+  EXPECT_EQ(message_of(validate(p)), "train.moe_imbalance: 1.5 for a model without MoE layers (" + p.model.name + ")");
   p.model.groups[0].count = 2;
   LayerGroup moe = p.model.groups[0];
   moe.count = 6;

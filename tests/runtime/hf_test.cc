@@ -28,8 +28,9 @@ using runtime::TensorOut;
 constexpr int kSeq = 16;
 
 struct Family {
-  std::string type;  // llama, mistral, qwen2, gpt2
+  std::string type;  // llama, mistral, qwen2, gpt2, mixtral
   int layers = 2, vocab = 64, hidden = 32, heads = 4, kv_heads = 2, ffn = 64, max_pos = 32;
+  int experts = 4, top_k = 2;  // mixtral
   double eps = 1e-6, theta = 500000;
   bool tied = false;
   bool qkv_bias = false;
@@ -57,6 +58,14 @@ Json config_of(const Family& f) {
          {"rope_theta", f.theta},
          {"tie_word_embeddings", f.tied}};
   if (f.type == "mistral") j["sliding_window"] = 4096;
+  if (f.type == "mixtral") {
+    j["architectures"] = {"MixtralForCausalLM"};
+    j["num_local_experts"] = f.experts;
+    j["num_experts_per_tok"] = f.top_k;
+    j["sliding_window"] = nullptr;
+    j["router_aux_loss_coef"] = 0.0;  // the loss compared is the language model's alone
+    j["output_router_logits"] = false;
+  }
   if (f.type == "qwen2") j["sliding_window"] = 8, j["use_sliding_window"] = false;
   return j;
 }
@@ -104,6 +113,16 @@ std::vector<std::pair<std::string, std::vector<int64_t>>> hf_tensors(const Famil
     }
     t.push_back({h + "self_attn.o_proj.weight", {H, q}});
     t.push_back({h + "post_attention_layernorm.weight", {H}});
+    if (f.type == "mixtral") {
+      t.push_back({h + "block_sparse_moe.gate.weight", {f.experts, H}});
+      for (int e = 0; e < f.experts; ++e) {
+        const std::string x = h + "block_sparse_moe.experts." + std::to_string(e) + ".";
+        t.push_back({x + "w1.weight", {F, H}});
+        t.push_back({x + "w2.weight", {H, F}});
+        t.push_back({x + "w3.weight", {F, H}});
+      }
+      continue;
+    }
     t.push_back({h + "mlp.gate_proj.weight", {F, H}});
     t.push_back({h + "mlp.up_proj.weight", {F, H}});
     t.push_back({h + "mlp.down_proj.weight", {H, F}});
@@ -210,6 +229,22 @@ double reference_loss(const Family& f, const Weights& w, const std::vector<int64
       v = v.repeat_interleave(nh / nkv, 0);
       x = x + lin(causal(q, k, v).transpose(0, 1).reshape({T, nh * d}), h + "self_attn.o_proj");
       at::Tensor h2 = rms(x, W(h + "post_attention_layernorm.weight"), f.eps);
+      if (f.type == "mixtral") {
+        // MixtralSparseMoeBlock: softmax over the router's logits, the top k renormalised, each
+        // token the weighted sum of its experts' SwiGLU outputs.
+        const std::string b = h + "block_sparse_moe.";
+        at::Tensor probs = at::softmax(lin(h2, b + "gate"), -1);
+        auto [topv, topi] = probs.topk(f.top_k, -1);
+        topv = topv / topv.sum(-1, true);
+        at::Tensor weight = at::zeros({T, f.experts}, at::kDouble).scatter(1, topi, topv);
+        at::Tensor y = at::zeros_like(h2);
+        for (int e = 0; e < f.experts; ++e) {
+          const std::string xe = b + "experts." + std::to_string(e) + ".";
+          y = y + weight.narrow(1, e, 1) * lin(at::silu(lin(h2, xe + "w1")) * lin(h2, xe + "w3"), xe + "w2");
+        }
+        x = x + y;
+        continue;
+      }
       x = x + lin(at::silu(lin(h2, h + "mlp.gate_proj")) * lin(h2, h + "mlp.up_proj"), h + "mlp.down_proj");
     }
     x = rms(x, W("model.norm.weight"), f.eps);
@@ -304,6 +339,78 @@ TEST_F(HfCheckpoints, Gpt2FusedTransposedWeightsLoad) {
                         {"pp2_dp", plan_of(m, 2, 2, LayerStrategy{})}});
   f.gpt2_prefix = true;  // GPT2LMHeadModel's own names
   expect_first_loss(f, {{"prefixed", plan_of(m, 1, 1, LayerStrategy{})}});
+}
+
+// Mixtral: the router (block_sparse_moe.gate) and each expert's w1 / w3 / w2 load into weft's MoE
+// layers under one process, expert parallelism (ep 2 over dp 2) and tensor parallelism on the
+// attention with ep 2 (tp 2, etp 1), with the family's first-step loss; --save-hf after ep 2
+// training writes a mixtral checkpoint weft reads back to the trained parameters exactly, with a
+// config weft's reader turns into the same model.
+Plan with_ep(Plan p, int ep, int etp = 0) {
+  for (Stage& st : p.stages)
+    for (int i = 0; i < st.num_layers(); ++i)
+      if (p.model.layer(st.first_layer + i).moe.enabled()) st.layers[i].ep = ep, st.layers[i].etp = etp;
+  EXPECT_TRUE(validate(p).ok()) << validate(p).error().message;
+  return p;
+}
+
+TEST_F(HfCheckpoints, MixtralExpertsLoadUnderExpertParallelismAndSaveBack) {
+  Family f{"mixtral"};
+  f.eps = 1e-5;
+  f.theta = 1e6;
+  f.ffn = 24;
+  const std::string src = dir_ + "/cfg";
+  write_checkpoint(f, src);
+  const ModelSpec m = model_of(src);
+  ASSERT_TRUE(m.groups[0].shape.moe.enabled());
+  EXPECT_EQ(m.groups[0].shape.moe.experts, 4);
+  EXPECT_EQ(m.groups[0].shape.moe.expert_ffn, 24);
+  EXPECT_EQ(m.groups[0].shape.moe.aux_loss_coef, 0.0);
+  expect_first_loss(f, {{"one", plan_of(m, 1, 1, LayerStrategy{})},
+                        {"ep2", with_ep(plan_of(m, 2, 1, strat(1, 2)), 2)},
+                        {"tp2_ep2", with_ep(plan_of(m, 2, 1, strat(2, 1, 1, true)), 2, 1)}});
+  // Save after two steps under ep 2, read back.
+  const std::string out = dir_ + "/out";
+  const Plan p = with_ep(plan_of(m, 2, 1, strat(1, 2)), 2);
+  const RunResult r = train_plan(p, dir_, "save", 2, " --data " + dir_ + "/window.bin --hf-checkpoint " + src + " --save-hf " + out);
+  ASSERT_EQ(r.status, 0) << r.output;
+  auto ck = HfCheckpoint::open(out);
+  ASSERT_TRUE(ck.ok()) << ck.error().message;
+  EXPECT_EQ((*ck)->family(), runtime::HfFamily::kMixtral);
+  ASSERT_TRUE((*ck)->check(p).ok()) << (*ck)->check(p).error().message;
+  const runtime::ParamsFile params = read_params(dir_ + "/save.params");
+  int experts = 0;
+  for (const auto& np : params.params) {
+    auto t = (*ck)->tensor(np.name, np.shape);
+    ASSERT_TRUE(t.ok()) << t.error().message;
+    EXPECT_EQ(*t, np.data) << np.name;
+    experts += np.name.find(".experts.") != std::string::npos;
+  }
+  EXPECT_EQ(experts, 2 * 4 * 3);  // every expert's three projections in both layers
+  auto file = runtime::SafetensorsFile::open(out + "/model.safetensors");
+  ASSERT_TRUE(file.ok());
+  EXPECT_NE((*file)->find("model.layers.1.block_sparse_moe.experts.3.w2.weight"), nullptr);
+  EXPECT_NE((*file)->find("model.layers.0.block_sparse_moe.gate.weight"), nullptr);
+  // A model trained from scratch gets a mixtral config weft's reader turns back into the model.
+  const RunResult fresh = train_plan(p, dir_, "fresh", 1, " --data " + dir_ + "/window.bin --save-hf " + dir_ + "/fresh");
+  ASSERT_EQ(fresh.status, 0) << fresh.output;
+  const ModelSpec back = model_of(dir_ + "/fresh");
+  EXPECT_EQ(back.groups[0].shape, m.groups[0].shape);
+  EXPECT_EQ(read_json_file(dir_ + "/fresh/config.json").at("model_type"), "mixtral");
+}
+
+// MoE checkpoints of families whose layers hold what weft's do not are refused by name.
+TEST_F(HfCheckpoints, MoeFamiliesWeftCannotReproduceAreRefusedByName) {
+  for (const auto& [type, what] : std::vector<std::pair<std::string, std::string>>{
+           {"qwen2_moe", "shared_expert_gate"}, {"qwen3_moe", "q_norm"}, {"deepseek_v3", "latent attention"}}) {
+    const std::string d = dir_ + "/" + type;
+    std::filesystem::create_directories(d);
+    std::ofstream(d + "/config.json") << Json{{"model_type", type}}.dump();
+    auto ck = HfCheckpoint::open(d);
+    ASSERT_FALSE(ck.ok()) << type;
+    EXPECT_NE(ck.error().message.find(what), std::string::npos) << ck.error().message;
+    EXPECT_NE(ck.error().message.find("mixtral"), std::string::npos) << ck.error().message;
+  }
 }
 
 // --save-hf writes what was trained: every tensor read back through the family's names equals the

@@ -15,6 +15,7 @@
 
 #include "megatron_dataset.h"
 #include "rt_util.h"
+#include "weft/plan/routing_trace.h"
 
 namespace weft::rttest {
 namespace {
@@ -598,6 +599,41 @@ TEST(RuntimeStragglers, AdaptChangesDegreesInPlaceWithOneProcessLosses) {
   const std::string change = sw["change"].get<std::string>();
   EXPECT_EQ(change.rfind("pp", 0), 0u) << change;
   EXPECT_EQ(change.find("layers tp4 "), std::string::npos) << change;
+}
+
+// The same with MoE layers and --moe-trace: the model rebuilt on the new structure keeps counting
+// its routing, so the trace written at the end holds every step, each sample's copies summing to
+// seq x top-k before and after the switch (check_trace), and the losses stay those of one process.
+TEST(RuntimeStragglers, AdaptChangesDegreesOfAMoeModelAndKeepsTracingItsRouting) {
+  ModelSpec m = tiny_llama(2);
+  m.name = "wider-moe";
+  m.hidden = m.vocab = 256;
+  LayerShape& sh = m.groups[0].shape;
+  sh.hidden = 256;
+  sh.head_dim = 64;
+  sh.ffn = 0;
+  sh.moe.experts = 4;
+  sh.moe.top_k = 2;
+  sh.moe.expert_ffn = 512;
+  const std::string dir = temp_dir("adapt_moe");
+  const RunResult got = adapt_run(uniform(m, 4, 1, strat(4, 1), {}, Schedule::k1F1B, 16, 2), dir, 10,
+                                  " --adapt --slow 1:4:3 --straggler-steps 3 --straggler-margin 1.5 --moe-trace " +
+                                      dir + "/trace.json");
+  if (::testing::Test::HasFatalFailure()) {
+    std::filesystem::remove_all(dir);
+    return;
+  }
+  const std::vector<Json> sws = switched_steps(got.output);
+  ASSERT_GE(sws.size(), 1u) << got.output;
+  EXPECT_TRUE(sws.front()["switched"]["structural"].get<bool>()) << sws.front().dump();
+  auto trace = read_routing_trace(dir + "/trace.json");
+  ASSERT_TRUE(trace.ok()) << trace.error().message;
+  EXPECT_EQ(trace->steps.size(), 10u);
+  Plan p = uniform(m, 4, 1, strat(4, 1), {}, Schedule::k1F1B, 16, 2);
+  p.train.seq = 64;
+  const Status c = check_trace(*trace, p);
+  EXPECT_TRUE(c.ok()) << c.error().message;
+  std::filesystem::remove_all(dir);
 }
 
 // A plan made for rank 1 at 8x suspends its replica (share 0, as weft plan --straggler may); rank 1

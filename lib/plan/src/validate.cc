@@ -93,11 +93,8 @@ void validate_or_throw(const Plan& p) {
   const auto& t = p.train;
   require(t.seq > 0, "train.seq: must be positive, got " + S(t.seq));
   require(t.rounds >= 1, "train.rounds: must be >= 1, got " + S(t.rounds));
-  require(std::isfinite(t.moe_imbalance) && t.moe_imbalance >= 1.0,
-          "train.moe_imbalance: the busiest expert-parallel rank's routed copies over the mean, at least 1, got " +
-              num(t.moe_imbalance));
-  if (t.moe_imbalance != 1.0)
-    require(p.model.has_moe(), "train.moe_imbalance: " + num(t.moe_imbalance) + " for a model without MoE layers");
+  if (Status m = check_moe_imbalance(t.moe_imbalance, p.model, "train.moe_imbalance"); !m.ok())
+    throw InputError(m.error().message);
   require(t.micro_batches % t.rounds == 0, "train.rounds: " + S(t.rounds) + " pipeline schedules do not divide the " +
                                                S(t.micro_batches) + " micro-batches of a step");
   if (t.optimizer.precision_aware())
@@ -248,6 +245,16 @@ void validate_or_throw(const Plan& p) {
 }
 
 }  // namespace
+
+Status check_moe_imbalance(double factor, const ModelSpec& model, const std::string& field) {
+  if (!(std::isfinite(factor) && factor >= 1.0))
+    return Error{ErrorKind::kBadInput,
+                 field + ": the busiest expert-parallel rank's routed copies over the mean, at least 1, got " + num(factor)};
+  if (factor != 1.0 && !model.has_moe())
+    return Error{ErrorKind::kBadInput,
+                 field + ": " + num(factor) + " for a model without MoE layers (" + model.name + ")"};
+  return {};
+}
 
 Status validate(const Plan& p) {
   try {

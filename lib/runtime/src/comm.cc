@@ -558,8 +558,13 @@ namespace {
 // Thread-safe: the gradient channel is used from the reduction's worker hooks.
 class RecordingComm final : public Comm {
  public:
-  explicit RecordingComm(std::unique_ptr<Comm> inner)
-      : Comm(inner->ranks(), inner->rank(), inner->name()), inner_(std::move(inner)) {}
+  explicit RecordingComm(std::unique_ptr<Comm> inner, int global_rank = 0, double throttle_Bps = 0,
+                         int gpus_per_node = 1)
+      : Comm(inner->ranks(), inner->rank(), inner->name()),
+        inner_(std::move(inner)),
+        global_rank_(global_rank),
+        throttle_Bps_(throttle_Bps),
+        gpus_per_node_(std::max(1, gpus_per_node)) {}
 
   void allreduce_sum(at::Tensor& t) override {
     note(CollectiveOp::kAllReduce, t);
@@ -601,7 +606,9 @@ class RecordingComm final : public Comm {
   at::Tensor alltoall_v(const at::Tensor& in, const std::vector<int64_t>& send_rows,
                         const std::vector<int64_t>& recv_rows) override {
     note(CollectiveOp::kAllToAll, in);
-    return inner_->alltoall_v(in, send_rows, recv_rows);
+    at::Tensor out = inner_->alltoall_v(in, send_rows, recv_rows);
+    if (throttle_Bps_ > 0) throttle(in, out, send_rows, recv_rows);
+    return out;
   }
   Pending send(const at::Tensor& t, int peer, int tag) override {
     note(CollectiveOp::kSend, t);
@@ -618,7 +625,27 @@ class RecordingComm final : public Comm {
     calls_[static_cast<int>(op)].fetch_add(1);
     bytes_[static_cast<int>(op)].fetch_add(copies * t.numel() * static_cast<int64_t>(t.element_size()));
   }
+  // CommConfig::throttle_inter_node_Bps: this rank's rows to and from other nodes, the larger, at
+  // the emulated rate.
+  void throttle(const at::Tensor& in, const at::Tensor& out, const std::vector<int64_t>& send_rows,
+                const std::vector<int64_t>& recv_rows) const {
+    const at::Tensor& shaped = in.dim() > 0 && in.size(0) > 0 ? in : out;
+    if (shaped.dim() == 0 || shaped.size(0) == 0) return;
+    const double row_bytes =
+        static_cast<double>(shaped.numel() / shaped.size(0)) * static_cast<double>(shaped.element_size());
+    int64_t sent = 0, received = 0;
+    for (size_t j = 0; j < ranks().size(); ++j)
+      if (ranks()[j] / gpus_per_node_ != global_rank_ / gpus_per_node_) {
+        sent += j < send_rows.size() ? send_rows[j] : 0;
+        received += j < recv_rows.size() ? recv_rows[j] : 0;
+      }
+    const double hold_s = static_cast<double>(std::max(sent, received)) * row_bytes / throttle_Bps_;
+    if (hold_s > 0) std::this_thread::sleep_for(std::chrono::duration<double>(hold_s));
+  }
   std::unique_ptr<Comm> inner_;
+  int global_rank_ = 0;
+  double throttle_Bps_ = 0;
+  int gpus_per_node_ = 1;
   std::array<std::atomic<int64_t>, kCollectiveOps> calls_{}, bytes_{};
 };
 
@@ -734,12 +761,14 @@ void GroupSet::build(std::vector<std::vector<int>> groups, Channel ch) {
       nopts->timeout = cfg_.collective_timeout;
       auto nstore = c10::make_intrusive<c10d::PrefixStore>(prefix + "/nccl", impl_->store);
       auto npg = c10::make_intrusive<c10d::ProcessGroupNCCL>(nstore, me, static_cast<int>(g.size()), nopts);
-      groups_[key] = std::make_unique<RecordingComm>(std::make_unique<NcclComm>(g, me, std::move(npg), std::move(gloo)));
+      groups_[key] = std::make_unique<RecordingComm>(std::make_unique<NcclComm>(g, me, std::move(npg), std::move(gloo)),
+                                                     cfg_.rank, cfg_.throttle_inter_node_Bps, cfg_.gpus_per_node);
       continue;
     }
 #endif
     // CUDA tensors without NCCL, and bf16 tensors on either device, go through host_staged.
-    groups_[key] = std::make_unique<RecordingComm>(host_staged(std::move(gloo)));
+    groups_[key] = std::make_unique<RecordingComm>(host_staged(std::move(gloo)), cfg_.rank,
+                                                   cfg_.throttle_inter_node_Bps, cfg_.gpus_per_node);
   }
 }
 

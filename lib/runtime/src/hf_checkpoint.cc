@@ -6,6 +6,7 @@
 #include <fstream>
 #include <iterator>
 #include <map>
+#include <optional>
 #include <set>
 
 #include "weft/core/durable_file.h"
@@ -53,7 +54,31 @@ Result<HfFamily> family_of_type(const std::string& t, const std::string& where) 
   if (t == "mistral") return HfFamily::kMistral;
   if (t == "qwen2") return HfFamily::kQwen2;
   if (t == "gpt2") return HfFamily::kGpt2;
-  return bad(where + ": model_type \"" + t + "\": weft loads llama, mistral, qwen2 and gpt2 checkpoints");
+  if (t == "mixtral") return HfFamily::kMixtral;
+  // MoE families whose layers hold what weft's do not (docs/runtime.md "Hugging Face checkpoints").
+  if (t == "qwen2_moe")
+    return bad(where + ": model_type \"qwen2_moe\": its shared expert's output passes a learned sigmoid gate "
+                       "(mlp.shared_expert_gate) that weft's MoE layers do not have; weft loads mixtral checkpoints");
+  if (t == "qwen3_moe" || t == "olmoe")
+    return bad(where + ": model_type \"" + t + "\": its attention normalises queries and keys (self_attn.q_norm, "
+                       "k_norm), which weft's attention does not; weft loads mixtral checkpoints");
+  if (t == "deepseek_v2" || t == "deepseek_v3")
+    return bad(where + ": model_type \"" + t + "\": multi-head latent attention, which weft's runtime does not "
+                       "build; weft loads mixtral checkpoints");
+  return bad(where + ": model_type \"" + t + "\": weft loads llama, mistral, qwen2, gpt2 and mixtral checkpoints");
+}
+
+// Mixtral's name of a MoE layer tensor (after "model.layers.N."): the router and the experts' w1
+// (gate), w3 (up) and w2 (down).
+std::optional<std::string> mixtral_layer_name(const std::string& rest) {
+  if (rest == "mlp.router") return std::string("block_sparse_moe.gate.weight");
+  if (!rest.starts_with("experts.")) return std::nullopt;
+  const size_t dot = rest.find('.', 8);
+  if (dot == std::string::npos) return std::nullopt;
+  const std::string e = rest.substr(8, dot - 8), w = rest.substr(dot + 1);
+  const char* hf = w == "gate" ? "w1" : w == "up" ? "w3" : w == "down" ? "w2" : nullptr;
+  if (!hf) return std::nullopt;
+  return "block_sparse_moe.experts." + e + "." + hf + ".weight";
 }
 
 // transformers' name of a saved dtype (config.json's torch_dtype).
@@ -92,6 +117,7 @@ const char* to_string(HfFamily f) {
     case HfFamily::kMistral: return "mistral";
     case HfFamily::kQwen2: return "qwen2";
     case HfFamily::kGpt2: return "gpt2";
+    case HfFamily::kMixtral: return "mixtral";
   }
   return "?";
 }
@@ -107,6 +133,8 @@ Result<HfSource> hf_source(const std::string& name, HfFamily f, const ModelSpec&
     const size_t dot = name.find('.', 7);
     const std::string idx = name.substr(7, dot - 7), rest = name.substr(dot + 1);
     if (!gpt2) {
+      if (f == HfFamily::kMixtral)
+        if (auto moe = mixtral_layer_name(rest)) return HfSource{"model.layers." + idx + "." + *moe};
       auto it = llama_layer_names().find(rest);
       if (it != llama_layer_names().end()) return HfSource{"model.layers." + idx + "." + it->second};
     } else if (m.num_layers() > 0) {
@@ -148,7 +176,7 @@ Result<std::unique_ptr<HfCheckpoint>> HfCheckpoint::open(const std::string& dir)
   }
   if (!ck->config_.is_object()) return bad(cfg + ": not a JSON object");
   if (!ck->config_.contains("model_type") || !ck->config_["model_type"].is_string())
-    return bad(cfg + ": model_type: missing or not a string (llama, mistral, qwen2 or gpt2)");
+    return bad(cfg + ": model_type: missing or not a string (llama, mistral, qwen2, gpt2 or mixtral)");
   auto fam = family_of_type(ck->config_["model_type"].get<std::string>(), cfg);
   if (!fam.ok()) return fam.error();
   ck->family_ = *fam;
@@ -250,6 +278,20 @@ Status HfCheckpoint::check(const Plan& p) const {
     return bad(cfg + ": sliding_window " + std::to_string(config_["sliding_window"].get<std::int64_t>()) +
                " is shorter than the plan's sequence of " + std::to_string(p.train.seq) +
                " (weft's attention is full causal)");
+  // The routers: what no tensor shape shows (the experts per token, and how their weights are
+  // scored and normalised).
+  if (model_.num_layers() == m.num_layers())
+    for (int l = 0; l < m.num_layers(); ++l) {
+      const MoeSpec &a = model_.layer(l).moe, &b = m.layer(l).moe;
+      if (!a.enabled() || !b.enabled()) continue;
+      if (a.top_k != b.top_k)
+        return bad(cfg + ": num_experts_per_tok " + std::to_string(a.top_k) + " but the plan's model routes each token to " +
+                   std::to_string(b.top_k) + " experts (layer " + std::to_string(l) + ")");
+      if (a.score != b.score || a.norm_topk != b.norm_topk || a.routed_scale != b.routed_scale)
+        return bad(cfg + ": the checkpoint's router (" + to_string(a.score) + (a.norm_topk ? ", top-k renormalised" : "") +
+                   ") is not the plan's model's (" + to_string(b.score) + (b.norm_topk ? ", top-k renormalised" : "") +
+                   ", scale " + num(b.routed_scale) + ") at layer " + std::to_string(l));
+    }
   std::set<std::string> used;
   for (const ParamSpec& ps : model_params(p)) {
     auto src = hf_source(ps.name, family_, m);
@@ -328,7 +370,23 @@ Result<HfFamily> hf_family_of(const ModelSpec& m) {
     return bad("--save-hf: the model has " + std::to_string(m.groups.size()) +
                " layer groups; weft writes models of one (llama, qwen2, gpt2)");
   const LayerShape& s = m.groups[0].shape;
-  if (s.moe.enabled()) return bad("--save-hf: a Mixture-of-Experts model; weft writes dense llama, qwen2 and gpt2 models");
+  if (s.moe.enabled()) {
+    // Mixtral: every layer MoE (one group), no shared experts, softmax scores renormalised over the
+    // top k, llama's attention and norms without biases.
+    const MoeSpec& r = s.moe;
+    std::string differs;
+    if (r.shared_experts > 0) differs = std::to_string(r.shared_experts) + " shared experts";
+    else if (r.score != RouterScore::kSoftmax || !r.norm_topk || r.routed_scale != 1.0)
+      differs = std::string("a ") + to_string(r.score) + " router" + (r.norm_topk ? "" : " without renormalised top-k") +
+                (r.routed_scale != 1.0 ? " scaled by " + num(r.routed_scale) : "");
+    else if (m.position != PositionKind::kRope || m.norm != NormKind::kRmsNorm || s.ffn_kind != FfnKind::kSwiglu ||
+             s.bias || s.qkv_bias || s.kind != LayerKind::kDecoder)
+      differs = "layers other than llama's (rope, rmsnorm, swiglu, no biases)";
+    if (!differs.empty())
+      return bad("--save-hf: a Mixture-of-Experts model with " + differs +
+                 "; weft writes MoE models as mixtral (softmax top-k renormalised, no shared experts)");
+    return HfFamily::kMixtral;
+  }
   if (s.kind != LayerKind::kDecoder) return bad("--save-hf: not a decoder; weft writes llama, qwen2 and gpt2 models");
   if (m.position == PositionKind::kLearned && m.norm == NormKind::kLayerNorm && s.ffn_kind == FfnKind::kGelu && s.bias)
     return HfFamily::kGpt2;
@@ -357,12 +415,12 @@ Json hf_config_of(const ModelSpec& m, HfFamily f, SaveDType dtype) {
                 {"tie_word_embeddings", m.tied_embeddings},
                 {"torch_dtype", torch_dtype}};
   }
-  const bool qwen = f == HfFamily::kQwen2;
-  Json j{{"architectures", {qwen ? "Qwen2ForCausalLM" : "LlamaForCausalLM"}},
-         {"model_type", qwen ? "qwen2" : "llama"},
+  const bool qwen = f == HfFamily::kQwen2, mixtral = f == HfFamily::kMixtral;
+  Json j{{"architectures", {qwen ? "Qwen2ForCausalLM" : mixtral ? "MixtralForCausalLM" : "LlamaForCausalLM"}},
+         {"model_type", qwen ? "qwen2" : mixtral ? "mixtral" : "llama"},
          {"vocab_size", m.vocab},
          {"hidden_size", m.hidden},
-         {"intermediate_size", s.ffn},
+         {"intermediate_size", mixtral ? s.moe.expert_ffn : s.ffn},
          {"num_hidden_layers", m.num_layers()},
          {"num_attention_heads", s.heads},
          {"num_key_value_heads", s.kv_heads},
@@ -373,7 +431,15 @@ Json hf_config_of(const ModelSpec& m, HfFamily f, SaveDType dtype) {
          {"rope_theta", m.rope_theta},
          {"tie_word_embeddings", m.tied_embeddings},
          {"torch_dtype", torch_dtype}};
-  if (!qwen) j["attention_bias"] = j["mlp_bias"] = s.bias;
+  if (mixtral) {
+    j["num_local_experts"] = s.moe.experts;
+    j["num_experts_per_tok"] = s.moe.top_k;
+    j["router_aux_loss_coef"] = s.moe.aux_loss_coef;
+    j["output_router_logits"] = s.moe.aux_loss_coef > 0;  // the balancing loss in transformers' training loss
+    j["sliding_window"] = nullptr;                        // weft's attention is full causal
+  } else if (!qwen) {
+    j["attention_bias"] = j["mlp_bias"] = s.bias;
+  }
   return j;
 }
 

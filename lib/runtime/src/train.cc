@@ -46,7 +46,7 @@ using Clock = std::chrono::steady_clock;
 
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
-CommConfig comm_config(const DistEnv& env, const TrainOptions& o, const DeviceChoice& device) {
+CommConfig comm_config(const DistEnv& env, const TrainOptions& o, const DeviceChoice& device, const Plan& plan) {
   CommConfig cfg;
   cfg.rank = env.rank;
   cfg.world = env.world;
@@ -56,6 +56,8 @@ CommConfig comm_config(const DistEnv& env, const TrainOptions& o, const DeviceCh
   cfg.collective_timeout = std::chrono::milliseconds(static_cast<int64_t>(o.collective_timeout_s * 1000));
   cfg.cuda = device.device.is_cuda();
   cfg.nccl = device.nccl;
+  cfg.throttle_inter_node_Bps = o.throttle_inter_node_gbps * 1e9;
+  cfg.gpus_per_node = std::max(1, plan.cluster.gpus_per_node);
   return cfg;
 }
 
@@ -591,7 +593,7 @@ Status train(const TrainOptions& given) {
 
   Job job(rank);
   try {
-    job.groups = std::make_unique<GroupSet>(comm_config(env, o, *device_r));
+    job.groups = std::make_unique<GroupSet>(comm_config(env, o, *device_r, plan));
     if (env.world > 1) job.watchdog = std::make_unique<Watchdog>(*job.groups, o.timeout_s);
     job.groups->build(process_groups(plan));
     if (vl) job.groups->build(varlen_groups(env.world, plan.embedding.tp, vl->min_group, vl->max_group));
@@ -856,6 +858,8 @@ Status train(const TrainOptions& given) {
                 build_model();
                 model = job.model.get();
                 opt = job.opt.get();
+                // The new model counts its routing for --moe-trace as the first did.
+                if (!o.moe_trace.empty()) model->trace_routing(true);
                 load_state(*model, next_state, "adapt: rank " + std::to_string(rank) + "'s new state");
                 opt->set_step_count(opt_steps);
                 links = stage_links(world, plan, rank);
@@ -868,6 +872,14 @@ Status train(const TrainOptions& given) {
                                          model->chunks());
               stage_ptr = std::make_unique<TrainStage>(*model, *opt, *data, plan);
               expected = o.adapt_hooks.expected(plan);
+              // A placement keeps each sample in its micro-batch: it still runs unless the switch
+              // changed the micro-batches (then the steps run unplaced, which changes no loss).
+              if (placement)
+                if (Status c = check_placement(*placement, plan); !c.ok()) {
+                  placement.reset();
+                  rep.note("weft: adapt: --moe-placement no longer fits the plan (" + c.error().message +
+                           "); the steps from here run unplaced");
+                }
               ++tot.switches;
               adapter.switched(*want);
               stats.extra["switched"] = Json{{"change", r.change},

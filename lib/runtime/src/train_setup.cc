@@ -6,6 +6,7 @@
 #include <torch/cuda.h>
 
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <optional>
 
@@ -33,6 +34,8 @@ Status check_options(const TrainOptions& o) {
     return bad("--collective-timeout: must be positive, got " + std::to_string(o.collective_timeout_s));
   if (o.threads < 1) return bad("--threads: must be at least 1, got " + std::to_string(o.threads));
   if (!(o.bucket_mb > 0)) return bad("--bucket-mb: must be positive, got " + std::to_string(o.bucket_mb));
+  if (!(std::isfinite(o.throttle_inter_node_gbps) && o.throttle_inter_node_gbps >= 0))
+    return bad("--throttle-inter-node: GB/s, at least 0 (0: off), got " + std::to_string(o.throttle_inter_node_gbps));
   if (o.device != "auto" && o.device != "cpu" && o.device != "cuda")
     return bad("--device: expected auto, cpu or cuda, got \"" + o.device + "\"");
   if (o.precision != "auto" && o.precision != "fp32" && o.precision != "bf16")

@@ -24,12 +24,7 @@ Status validate(const SearchOptions& opt, const ModelSpec& model, const ClusterS
   if (opt.seq <= 0) return bad("seq: must be positive, got " + S(opt.seq));
   if (opt.global_batch <= 0) return bad("global_batch: must be positive, got " + S(opt.global_batch));
   if (opt.top_k < 1) return bad("top: must be >= 1, got " + S(opt.top_k));
-  if (!(std::isfinite(opt.moe_imbalance) && opt.moe_imbalance >= 1.0))
-    return bad("--moe-imbalance: the busiest expert-parallel rank's routed copies over the mean, at least 1, got " +
-               num(opt.moe_imbalance));
-  if (opt.moe_imbalance != 1.0 && !model.has_moe()) {
-    return bad("--moe-imbalance: " + num(opt.moe_imbalance) + " for a model without MoE layers (" + model.name + ")");
-  }
+  if (Status m = check_moe_imbalance(opt.moe_imbalance, model, "--moe-imbalance"); !m.ok()) return m;
   if (!(opt.memory_step_mib > 0)) return bad("memory_step_mib: must be positive");
   if (model.position == PositionKind::kLearned && model.max_seq > 0 && opt.seq > model.max_seq)
     return bad("seq: " + S(opt.seq) + " exceeds the model's learned position table of " + S(model.max_seq));

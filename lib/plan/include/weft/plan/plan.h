@@ -181,6 +181,10 @@ Status write_plan_file(const std::string& path, const Plan& p);
 // pipeline and schedule constraints. Every message names the field and the numbers.
 Status validate(const Plan& p);
 
+// The MoE load-imbalance factor (train.moe_imbalance, --moe-imbalance) against its model: finite,
+// at least 1, and other than 1 only for a model with MoE layers. `field` starts each message.
+Status check_moe_imbalance(double factor, const ModelSpec& model, const std::string& field);
+
 // The device group (0..pp-1) that holds (virtual) stage s under the schedule of `t`: s % pp, or
 // under zb-v s before the turn and 2 pp - 1 - s after it (stage_device_group(),
 // weft/plan/pipeline_order.h). The one place a stage is mapped to its devices.

@@ -126,6 +126,15 @@ struct CommConfig {
   // memory, through the group's Gloo, and back (ranks may then share a GPU).
   bool cuda = false;
   bool nccl = false;
+  // An emulated slow network between nodes (weft train --throttle-inter-node; 0: off). Ranks r and
+  // q are on one node when r / gpus_per_node == q / gpus_per_node. Every all-to-all of uneven rows
+  // (alltoall_v: the MoE dispatch and combine, forward and backward) holds the calling rank, after
+  // its transfer, for the larger of its bytes sent to and received from other nodes at this many
+  // bytes/s, as a link of that rate would (NetMoE's all-to-all time of one rank; the group's next
+  // collective waits for its slowest member). Other collectives and traffic inside a node run as
+  // they are.
+  double throttle_inter_node_Bps = 0;
+  int gpus_per_node = 1;
 };
 
 // CUDA tensors through `gloo` (a group's Gloo Comm): each is copied to host memory, travels through

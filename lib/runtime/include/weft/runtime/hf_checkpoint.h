@@ -8,7 +8,13 @@
 // Families: llama, mistral and qwen2 (LlamaForCausalLM's names: model.layers.N.self_attn.q_proj,
 // ...; weft's RoPE is the rotate-half form these checkpoints are stored for, so no permutation),
 // gpt2 (GPT2LMHeadModel: Conv1D weights stored [in, out], the query, key and value fused in
-// c_attn, with or without the "transformer." prefix).
+// c_attn, with or without the "transformer." prefix), mixtral (MixtralForCausalLM: Llama's
+// attention and norms, every layer a sparse MoE block: block_sparse_moe.gate the router,
+// block_sparse_moe.experts.E.w1 / w3 / w2 each expert's gate / up / down projections; softmax over
+// the experts, top num_experts_per_tok renormalised, as weft's router scores).
+//
+// Other MoE families are refused naming what weft's layers lack: Qwen2-MoE's sigmoid gate on the
+// shared expert, Qwen3-MoE's and OLMoE's query / key norms, DeepSeek's latent attention.
 #pragma once
 
 #include <cstdint>
@@ -25,7 +31,7 @@
 
 namespace weft::runtime {
 
-enum class HfFamily { kLlama, kMistral, kQwen2, kGpt2 };
+enum class HfFamily { kLlama, kMistral, kQwen2, kGpt2, kMixtral };
 const char* to_string(HfFamily f);
 
 // Where one of weft's tensors lives in a checkpoint of `family`: an HF tensor, or the rows (output
@@ -80,8 +86,10 @@ class HfCheckpoint {
 Result<ParamsFile> hf_rank_entries(const HfCheckpoint& ck, const Plan& p, int rank);
 
 // The family weft writes a model as: gpt2 (learned positions, LayerNorm, GELU, biases), qwen2
-// (RoPE, RMSNorm, SwiGLU, query/key/value biases only) or llama (the same without biases); kBadInput
-// naming what differs for any other (MoE, several layer groups, T5's relative positions, ...).
+// (RoPE, RMSNorm, SwiGLU, query/key/value biases only), llama (the same without biases) or mixtral
+// (llama's layers, every one MoE without shared experts, softmax top-k renormalised); kBadInput
+// naming what differs for any other (several layer groups, dense layers beside MoE ones, shared
+// experts, a sigmoid router, T5's relative positions, ...).
 Result<HfFamily> hf_family_of(const ModelSpec& m);
 
 // The config.json a Hugging Face user loads the model with (architectures, model_type and the

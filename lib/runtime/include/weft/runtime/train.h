@@ -124,6 +124,10 @@ struct TrainOptions {
   // step's routing trace (rank 0, at the end), and run the steps a placement file places.
   std::string moe_trace;
   std::string moe_placement;
+  // An emulated slow inter-node link for the MoE all-to-all, in GB/s (0: off; CommConfig's
+  // throttle_inter_node_Bps, nodes of the plan's cluster.gpus_per_node ranks): shows on one machine
+  // the step time a placement saves.
+  double throttle_inter_node_gbps = 0;
   bool varlen = false;
   std::int64_t eos = -1;
   int min_group = 1, max_group = 0;    // sequence-group sizes (max 0: the most the world and heads allow)
