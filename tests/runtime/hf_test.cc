@@ -30,12 +30,17 @@ constexpr int kSeq = 16;
 struct Family {
   std::string type;  // llama, mistral, qwen2, gpt2, mixtral
   int layers = 2, vocab = 64, hidden = 32, heads = 4, kv_heads = 2, ffn = 64, max_pos = 32;
-  int experts = 4, top_k = 2;  // mixtral
+  int experts = 4, top_k = 2;  // mixtral, qwen3_moe
+  int dim = 0;                 // head_dim where not hidden / heads (qwen3)
+  int shared = 0;              // qwen2_moe: shared_expert_intermediate_size in experts' widths
+  bool norm_topk = true;       // qwen*_moe: norm_topk_prob
   double eps = 1e-6, theta = 500000;
   bool tied = false;
   bool qkv_bias = false;
   bool gpt2_prefix = false;  // GPT2LMHeadModel's "transformer." names
-  int head_dim() const { return hidden / heads; }
+  int head_dim() const { return dim > 0 ? dim : hidden / heads; }
+  bool moe() const { return type == "mixtral" || type == "qwen3_moe" || type == "qwen2_moe"; }
+  bool qk_norm() const { return type == "qwen3" || type == "qwen3_moe"; }
 };
 
 Json config_of(const Family& f) {
@@ -58,6 +63,24 @@ Json config_of(const Family& f) {
          {"rope_theta", f.theta},
          {"tie_word_embeddings", f.tied}};
   if (f.type == "mistral") j["sliding_window"] = 4096;
+  if (f.dim > 0) j["head_dim"] = f.dim;
+  if (f.qk_norm()) {
+    j["architectures"] = {f.type == "qwen3" ? "Qwen3ForCausalLM" : "Qwen3MoeForCausalLM"};
+    j["use_sliding_window"] = false;
+    j["sliding_window"] = nullptr;
+  }
+  if (f.type == "qwen3_moe" || f.type == "qwen2_moe") {
+    j["num_experts"] = f.experts;
+    j["num_experts_per_tok"] = f.top_k;
+    j["moe_intermediate_size"] = f.ffn;
+    j["norm_topk_prob"] = f.norm_topk;
+    j["router_aux_loss_coef"] = 0.0;
+  }
+  if (f.type == "qwen2_moe") {
+    j["architectures"] = {"Qwen2MoeForCausalLM"};
+    j["shared_expert_intermediate_size"] = f.shared * f.ffn;
+    j["use_sliding_window"] = false;
+  }
   if (f.type == "mixtral") {
     j["architectures"] = {"MixtralForCausalLM"};
     j["num_local_experts"] = f.experts;
@@ -111,8 +134,29 @@ std::vector<std::pair<std::string, std::vector<int64_t>>> hf_tensors(const Famil
       t.push_back({h + "self_attn.k_proj.bias", {kv}});
       t.push_back({h + "self_attn.v_proj.bias", {kv}});
     }
+    if (f.qk_norm()) {
+      t.push_back({h + "self_attn.q_norm.weight", {d}});
+      t.push_back({h + "self_attn.k_norm.weight", {d}});
+    }
     t.push_back({h + "self_attn.o_proj.weight", {H, q}});
     t.push_back({h + "post_attention_layernorm.weight", {H}});
+    if (f.type == "qwen3_moe" || f.type == "qwen2_moe") {
+      t.push_back({h + "mlp.gate.weight", {f.experts, H}});
+      if (f.shared > 0) {
+        const int64_t Fs = f.shared * F;
+        t.push_back({h + "mlp.shared_expert.gate_proj.weight", {Fs, H}});
+        t.push_back({h + "mlp.shared_expert.up_proj.weight", {Fs, H}});
+        t.push_back({h + "mlp.shared_expert.down_proj.weight", {H, Fs}});
+        t.push_back({h + "mlp.shared_expert_gate.weight", {1, H}});
+      }
+      for (int e = 0; e < f.experts; ++e) {
+        const std::string x = h + "mlp.experts." + std::to_string(e) + ".";
+        t.push_back({x + "gate_proj.weight", {F, H}});
+        t.push_back({x + "up_proj.weight", {F, H}});
+        t.push_back({x + "down_proj.weight", {H, F}});
+      }
+      continue;
+    }
     if (f.type == "mixtral") {
       t.push_back({h + "block_sparse_moe.gate.weight", {f.experts, H}});
       for (int e = 0; e < f.experts; ++e) {
@@ -223,24 +267,37 @@ double reference_loss(const Family& f, const Weights& w, const std::vector<int64
       at::Tensor q = lin(hn, h + "self_attn.q_proj").view({T, nh, d}).transpose(0, 1);
       at::Tensor k = lin(hn, h + "self_attn.k_proj").view({T, nkv, d}).transpose(0, 1);
       at::Tensor v = lin(hn, h + "self_attn.v_proj").view({T, nkv, d}).transpose(0, 1);
+      if (f.qk_norm()) {  // Qwen3: each head's query and key RMS-normalised over head_dim, before RoPE
+        q = rms(q, W(h + "self_attn.q_norm.weight"), f.eps);
+        k = rms(k, W(h + "self_attn.k_norm.weight"), f.eps);
+      }
       q = q * cos + rotate_half(q) * sin;
       k = k * cos + rotate_half(k) * sin;
       k = k.repeat_interleave(nh / nkv, 0);  // repeat_kv
       v = v.repeat_interleave(nh / nkv, 0);
       x = x + lin(causal(q, k, v).transpose(0, 1).reshape({T, nh * d}), h + "self_attn.o_proj");
       at::Tensor h2 = rms(x, W(h + "post_attention_layernorm.weight"), f.eps);
-      if (f.type == "mixtral") {
-        // MixtralSparseMoeBlock: softmax over the router's logits, the top k renormalised, each
-        // token the weighted sum of its experts' SwiGLU outputs.
-        const std::string b = h + "block_sparse_moe.";
+      if (f.moe()) {
+        // MixtralSparseMoeBlock / Qwen3MoeSparseMoeBlock / Qwen2MoeSparseMoeBlock: softmax over the
+        // router's logits, the top k renormalised (Mixtral always, the Qwens as norm_topk_prob
+        // says), each token the weighted sum of its experts' SwiGLU outputs.
+        const bool mix = f.type == "mixtral";
+        const std::string b = h + (mix ? "block_sparse_moe." : "mlp.");
         at::Tensor probs = at::softmax(lin(h2, b + "gate"), -1);
         auto [topv, topi] = probs.topk(f.top_k, -1);
-        topv = topv / topv.sum(-1, true);
+        if (mix || f.norm_topk) topv = topv / topv.sum(-1, true);
         at::Tensor weight = at::zeros({T, f.experts}, at::kDouble).scatter(1, topi, topv);
         at::Tensor y = at::zeros_like(h2);
         for (int e = 0; e < f.experts; ++e) {
           const std::string xe = b + "experts." + std::to_string(e) + ".";
-          y = y + weight.narrow(1, e, 1) * lin(at::silu(lin(h2, xe + "w1")) * lin(h2, xe + "w3"), xe + "w2");
+          const at::Tensor out = mix ? lin(at::silu(lin(h2, xe + "w1")) * lin(h2, xe + "w3"), xe + "w2")
+                                     : lin(at::silu(lin(h2, xe + "gate_proj")) * lin(h2, xe + "up_proj"), xe + "down_proj");
+          y = y + weight.narrow(1, e, 1) * out;
+        }
+        if (f.shared > 0) {  // Qwen2MoeSparseMoeBlock: the shared expert times sigmoid(shared_expert_gate(h))
+          const std::string se = b + "shared_expert.";
+          y = y + at::sigmoid(lin(h2, b + "shared_expert_gate")) *
+                      lin(at::silu(lin(h2, se + "gate_proj")) * lin(h2, se + "up_proj"), se + "down_proj");
         }
         x = x + y;
         continue;
@@ -399,10 +456,102 @@ TEST_F(HfCheckpoints, MixtralExpertsLoadUnderExpertParallelismAndSaveBack) {
   EXPECT_EQ(read_json_file(dir_ + "/fresh/config.json").at("model_type"), "mixtral");
 }
 
+// Qwen3: each head's query and key RMS-normalised (self_attn.q_norm / k_norm, one weight vector
+// for all heads) before RoPE, a head width apart from hidden / heads; under tensor parallelism
+// (tp 2, and tp 4 over 2 kv heads: each kv head on two ranks) with the family's first-step loss.
+// Qwen3-MoE adds mlp.gate and mlp.experts.E.*_proj, loaded under ep 2 and saved back after
+// training as a qwen3_moe checkpoint.
+TEST_F(HfCheckpoints, Qwen3QueryKeyNormsLoadUnderTensorParallelism) {
+  Family f{"qwen3"};
+  f.dim = 16;  // 4 heads of 16 against hidden 32
+  f.theta = 1e6;
+  const ModelSpec m = model_of((write_checkpoint(f, dir_ + "/cfg"), dir_ + "/cfg"));
+  EXPECT_TRUE(m.groups[0].shape.qk_norm);
+  EXPECT_EQ(m.groups[0].shape.head_dim, 16);
+  expect_first_loss(f, {{"one", plan_of(m, 1, 1, LayerStrategy{})},
+                        {"tp2_sp", plan_of(m, 2, 1, strat(2, 1, 1, true))},
+                        {"tp4_kv_copies", plan_of(m, 4, 1, strat(4, 1))}});
+}
+
+TEST_F(HfCheckpoints, Qwen3MoeLoadsUnderExpertParallelismAndSavesBack) {
+  Family f{"qwen3_moe"};
+  f.dim = 16;
+  f.theta = 1e6;
+  f.ffn = 24;
+  const std::string src = dir_ + "/cfg";
+  write_checkpoint(f, src);
+  const ModelSpec m = model_of(src);
+  ASSERT_TRUE(m.groups[0].shape.moe.enabled());
+  EXPECT_TRUE(m.groups[0].shape.qk_norm);
+  expect_first_loss(f, {{"one", plan_of(m, 1, 1, LayerStrategy{})}, {"ep2", with_ep(plan_of(m, 2, 1, strat(1, 2)), 2)}});
+  const std::string out = dir_ + "/out";
+  const Plan p = with_ep(plan_of(m, 2, 1, strat(1, 2)), 2);
+  const RunResult r = train_plan(p, dir_, "save", 2, " --data " + dir_ + "/window.bin --save-hf " + out);
+  ASSERT_EQ(r.status, 0) << r.output;
+  auto ck = HfCheckpoint::open(out);
+  ASSERT_TRUE(ck.ok()) << ck.error().message;
+  EXPECT_EQ((*ck)->family(), runtime::HfFamily::kQwen3Moe);
+  const ModelSpec back = model_of(out);
+  EXPECT_EQ(back.groups[0].shape, m.groups[0].shape);
+  ASSERT_TRUE((*ck)->check(p).ok()) << (*ck)->check(p).error().message;
+  const runtime::ParamsFile params = read_params(dir_ + "/save.params");
+  for (const auto& np : params.params) {
+    auto t = (*ck)->tensor(np.name, np.shape);
+    ASSERT_TRUE(t.ok()) << t.error().message;
+    EXPECT_EQ(*t, np.data) << np.name;
+  }
+  auto file = runtime::SafetensorsFile::open(out + "/model.safetensors");
+  ASSERT_TRUE(file.ok());
+  EXPECT_NE((*file)->find("model.layers.1.mlp.experts.3.down_proj.weight"), nullptr);
+  EXPECT_NE((*file)->find("model.layers.0.self_attn.k_norm.weight"), nullptr);
+}
+
+// Qwen2-MoE (Qwen1.5-MoE's layout): Q/K/V biases, the top k used as scored (norm_topk_prob false),
+// two experts' width of shared expert whose output passes sigmoid(mlp.shared_expert_gate(h)); loaded
+// under one process and under tp 2 + SP with ep 2 (the gate on each rank's sequence shard), saved
+// back as qwen2_moe.
+TEST_F(HfCheckpoints, Qwen2MoeGatedSharedExpertLoadsAndSavesBack) {
+  Family f{"qwen2_moe"};
+  f.qkv_bias = true;
+  f.theta = 1e6;
+  f.ffn = 24;
+  f.shared = 2;
+  f.norm_topk = false;
+  const std::string src = dir_ + "/cfg";
+  write_checkpoint(f, src);
+  const ModelSpec m = model_of(src);
+  const MoeSpec& moe = m.groups[0].shape.moe;
+  ASSERT_TRUE(moe.enabled());
+  EXPECT_EQ(moe.shared_experts, 2);
+  EXPECT_TRUE(moe.shared_gate);
+  EXPECT_FALSE(moe.norm_topk);
+  expect_first_loss(f, {{"one", plan_of(m, 1, 1, LayerStrategy{})},
+                        {"tp2_sp_ep2", with_ep(plan_of(m, 2, 1, strat(2, 1, 1, true)), 2, 1)}});
+  const std::string out = dir_ + "/out";
+  const Plan p = with_ep(plan_of(m, 2, 1, strat(2, 1, 1, true)), 2, 1);
+  const RunResult r = train_plan(p, dir_, "save", 2, " --data " + dir_ + "/window.bin --save-hf " + out);
+  ASSERT_EQ(r.status, 0) << r.output;
+  auto ck = HfCheckpoint::open(out);
+  ASSERT_TRUE(ck.ok()) << ck.error().message;
+  EXPECT_EQ((*ck)->family(), runtime::HfFamily::kQwen2Moe);
+  EXPECT_EQ(model_of(out).groups[0].shape, m.groups[0].shape);
+  ASSERT_TRUE((*ck)->check(p).ok()) << (*ck)->check(p).error().message;
+  const runtime::ParamsFile params = read_params(dir_ + "/save.params");
+  for (const auto& np : params.params) {
+    auto t = (*ck)->tensor(np.name, np.shape);
+    ASSERT_TRUE(t.ok()) << t.error().message;
+    EXPECT_EQ(*t, np.data) << np.name;
+  }
+  auto file = runtime::SafetensorsFile::open(out + "/model.safetensors");
+  ASSERT_TRUE(file.ok());
+  EXPECT_NE((*file)->find("model.layers.1.mlp.shared_expert_gate.weight"), nullptr);
+  EXPECT_NE((*file)->find("model.layers.0.mlp.shared_expert.down_proj.weight"), nullptr);
+}
+
 // MoE checkpoints of families whose layers hold what weft's do not are refused by name.
 TEST_F(HfCheckpoints, MoeFamiliesWeftCannotReproduceAreRefusedByName) {
   for (const auto& [type, what] : std::vector<std::pair<std::string, std::string>>{
-           {"qwen2_moe", "shared_expert_gate"}, {"qwen3_moe", "q_norm"}, {"deepseek_v3", "latent attention"}}) {
+           {"olmoe", "q_norm"}, {"deepseek_v3", "latent attention"}}) {
     const std::string d = dir_ + "/" + type;
     std::filesystem::create_directories(d);
     std::ofstream(d + "/config.json") << Json{{"model_type", type}}.dump();

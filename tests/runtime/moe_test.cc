@@ -73,6 +73,20 @@ TEST(RuntimeMoe, ExpertParallel2Dp4Zero1) {
 TEST(RuntimeMoe, ExpertParallel2Dp4Zero3SharedExpert) {
   expect_moe_parity(moe_plan(tiny_moe(1), 4, 1, strat(1, 4, 1, false, 3), 2), "moe_ep2_dp4_z3_shared");
 }
+// Qwen2-MoE's sigmoid gate on the shared expert's output (one replicated vector): under tp 2 with
+// sequence parallelism (each rank gates its sequence shard, the gate's gradient summed over tp) and
+// without (every tp rank gates all tokens alike), with ep 2 and etp 1.
+ModelSpec gated_shared_moe() {
+  ModelSpec m = tiny_moe(1);
+  m.groups[1].shape.moe.shared_gate = true;
+  return m;
+}
+TEST(RuntimeMoe, Tp2SpGatedSharedExpertEp2) {
+  expect_moe_parity(moe_plan(gated_shared_moe(), 2, 1, strat(2, 1, 1, true), 2, 1), "moe_tp2sp_shared_gate");
+}
+TEST(RuntimeMoe, Tp2GatedSharedExpertEp2) {
+  expect_moe_parity(moe_plan(gated_shared_moe(), 2, 1, strat(2, 1), 2, 1), "moe_tp2_shared_gate");
+}
 // tp 2 with sequence parallelism on attention; the experts on their own grid: etp 1 with ep 4
 // spanning the tensor ranks (Megatron's common MoE layout), or etp 2 (as tp) with ep 2.
 TEST(RuntimeMoe, Tp2SpExpertParallel4Etp1) {

@@ -130,6 +130,24 @@ TEST(RuntimeParity, TensorParallel2SequenceParallel) {
 TEST(RuntimeParity, TensorParallel2ReplicatedKvHead) {
   expect_parity(uniform(tiny_llama(4, 1), 2, 1, strat(2, 1)), "tp2mqa");
 }
+// Qwen3's per-head query / key norms (one weight vector for all heads) under tp 2 with sequence
+// parallelism and a kv head on both ranks, and under Ulysses 2 with ZeRO-3: the norms' gradients are
+// summed over the tp ranks' heads and kv copies, reduced over the sequence shards. The Ulysses run
+// takes AdamW's epsilon at 1e-5 (as the MoE tests, moe_test.cc, say why): a normalised query is
+// blind to its scale, so some elements of wq get gradients that cancel to about 1e-8, where a step
+// of lr * g / (|g| + 1e-8) turns rounding into 3.5e-5 of one element after five steps (losses
+// within 1e-7 all the while); at 1e-5 every parameter is within 1.5e-7.
+ModelSpec qk_norm_llama(int kv_heads) {
+  ModelSpec m = tiny_llama(4, kv_heads);
+  m.groups[0].shape.qk_norm = true;
+  return m;
+}
+TEST(RuntimeParity, TensorParallel2SpQueryKeyNormsReplicatedKvHead) {
+  expect_parity(uniform(qk_norm_llama(1), 2, 1, strat(2, 1, 1, true)), "tp2sp_qknorm_mqa");
+}
+TEST(RuntimeParity, Ulysses2Zero3QueryKeyNorms) {
+  expect_parity(uniform(qk_norm_llama(2), 4, 1, strat(1, 2, 2, false, 3)), "ulysses2_zero3_qknorm", "", " --eps 1e-5");
+}
 TEST(RuntimeParity, TensorParallel2ReplicatedKvHeadWithBiases) {
   ModelSpec m = tiny_gpt();
   m.groups[0].shape.kv_heads = 1;  // K/V weights and biases summed over the pair in one all-reduce

@@ -63,6 +63,10 @@ TEST(SpecErrors, ModelNonPositiveSizesAndUnknownKeys) {
   j = model_preset_json("mixtral-8x7b").value();
   j["groups"][0]["moe"]["top_k"] = 9;
   expect_error(model_from_json(j, "m.json"), ErrorKind::kBadInput, {"top_k", "9", "8"});
+  // A gate on shared experts the layer does not have (Mixtral has none).
+  j = model_preset_json("mixtral-8x7b").value();
+  j["groups"][0]["moe"]["shared_gate"] = true;
+  expect_error(model_from_json(j, "m.json"), ErrorKind::kBadInput, {"moe.shared_gate", "shared_experts 0"});
 }
 
 TEST(SpecErrors, ModelWindowNegativeOrOnAnEncoder) {

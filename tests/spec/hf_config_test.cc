@@ -122,6 +122,8 @@ TEST(HfConfig, Qwen2MoeSharedExperts) {
   EXPECT_EQ(e.top_k, 4);
   EXPECT_EQ(e.expert_ffn, 1408);
   EXPECT_EQ(e.shared_experts, 4);  // shared_expert_intermediate_size 5632 = 4 x 1408
+  EXPECT_TRUE(e.shared_gate);      // mlp.shared_expert_gate: hidden weights a layer
+  EXPECT_FALSE(m.groups[0].shape.qk_norm);
   // Qwen1.5-MoE-A2.7B: "14.3B parameters in total and 2.7B activated" (Qwen blog, 2024).
   EXPECT_LT(std::abs(total_params(m) - 14.3e9) / 14.3e9, 0.005) << total_params(m);
   EXPECT_LT(std::abs(active_params(m) - 2.7e9) / 2.7e9, 0.01) << active_params(m);
@@ -247,6 +249,7 @@ TEST(HfConfig, Qwen3Moe) {
   EXPECT_EQ(s.moe.top_k, 8);
   EXPECT_EQ(s.moe.expert_ffn, 768);
   EXPECT_EQ(s.moe.shared_experts, 0);
+  EXPECT_TRUE(s.qk_norm);  // each head's query and key RMS-normalised (self_attn.q_norm / k_norm)
   EXPECT_FALSE(m.tied_embeddings);
   // "Number of Parameters: 30.5B in total and 3.3B activated" (the model card).
   EXPECT_LT(std::abs(total_params(m) - 30.5e9) / 30.5e9, 0.005) << total_params(m);
@@ -265,6 +268,14 @@ TEST(HfConfig, Qwen3Moe) {
   EXPECT_EQ(d.groups[0].shape.ffn, 6144);
   EXPECT_EQ(d.groups[0].shape.head_dim, 128);
   EXPECT_FALSE(d.groups[0].shape.qkv_bias);
+  EXPECT_TRUE(d.groups[0].shape.qk_norm);
+  // The JSON model format keeps the norms, which are 2 x head_dim weights a layer.
+  auto back = model_from_json(to_json(m));
+  ASSERT_TRUE(back.ok()) << back.error().message;
+  EXPECT_EQ(*back, m);
+  LayerShape plain = s;
+  plain.qk_norm = false;
+  EXPECT_DOUBLE_EQ(layer_params(s).norms - layer_params(plain).norms, 2.0 * 128);
 }
 
 TEST(HfConfig, Qwen2MoeDenseLayersBecomeSeparateGroups) {

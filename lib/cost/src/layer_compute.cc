@@ -319,6 +319,14 @@ LayerCompute layer_compute(const LayerContext& ctx, const LayerStrategy& s, cons
   const double residual_kernel = seconds(km.memory(Bytes(residual_bytes * norm_tokens * h)));
   f.mem += norms * (norm_kernel + residual_kernel);
   b.mem += kElementwiseBackward * norms * (norm_kernel + residual_kernel);
+  // Per-head query / key norms (Qwen3's q_norm / k_norm; Megatron-LM's --qk-layernorm): one norm
+  // of the same kind over the local query and key widths, before RoPE.
+  const double qk_norms = L.qk_norm ? 2.0 * blocks : 0.0;
+  if (L.qk_norm) {
+    const double qk_kernel = seconds(km.memory(Bytes(norm_bytes * tokens * (q + kv) / t)));
+    f.mem += blocks * qk_kernel;
+    b.mem += blocks * kElementwiseBackward * qk_kernel;
+  }
   // Rotary embedding of Q and K: fused, one read and write (2e per element); eager in fp32 through
   // complex numbers (cast, complex product, cast back: 16 + 2e). Eager attention also copies its
   // output out of the heads-first layout (2e per element) and, with GQA, repeats K and V to every
@@ -344,10 +352,11 @@ LayerCompute layer_compute(const LayerContext& ctx, const LayerStrategy& s, cons
   const double eager_ops = eager ? norms * (rms ? 7 : 0) + blocks * ((rope ? 14 : 0) + (flash ? 5 : 0) +
                                                                      (kv < q ? 6 : 0)) + (swiglu ? 1 : 0)
                                  : 0;
-  const double fwd_ops = blocks * attn_ops + 3 * norms + 3 + (moe ? 20 : 0) + expert_ops_f + eager_ops;
+  const double fwd_ops = blocks * attn_ops + 3 * (norms + qk_norms) + 3 + (moe ? 20 : 0) + expert_ops_f + eager_ops +
+                        (eager && rms ? 7 * qk_norms : 0);
   // Python autograd Functions: the fused norms, attention kernel, activation and bias-dropout-add
   // (none when eager), then the parallel mappings.
-  const double fused_fns = eager ? 0 : norms + blocks + 1 + (dropout ? norms : 0);
+  const double fused_fns = eager ? 0 : norms + qk_norms + blocks + 1 + (dropout ? norms : 0);
   const double fwd_fns = fused_fns + (s.tp > 1 ? 2 * (blocks + 1) : 0) + (s.ulysses > 1 ? 4 * blocks : 0) +
                          (s.cp > 1 ? blocks : 0) + (moe && s.ep > 1 ? 2 : 0) + (s.zero >= 3 ? 1 : 0);
   const double host_f = opt.framework_overhead ? (fwd_ops * opt.host_op_us + fwd_fns * opt.host_function_us) * 1e-6 : 0;
@@ -355,7 +364,7 @@ LayerCompute layer_compute(const LayerContext& ctx, const LayerStrategy& s, cons
   // latent).
   const double linears = 2 * blocks + 2 + (moe ? 3 : 0) + (mla ? blocks * (L.mla.q_lora_rank > 0 ? 3 : 2) : 0);
   const bool layer_norm = ctx.model == nullptr || ctx.model->norm == NormKind::kLayerNorm;
-  const double param_tensors = linears * (L.bias ? 2 : 1) + norms * (layer_norm ? 2 : 1);
+  const double param_tensors = linears * (L.bias ? 2 : 1) + (norms + qk_norms) * (layer_norm ? 2 : 1);
   const double bwd_kernels = linears * (kBwdKernelsPerLinear + (L.bias ? 1 : 0)) + norms * (layer_norm ? 3 : 2) +
                              2 * norms + blocks * (flash ? kBwdKernelsFlash : kBwdKernelsAttnCore) + 1 +
                              param_tensors + (moe ? 20 : 0) + expert_ops_b + eager_ops;

@@ -263,6 +263,10 @@ Bytes layer_activation_bytes(const LayerShape& s, const LayerStrategy& st, const
     attn += (e + mask + (o.dropout ? e : 0.0)) * scores;
   }
   if (o.eager_elementwise && o.rms_norm) attn += o.eager_norm_bytes * tokens * h * rep;  // the norm's own copy
+  // Per-head query / key norms (Qwen3): their inputs, the projections' outputs, beside the Q and K
+  // they feed RoPE (and eagerly the norms' own copies).
+  if (s.qk_norm)
+    attn += (e + (o.eager_elementwise && o.rms_norm ? o.eager_norm_bytes : 0.0)) * tokens * (q + kv) / t;
   if (s.kind == LayerKind::kCrossDecoder) attn *= 2;  // self- and cross-attention blocks
 
   // FFN block: norm input, FC1 input, activation inputs, the down projection's input, dropout mask.
@@ -282,6 +286,9 @@ Bytes layer_activation_bytes(const LayerShape& s, const LayerStrategy& st, const
     ffn += e * routed * h;                                 // dispatched token copies
     ffn += inner * routed * ef / et;
     ffn += inner * tokens * s.moe.shared_experts * ef / t;
+    // A gate on the shared experts (Qwen2-MoE): the product keeps their output (the layer's output
+    // layout) for the gate's gradient.
+    if (s.moe.shared_gate) ffn += e * tokens * h * rep;
   } else {
     ffn += inner * tokens * static_cast<double>(s.ffn) / t;
   }

@@ -125,6 +125,10 @@ void add_layer_params(UnitBuilder& b, const ModelSpec& m, int li, int tp, int t)
   if (qkv_bias) b.add(pre + "attn.bk", {nkv * d}, 0, kv0 * d, nkvl * d, false, kv_counted, 0);
   b.add(pre + "attn.wv", {nkv * d, H}, 0, kv0 * d, nkvl * d, true, kv_counted, kInitStd);
   if (qkv_bias) b.add(pre + "attn.bv", {nkv * d}, 0, kv0 * d, nkvl * d, false, kv_counted, 0);
+  if (sh.qk_norm) {  // shared by the heads: replicated over tp, the gradient summed over it by the runtime
+    b.add(pre + "attn.q_norm", {d}, -1, 0, 0, false, rep, -1);
+    b.add(pre + "attn.k_norm", {d}, -1, 0, 0, false, rep, -1);
+  }
   b.add(pre + "attn.wo", {H, nh * d}, 1, t * nhl * d, nhl * d, true, true, out_std);
   if (sh.bias) b.add(pre + "attn.bo", {H}, -1, 0, 0, false, rep, 0);
   b.add(pre + "ln2.weight", {H}, -1, 0, 0, false, rep, -1);
@@ -135,6 +139,8 @@ void add_layer_params(UnitBuilder& b, const ModelSpec& m, int li, int tp, int t)
     // a dense FFN; the routed experts are a unit of their own (add_expert_params).
     b.add(pre + "mlp.router", {sh.moe.experts, H}, -1, 0, 0, true, rep, kInitStd);
     if (sh.moe.shared_experts > 0) add_ffn_params(b, sh, pre + "mlp.shared.", sh.moe.shared_experts * sh.moe.expert_ffn, tp, t, out_std);
+    // Qwen2-MoE's gate on the shared experts' output: one vector, replicated like the router.
+    if (sh.moe.shared_gate) b.add(pre + "mlp.shared_gate", {1, H}, -1, 0, 0, true, rep, kInitStd);
     return;
   }
   add_ffn_params(b, sh, pre + "mlp.", sh.ffn, tp, t, out_std);

@@ -172,13 +172,19 @@ void megatron_model(const Plan& p, std::vector<std::string>& out, std::vector<st
   if (m.norm == NormKind::kRmsNorm) out.push_back("--normalization RMSNorm");
   if (a.ffn_kind == FfnKind::kSwiglu) out.push_back("--swiglu");
   if (!a.bias) out.push_back("--disable-bias-linear");
+  // Qwen2's query / key / value biases beside no other bias, and Qwen3's per-head query / key norms
+  // (RMSNorm under --normalization RMSNorm): core_v0.19's --add-qkv-bias and --qk-layernorm.
+  if (!a.bias && a.qkv_bias) out.push_back("--add-qkv-bias");
+  if (a.qk_norm) out.push_back("--qk-layernorm");
   if (!m.tied_embeddings) out.push_back("--untie-embeddings-and-output-weights");
   if (moe) {
     out.push_back("--num-experts " + S(moe->moe.experts));
     out.push_back("--moe-router-topk " + S(moe->moe.top_k));
     out.push_back("--moe-ffn-hidden-size " + S(moe->moe.expert_ffn));
-    if (moe->moe.shared_experts > 0)
+    if (moe->moe.shared_experts > 0) {
       out.push_back("--moe-shared-expert-intermediate-size " + S(moe->moe.shared_experts * moe->moe.expert_ffn));
+      if (moe->moe.shared_gate) out.push_back("--moe-shared-expert-gate");  // Qwen2-MoE's sigmoid gate
+    }
     if (dense) {
       // Which layers are MoE, as Megatron's Python-list pattern: '[0]*3+[1]*29'.
       std::string pattern;

@@ -45,7 +45,8 @@ const std::map<std::string, std::string>& llama_layer_names() {
       {"attn.wo", "self_attn.o_proj.weight"},        {"attn.bo", "self_attn.o_proj.bias"},
       {"mlp.gate", "mlp.gate_proj.weight"},          {"mlp.gate_bias", "mlp.gate_proj.bias"},
       {"mlp.up", "mlp.up_proj.weight"},              {"mlp.up_bias", "mlp.up_proj.bias"},
-      {"mlp.down", "mlp.down_proj.weight"},          {"mlp.down_bias", "mlp.down_proj.bias"}};
+      {"mlp.down", "mlp.down_proj.weight"},          {"mlp.down_bias", "mlp.down_proj.bias"},
+      {"attn.q_norm", "self_attn.q_norm.weight"},    {"attn.k_norm", "self_attn.k_norm.weight"}};
   return k;
 }
 
@@ -55,17 +56,35 @@ Result<HfFamily> family_of_type(const std::string& t, const std::string& where) 
   if (t == "qwen2") return HfFamily::kQwen2;
   if (t == "gpt2") return HfFamily::kGpt2;
   if (t == "mixtral") return HfFamily::kMixtral;
+  if (t == "qwen3") return HfFamily::kQwen3;
+  if (t == "qwen3_moe") return HfFamily::kQwen3Moe;
   // MoE families whose layers hold what weft's do not (docs/runtime.md "Hugging Face checkpoints").
-  if (t == "qwen2_moe")
-    return bad(where + ": model_type \"qwen2_moe\": its shared expert's output passes a learned sigmoid gate "
-                       "(mlp.shared_expert_gate) that weft's MoE layers do not have; weft loads mixtral checkpoints");
-  if (t == "qwen3_moe" || t == "olmoe")
-    return bad(where + ": model_type \"" + t + "\": its attention normalises queries and keys (self_attn.q_norm, "
-                       "k_norm), which weft's attention does not; weft loads mixtral checkpoints");
+  if (t == "qwen2_moe") return HfFamily::kQwen2Moe;
+  if (t == "olmoe")
+    return bad(where + ": model_type \"olmoe\": its attention normalises the queries and keys of all heads at "
+                       "once (self_attn.q_norm over the whole width), where weft's norms each head (qwen3); weft "
+                       "loads mixtral and qwen3_moe checkpoints");
   if (t == "deepseek_v2" || t == "deepseek_v3")
     return bad(where + ": model_type \"" + t + "\": multi-head latent attention, which weft's runtime does not "
-                       "build; weft loads mixtral checkpoints");
-  return bad(where + ": model_type \"" + t + "\": weft loads llama, mistral, qwen2, gpt2 and mixtral checkpoints");
+                       "build; weft loads mixtral, qwen2_moe and qwen3_moe checkpoints");
+  return bad(where + ": model_type \"" + t + "\": weft loads llama, mistral, qwen2, qwen3, gpt2, mixtral, qwen2_moe "
+                     "and qwen3_moe checkpoints");
+}
+
+// Qwen2-MoE's and Qwen3-MoE's name of a MoE layer tensor (after "model.layers.N."): mlp.gate the
+// router, the experts' gate / up / down projections under mlp.experts.E, Qwen2-MoE's shared experts
+// (one FFN) under mlp.shared_expert and their gate mlp.shared_expert_gate.
+std::optional<std::string> qwen_moe_layer_name(const std::string& rest) {
+  if (rest == "mlp.router") return std::string("mlp.gate.weight");
+  if (rest == "mlp.shared_gate") return std::string("mlp.shared_expert_gate.weight");
+  if (rest == "mlp.shared.gate" || rest == "mlp.shared.up" || rest == "mlp.shared.down")
+    return "mlp.shared_expert." + rest.substr(11) + "_proj.weight";
+  if (!rest.starts_with("experts.")) return std::nullopt;
+  const size_t dot = rest.find('.', 8);
+  if (dot == std::string::npos) return std::nullopt;
+  const std::string e = rest.substr(8, dot - 8), w = rest.substr(dot + 1);
+  if (w != "gate" && w != "up" && w != "down") return std::nullopt;
+  return "mlp.experts." + e + "." + w + "_proj.weight";
 }
 
 // Mixtral's name of a MoE layer tensor (after "model.layers.N."): the router and the experts' w1
@@ -118,6 +137,9 @@ const char* to_string(HfFamily f) {
     case HfFamily::kQwen2: return "qwen2";
     case HfFamily::kGpt2: return "gpt2";
     case HfFamily::kMixtral: return "mixtral";
+    case HfFamily::kQwen3: return "qwen3";
+    case HfFamily::kQwen3Moe: return "qwen3_moe";
+    case HfFamily::kQwen2Moe: return "qwen2_moe";
   }
   return "?";
 }
@@ -135,6 +157,8 @@ Result<HfSource> hf_source(const std::string& name, HfFamily f, const ModelSpec&
     if (!gpt2) {
       if (f == HfFamily::kMixtral)
         if (auto moe = mixtral_layer_name(rest)) return HfSource{"model.layers." + idx + "." + *moe};
+      if (f == HfFamily::kQwen3Moe || f == HfFamily::kQwen2Moe)
+        if (auto moe = qwen_moe_layer_name(rest)) return HfSource{"model.layers." + idx + "." + *moe};
       auto it = llama_layer_names().find(rest);
       if (it != llama_layer_names().end()) return HfSource{"model.layers." + idx + "." + it->second};
     } else if (m.num_layers() > 0) {
@@ -176,7 +200,7 @@ Result<std::unique_ptr<HfCheckpoint>> HfCheckpoint::open(const std::string& dir)
   }
   if (!ck->config_.is_object()) return bad(cfg + ": not a JSON object");
   if (!ck->config_.contains("model_type") || !ck->config_["model_type"].is_string())
-    return bad(cfg + ": model_type: missing or not a string (llama, mistral, qwen2, gpt2 or mixtral)");
+    return bad(cfg + ": model_type: missing or not a string (llama, mistral, qwen2, qwen3, gpt2, mixtral, qwen2_moe or qwen3_moe)");
   auto fam = family_of_type(ck->config_["model_type"].get<std::string>(), cfg);
   if (!fam.ok()) return fam.error();
   ck->family_ = *fam;
@@ -268,7 +292,9 @@ Status HfCheckpoint::check(const Plan& p) const {
   if (config_.contains("rope_scaling") && !config_["rope_scaling"].is_null())
     return bad(cfg + ": rope_scaling " + config_["rope_scaling"].dump() +
                ": weft's RoPE has no scaling, so its logits would differ from the model's");
-  bool use_window = family_ != HfFamily::kQwen2;  // Qwen2's configs switch it on with use_sliding_window
+  // Qwen2's and Qwen3's configs switch it on with use_sliding_window.
+  bool use_window = family_ != HfFamily::kQwen2 && family_ != HfFamily::kQwen3 && family_ != HfFamily::kQwen3Moe &&
+                    family_ != HfFamily::kQwen2Moe;
   if (config_.contains("use_sliding_window") && !config_["use_sliding_window"].is_null()) {
     if (!config_["use_sliding_window"].is_boolean()) return bad(cfg + ": use_sliding_window is not true or false");
     use_window = config_["use_sliding_window"].get<bool>();
@@ -372,11 +398,20 @@ Result<HfFamily> hf_family_of(const ModelSpec& m) {
   const LayerShape& s = m.groups[0].shape;
   if (s.moe.enabled()) {
     // Mixtral: every layer MoE (one group), no shared experts, softmax scores renormalised over the
-    // top k, llama's attention and norms without biases.
+    // top k, llama's attention and norms without biases. Qwen3-MoE: the same with per-head query /
+    // key norms, its top k renormalised or not (norm_topk_prob).
     const MoeSpec& r = s.moe;
+    // Qwen2-MoE: qwen2's attention (Q/K/V biases), softmax router, gated shared experts.
+    if (r.shared_experts > 0 && r.shared_gate && s.qkv_bias && !s.bias && !s.qk_norm && r.score == RouterScore::kSoftmax &&
+        r.routed_scale == 1.0 && m.position == PositionKind::kRope && m.norm == NormKind::kRmsNorm &&
+        s.ffn_kind == FfnKind::kSwiglu && s.kind == LayerKind::kDecoder)
+      return HfFamily::kQwen2Moe;
     std::string differs;
-    if (r.shared_experts > 0) differs = std::to_string(r.shared_experts) + " shared experts";
-    else if (r.score != RouterScore::kSoftmax || !r.norm_topk || r.routed_scale != 1.0)
+    if (r.shared_experts > 0)
+      differs = std::to_string(r.shared_experts) + " shared experts" +
+                (r.shared_gate ? " in layers other than qwen2_moe's (rope, rmsnorm, swiglu, Q/K/V biases only)"
+                               : " without a gate (qwen2_moe gates its shared expert)");
+    else if (r.score != RouterScore::kSoftmax || (!r.norm_topk && !s.qk_norm) || r.routed_scale != 1.0)
       differs = std::string("a ") + to_string(r.score) + " router" + (r.norm_topk ? "" : " without renormalised top-k") +
                 (r.routed_scale != 1.0 ? " scaled by " + num(r.routed_scale) : "");
     else if (m.position != PositionKind::kRope || m.norm != NormKind::kRmsNorm || s.ffn_kind != FfnKind::kSwiglu ||
@@ -384,8 +419,15 @@ Result<HfFamily> hf_family_of(const ModelSpec& m) {
       differs = "layers other than llama's (rope, rmsnorm, swiglu, no biases)";
     if (!differs.empty())
       return bad("--save-hf: a Mixture-of-Experts model with " + differs +
-                 "; weft writes MoE models as mixtral (softmax top-k renormalised, no shared experts)");
-    return HfFamily::kMixtral;
+                 "; weft writes MoE models as mixtral (softmax top-k renormalised, no shared experts), qwen3_moe "
+                 "(the same with per-head query / key norms) or qwen2_moe (Q/K/V biases, gated shared experts)");
+    return s.qk_norm ? HfFamily::kQwen3Moe : HfFamily::kMixtral;
+  }
+  if (s.qk_norm) {
+    if (s.kind != LayerKind::kDecoder || m.position != PositionKind::kRope || m.norm != NormKind::kRmsNorm ||
+        s.ffn_kind != FfnKind::kSwiglu || s.bias || s.qkv_bias)
+      return bad("--save-hf: per-head query / key norms in layers other than qwen3's (rope, rmsnorm, swiglu, no biases)");
+    return HfFamily::kQwen3;
   }
   if (s.kind != LayerKind::kDecoder) return bad("--save-hf: not a decoder; weft writes llama, qwen2 and gpt2 models");
   if (m.position == PositionKind::kLearned && m.norm == NormKind::kLayerNorm && s.ffn_kind == FfnKind::kGelu && s.bias)
@@ -416,11 +458,18 @@ Json hf_config_of(const ModelSpec& m, HfFamily f, SaveDType dtype) {
                 {"torch_dtype", torch_dtype}};
   }
   const bool qwen = f == HfFamily::kQwen2, mixtral = f == HfFamily::kMixtral;
-  Json j{{"architectures", {qwen ? "Qwen2ForCausalLM" : mixtral ? "MixtralForCausalLM" : "LlamaForCausalLM"}},
-         {"model_type", qwen ? "qwen2" : mixtral ? "mixtral" : "llama"},
+  const bool qwen3 = f == HfFamily::kQwen3, qwen3_moe = f == HfFamily::kQwen3Moe, qwen2_moe = f == HfFamily::kQwen2Moe;
+  const char* arch = qwen        ? "Qwen2ForCausalLM"
+                     : mixtral   ? "MixtralForCausalLM"
+                     : qwen3     ? "Qwen3ForCausalLM"
+                     : qwen3_moe ? "Qwen3MoeForCausalLM"
+                     : qwen2_moe ? "Qwen2MoeForCausalLM"
+                                 : "LlamaForCausalLM";
+  Json j{{"architectures", {arch}},
+         {"model_type", to_string(f)},
          {"vocab_size", m.vocab},
          {"hidden_size", m.hidden},
-         {"intermediate_size", mixtral ? s.moe.expert_ffn : s.ffn},
+         {"intermediate_size", s.moe.enabled() && s.ffn <= 0 ? s.moe.expert_ffn : s.ffn},
          {"num_hidden_layers", m.num_layers()},
          {"num_attention_heads", s.heads},
          {"num_key_value_heads", s.kv_heads},
@@ -431,13 +480,28 @@ Json hf_config_of(const ModelSpec& m, HfFamily f, SaveDType dtype) {
          {"rope_theta", m.rope_theta},
          {"tie_word_embeddings", m.tied_embeddings},
          {"torch_dtype", torch_dtype}};
-  if (mixtral) {
+  if (qwen3 || qwen3_moe) j["attention_bias"] = false;
+  if (qwen3 || qwen3_moe || qwen2_moe) {
+    j["use_sliding_window"] = false;
+    j["sliding_window"] = nullptr;
+  }
+  if (qwen2_moe) j["shared_expert_intermediate_size"] = s.moe.shared_experts * s.moe.expert_ffn;
+  if (qwen3_moe || qwen2_moe) {
+    j["num_experts"] = s.moe.experts;
+    j["num_experts_per_tok"] = s.moe.top_k;
+    j["moe_intermediate_size"] = s.moe.expert_ffn;
+    j["norm_topk_prob"] = s.moe.norm_topk;
+    j["decoder_sparse_step"] = 1;
+    j["mlp_only_layers"] = Json::array();
+    j["router_aux_loss_coef"] = s.moe.aux_loss_coef;
+    j["output_router_logits"] = s.moe.aux_loss_coef > 0;
+  } else if (mixtral) {
     j["num_local_experts"] = s.moe.experts;
     j["num_experts_per_tok"] = s.moe.top_k;
     j["router_aux_loss_coef"] = s.moe.aux_loss_coef;
     j["output_router_logits"] = s.moe.aux_loss_coef > 0;  // the balancing loss in transformers' training loss
     j["sliding_window"] = nullptr;                        // weft's attention is full causal
-  } else if (!qwen) {
+  } else if (!qwen && !qwen3) {  // llama
     j["attention_bias"] = j["mlp_bias"] = s.bias;
   }
   return j;

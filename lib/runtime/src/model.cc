@@ -544,6 +544,18 @@ at::Tensor Model::attention(const LayerCtx& L, const std::vector<at::Tensor>& w,
   q = q.view({b, t, L.heads_local, d});
   k = k.view({b, t, L.kv_local, d});
   v = v.view({b, t, L.kv_local, d});
+  if (I.has("attn.q_norm")) {
+    // Qwen3's per-head RMSNorm of queries and keys, before RoPE. One weight vector serves every
+    // head, and a tp rank holds some heads (or a copy of a kv head): the gradients are summed over
+    // tp (each copy of a kv head collects only its own query heads' part).
+    at::Tensor qn = w[I["attn.q_norm"]], kn = w[I["attn.k_norm"]];
+    if (L.st.tp > 1) {
+      const std::vector<at::Tensor> both = copy_to(at::cat({qn, kn}), *L.tp).split_with_sizes({qn.numel(), kn.numel()});
+      qn = both[0], kn = both[1];
+    }
+    q = norm(q, qn, nullptr);
+    k = norm(k, kn, nullptr);
+  }
   if (plan_.model.position == PositionKind::kRope) {
     // h is this rank's Ulysses block (after the tp gather of Megatron-SP): block co.cp * u +
     // co.ulysses of the cp order (geometry.h).
@@ -611,7 +623,13 @@ at::Tensor Model::layer_forward(const LayerCtx& L, const at::Tensor& x0, bool re
   at::Tensor o;
   if (L.shape.moe.enabled()) {
     o = routed_experts(L, w, hn, release);
-    if (L.shape.moe.shared_experts > 0) o = o + ffn("mlp.shared.", enter(hn));
+    if (L.shape.moe.shared_experts > 0) {
+      at::Tensor shared = ffn("mlp.shared.", enter(hn));
+      // Qwen2-MoE: each token's shared output scaled by sigmoid(hn . w), on the tokens this rank
+      // holds in the layer's output layout (hn's: its sequence shard under SP, all of them else).
+      if (I.has("mlp.shared_gate")) shared = shared * at::sigmoid(at::linear(hn, rep("mlp.shared_gate")));
+      o = o + shared;
+    }
   } else {
     o = ffn("mlp.", enter(hn));
   }

@@ -104,11 +104,11 @@ LayerParams layer_params(const LayerShape& s) {
   p.attention = attention_blocks(s) * one_attention;
   if (s.moe.enabled()) {
     p.ffn = (s.moe.experts + s.moe.shared_experts) * ffn_params(s, s.moe.expert_ffn) +
-            h * s.moe.experts;
+            h * (s.moe.experts + (s.moe.shared_gate ? 1 : 0));
   } else {
     p.ffn = ffn_params(s, s.ffn);
   }
-  p.norms = norms_per_layer(s) * h * (s.bias ? 2 : 1);
+  p.norms = norms_per_layer(s) * h * (s.bias ? 2 : 1) + (s.qk_norm ? 2.0 * s.head_dim : 0.0);
   return p;
 }
 
@@ -159,7 +159,7 @@ LayerFlops layer_forward_flops(const LayerShape& s, double batch, double seq) {
   f.attn_out = blocks * 2 * tokens * w.ctx * h;
   if (s.moe.enabled()) {
     f.ffn = (s.moe.top_k + s.moe.shared_experts) * ffn_flops(s, s.moe.expert_ffn, tokens);
-    f.router = 2 * tokens * h * s.moe.experts;
+    f.router = 2 * tokens * h * (s.moe.experts + (s.moe.shared_gate ? 1 : 0));  // and Qwen2-MoE's shared gate
   } else {
     f.ffn = ffn_flops(s, s.ffn, tokens);
   }

@@ -227,6 +227,8 @@ ModelSpec llama_like(const JsonObj& o, Family fam, const std::string& type) {
   // (qkv_bias). Llama-style configs say so with attention_bias / mlp_bias.
   s.bias = bool_or(o, "attention_bias", false) || bool_or(o, "mlp_bias", false);
   s.qkv_bias = !s.bias && (fam == Family::kQwen2 || fam == Family::kQwen2Moe);
+  // Qwen3's attention normalises each head's query and key (RMSNorm over head_dim, before RoPE).
+  s.qk_norm = fam == Family::kQwen3 || fam == Family::kQwen3Moe;
   const std::string act = str_or(o, "hidden_act", "silu");
   if (fam == Family::kGeneric) {
     s.ffn_kind = (act == "silu" || act == "swish" || act == "swiglu") ? FfnKind::kSwiglu : FfnKind::kGelu;
@@ -269,7 +271,7 @@ ModelSpec llama_like(const JsonObj& o, Family fam, const std::string& type) {
     std::fill(is_moe.begin(), is_moe.end(), true);
   } else if (fam == Family::kQwen2Moe || fam == Family::kQwen3Moe || fam == Family::kOlmoe) {
     // Qwen3-MoE has Qwen2-MoE's keys without the shared expert (and without Q/K/V biases, above;
-    // its per-head Q/K norms are 2 x head_dim weights a layer, left out). OLMoE (OlmoeConfig) has
+    // its per-head Q/K norms: qk_norm, above). OLMoE (OlmoeConfig) has
     // Qwen3-MoE's keys with its experts' size in intermediate_size and no dense layers (its Q/K
     // norms, 2 x hidden weights a layer, left out).
     dense.ffn = positive(o, "intermediate_size");
@@ -284,6 +286,8 @@ ModelSpec llama_like(const JsonObj& o, Family fam, const std::string& type) {
                std::to_string(shared) + " is not a multiple of moe_intermediate_size " +
                    std::to_string(moe.moe.expert_ffn) + " (weft models shared experts as whole experts)");
       moe.moe.shared_experts = static_cast<int>(shared / moe.moe.expert_ffn);
+      // Qwen2-MoE gates its shared expert (mlp.shared_expert_gate: sigmoid of one projection).
+      moe.moe.shared_gate = fam == Family::kQwen2Moe && moe.moe.shared_experts > 0;
       const long long step = positive_or(o, "decoder_sparse_step", 1);
       std::vector<bool> dense_only(static_cast<size_t>(layers), false);
       if (present(o, "mlp_only_layers")) {

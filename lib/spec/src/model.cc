@@ -122,6 +122,8 @@ Status validate(const ModelSpec& m) {
         return fail(p + ".moe.routed_scale: must be positive, got " + std::to_string(s.moe.routed_scale));
       if (!(s.moe.aux_loss_coef >= 0))
         return fail(p + ".moe.aux_loss_coef: must be >= 0, got " + std::to_string(s.moe.aux_loss_coef));
+      if (s.moe.shared_gate && s.moe.shared_experts == 0)
+        return fail(p + ".moe.shared_gate: a gate on the shared experts, and the layer has none (shared_experts 0)");
     }
     if (s.hidden != m.hidden)
       return fail(p + ".hidden: " + std::to_string(s.hidden) + " differs from the model's hidden " +
@@ -162,6 +164,7 @@ Json to_json(const ModelSpec& m) {
     if (g.shape.qkv_bias && !g.shape.bias) o["qkv_bias"] = true;
     if (g.shape.window > 0) o["window"] = g.shape.window;
     if (g.shape.sinks) o["sinks"] = true;
+    if (g.shape.qk_norm) o["qk_norm"] = true;
     if (g.shape.mla.enabled())
       o["mla"] = {{"q_lora_rank", g.shape.mla.q_lora_rank},
                   {"kv_lora_rank", g.shape.mla.kv_lora_rank},
@@ -177,6 +180,7 @@ Json to_json(const ModelSpec& m) {
       if (g.shape.moe.norm_topk != dflt.norm_topk) o["moe"]["norm_topk"] = g.shape.moe.norm_topk;
       if (g.shape.moe.routed_scale != dflt.routed_scale) o["moe"]["routed_scale"] = g.shape.moe.routed_scale;
       if (g.shape.moe.aux_loss_coef != dflt.aux_loss_coef) o["moe"]["aux_loss_coef"] = g.shape.moe.aux_loss_coef;
+      if (g.shape.moe.shared_gate) o["moe"]["shared_gate"] = true;
     }
     groups.push_back(std::move(o));
   }
@@ -205,7 +209,7 @@ Result<ModelSpec> model_from_json(const Json& j, const std::string& path) {
     m.norm_eps = o.number_or("norm_eps", kDefaultNormEps);
     for (const auto& g : o.array_of_obj("groups")) {
       g.reject_unknown({"name", "count", "kind", "hidden", "heads", "kv_heads", "head_dim", "ffn", "ffn_kind", "bias",
-                        "qkv_bias", "window", "sinks", "mla", "moe"});
+                        "qkv_bias", "window", "sinks", "mla", "moe", "qk_norm"});
       LayerGroup grp;
       grp.name = g.str_or("name", "layers");
       grp.count = static_cast<int>(g.integer("count"));
@@ -228,6 +232,7 @@ Result<ModelSpec> model_from_json(const Json& j, const std::string& path) {
       s.qkv_bias = g.boolean_or("qkv_bias", false) && !s.bias;
       s.window = static_cast<int>(g.integer_or("window", 0));
       s.sinks = g.boolean_or("sinks", false);
+      s.qk_norm = g.boolean_or("qk_norm", false);
       if (g.has("mla")) {
         JsonObj ml = g.obj("mla");
         ml.reject_unknown({"q_lora_rank", "kv_lora_rank", "qk_rope_dim", "v_head_dim"});
@@ -241,7 +246,7 @@ Result<ModelSpec> model_from_json(const Json& j, const std::string& path) {
       if (g.has("moe")) {
         JsonObj mo = g.obj("moe");
         mo.reject_unknown({"experts", "top_k", "expert_ffn", "shared_experts", "router", "norm_topk", "routed_scale",
-                           "aux_loss_coef"});
+                           "aux_loss_coef", "shared_gate"});
         s.moe.experts = static_cast<int>(mo.integer("experts"));
         s.moe.top_k = static_cast<int>(mo.integer("top_k"));
         s.moe.expert_ffn = mo.integer("expert_ffn");
@@ -253,6 +258,7 @@ Result<ModelSpec> model_from_json(const Json& j, const std::string& path) {
         s.moe.norm_topk = mo.boolean_or("norm_topk", true);
         s.moe.routed_scale = mo.number_or("routed_scale", 1.0);
         s.moe.aux_loss_coef = mo.number_or("aux_loss_coef", 0.0);
+        s.moe.shared_gate = mo.boolean_or("shared_gate", false);
         if (s.moe.experts <= 0) mo.fail("experts", "must be positive, got " + std::to_string(s.moe.experts));
       }
       s.ffn = g.has("ffn") ? g.integer("ffn") : (s.moe.enabled() ? 0 : g.integer("ffn"));

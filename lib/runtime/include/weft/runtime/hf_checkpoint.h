@@ -11,10 +11,15 @@
 // c_attn, with or without the "transformer." prefix), mixtral (MixtralForCausalLM: Llama's
 // attention and norms, every layer a sparse MoE block: block_sparse_moe.gate the router,
 // block_sparse_moe.experts.E.w1 / w3 / w2 each expert's gate / up / down projections; softmax over
-// the experts, top num_experts_per_tok renormalised, as weft's router scores).
+// the experts, top num_experts_per_tok renormalised, as weft's router scores), qwen3 (Llama's
+// names and self_attn.q_norm / k_norm, each head's RMSNorm of its query and key) and qwen3_moe
+// (qwen3's attention, mlp.gate the router, mlp.experts.E.{gate,up,down}_proj the experts; top-k
+// renormalised where norm_topk_prob says so) and qwen2_moe (qwen2's attention with Q/K/V biases,
+// qwen3_moe's router and experts, mlp.shared_expert.*_proj the shared experts as one FFN and
+// mlp.shared_expert_gate the sigmoid gate on their output).
 //
-// Other MoE families are refused naming what weft's layers lack: Qwen2-MoE's sigmoid gate on the
-// shared expert, Qwen3-MoE's and OLMoE's query / key norms, DeepSeek's latent attention.
+// Other MoE families are refused naming what weft's layers lack: OLMoE's query / key norms over
+// all heads at once, DeepSeek's latent attention.
 #pragma once
 
 #include <cstdint>
@@ -31,7 +36,7 @@
 
 namespace weft::runtime {
 
-enum class HfFamily { kLlama, kMistral, kQwen2, kGpt2, kMixtral };
+enum class HfFamily { kLlama, kMistral, kQwen2, kGpt2, kMixtral, kQwen3, kQwen3Moe, kQwen2Moe };
 const char* to_string(HfFamily f);
 
 // Where one of weft's tensors lives in a checkpoint of `family`: an HF tensor, or the rows (output
@@ -86,8 +91,10 @@ class HfCheckpoint {
 Result<ParamsFile> hf_rank_entries(const HfCheckpoint& ck, const Plan& p, int rank);
 
 // The family weft writes a model as: gpt2 (learned positions, LayerNorm, GELU, biases), qwen2
-// (RoPE, RMSNorm, SwiGLU, query/key/value biases only), llama (the same without biases) or mixtral
-// (llama's layers, every one MoE without shared experts, softmax top-k renormalised); kBadInput
+// (RoPE, RMSNorm, SwiGLU, query/key/value biases only), llama (the same without biases), qwen3
+// (llama's with per-head query / key norms), mixtral (llama's layers, every one MoE without shared
+// experts, softmax top-k renormalised), qwen3_moe (the same with qwen3's attention) or qwen2_moe
+// (qwen2's attention, gated shared experts); kBadInput
 // naming what differs for any other (several layer groups, dense layers beside MoE ones, shared
 // experts, a sigmoid router, T5's relative positions, ...).
 Result<HfFamily> hf_family_of(const ModelSpec& m);

@@ -39,6 +39,9 @@ struct MoeSpec {
   bool norm_topk = true;
   double routed_scale = 1.0;
   double aux_loss_coef = 0.0;
+  // The shared experts' output scaled per token by sigmoid(hidden . w), w one learned vector
+  // (Qwen2-MoE's mlp.shared_expert_gate; Megatron-LM's --moe-shared-expert-gate).
+  bool shared_gate = false;
   bool enabled() const { return experts > 0; }
   bool operator==(const MoeSpec&) const = default;
 };
@@ -74,6 +77,9 @@ struct LayerShape {
   bool sinks = false;          // a learned attention-sink logit per head (GPT-OSS): one more softmax column
   MlaSpec mla;                 // multi-head latent attention (kv_heads == heads)
   MoeSpec moe;
+  // RMSNorm of each head's query and key over its head_dim, before RoPE, one weight vector each
+  // shared by the heads (Qwen3 and Qwen3-MoE: self_attn.q_norm / k_norm).
+  bool qk_norm = false;
   bool operator==(const LayerShape&) const = default;
 };
 
