@@ -283,6 +283,40 @@ TEST(Megatron, SlidingWindowLayersAndAttentionSinks) {
   EXPECT_TRUE(contains(c.error().message, "128") && contains(c.error().message, "64")) << c.error().message;
 }
 
+// Qwen2's biases on the query, key and value projections alone (--add-qkv-bias beside
+// --disable-bias-linear), Qwen3's per-head query / key norms (--qk-layernorm) and Qwen2-MoE's gate on
+// the shared experts (--moe-shared-expert-gate beside their width), each only where the model has it.
+TEST(Megatron, QkvBiasesQueryKeyNormsAndSharedExpertGate) {
+  auto m = load_model("qwen2-7b");
+  ASSERT_TRUE(m.ok());
+  auto args = [](const ModelSpec& model, int ep) {
+    Plan p = plan(model, cluster(1, 8), train(1, 8, 64, Schedule::k1F1B, 1, 4096), LayerStrategy{.dp = 8, .ep = ep});
+    EXPECT_TRUE(validate(p).ok()) << validate(p).error().message;
+    auto a = megatron_args(p);
+    EXPECT_TRUE(a.ok()) << a.error().message;
+    return a.ok() ? a->lines : std::vector<std::string>{};
+  };
+  auto has = [](const std::vector<std::string>& l, const std::string& f) { return std::find(l.begin(), l.end(), f) != l.end(); };
+  std::vector<std::string> l = args(*m, 1);
+  EXPECT_TRUE(has(l, "--add-qkv-bias"));
+  EXPECT_TRUE(has(l, "--disable-bias-linear"));
+  EXPECT_FALSE(has(l, "--qk-layernorm"));
+  ModelSpec q3 = *m;
+  q3.groups[0].shape.qkv_bias = false;
+  q3.groups[0].shape.qk_norm = true;
+  l = args(q3, 1);
+  EXPECT_TRUE(has(l, "--qk-layernorm"));
+  EXPECT_FALSE(has(l, "--add-qkv-bias"));
+  auto mix = load_model("mixtral-8x7b");
+  ASSERT_TRUE(mix.ok());
+  EXPECT_FALSE(has(args(*mix, 8), "--moe-shared-expert-gate"));
+  mix->groups[0].shape.moe.shared_experts = 1;
+  mix->groups[0].shape.moe.shared_gate = true;
+  l = args(*mix, 8);
+  EXPECT_TRUE(has(l, "--moe-shared-expert-intermediate-size 14336"));
+  EXPECT_TRUE(has(l, "--moe-shared-expert-gate"));
+}
+
 // --rotary-base is the model's rope_theta: Llama 3's 500000 from the preset and from its
 // Hugging Face config (rope_theta, or rope_parameters.rope_theta as newer configs write it).
 TEST(Megatron, RotaryBaseFromTheModel) {
