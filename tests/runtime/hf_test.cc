@@ -351,6 +351,35 @@ class HfCheckpoints : public ::testing::Test {
       std::printf("%s %s: loss %.7f, the family's forward %.7f\n", f.type.c_str(), name.c_str(), r.losses[0], want);
     }
   }
+  // Trains plan p for two steps on the window (`flags` more) and saves it to dir_/out: a checkpoint
+  // of `family`, every trained parameter read back exactly, the HF tensors `names` among its
+  // tensors, and a config.json weft's reader turns back into p's model. Returns the parameters.
+  runtime::ParamsFile expect_saves_back(const Plan& p, runtime::HfFamily family, const std::string& flags,
+                                        const std::vector<std::string>& names) {
+    const std::string out = dir_ + "/out";
+    const RunResult r = train_plan(p, dir_, "save", 2, " --data " + dir_ + "/window.bin --save-hf " + out + flags);
+    EXPECT_EQ(r.status, 0) << r.output;
+    auto ck = HfCheckpoint::open(out);
+    if (!ck.ok()) {
+      ADD_FAILURE() << ck.error().message;
+      return {};
+    }
+    EXPECT_EQ((*ck)->family(), family);
+    EXPECT_EQ(model_of(out).groups[0].shape, p.model.groups[0].shape);
+    const Status c = (*ck)->check(p);
+    EXPECT_TRUE(c.ok()) << c.error().message;
+    const runtime::ParamsFile params = read_params(dir_ + "/save.params");
+    for (const auto& np : params.params) {
+      auto t = (*ck)->tensor(np.name, np.shape);
+      EXPECT_TRUE(t.ok()) << t.error().message;
+      if (t.ok()) EXPECT_EQ(*t, np.data) << np.name;
+    }
+    auto file = runtime::SafetensorsFile::open(out + "/model.safetensors");
+    EXPECT_TRUE(file.ok());
+    for (const std::string& n : names)
+      if (file.ok()) EXPECT_NE((*file)->find(n), nullptr) << n;
+    return params;
+  }
   std::string dir_;
 };
 
@@ -426,28 +455,14 @@ TEST_F(HfCheckpoints, MixtralExpertsLoadUnderExpertParallelismAndSaveBack) {
   expect_first_loss(f, {{"one", plan_of(m, 1, 1, LayerStrategy{})},
                         {"ep2", with_ep(plan_of(m, 2, 1, strat(1, 2)), 2)},
                         {"tp2_ep2", with_ep(plan_of(m, 2, 1, strat(2, 1, 1, true)), 2, 1)}});
-  // Save after two steps under ep 2, read back.
-  const std::string out = dir_ + "/out";
+  // Save after two steps under ep 2 (the config copied from the source), read back.
   const Plan p = with_ep(plan_of(m, 2, 1, strat(1, 2)), 2);
-  const RunResult r = train_plan(p, dir_, "save", 2, " --data " + dir_ + "/window.bin --hf-checkpoint " + src + " --save-hf " + out);
-  ASSERT_EQ(r.status, 0) << r.output;
-  auto ck = HfCheckpoint::open(out);
-  ASSERT_TRUE(ck.ok()) << ck.error().message;
-  EXPECT_EQ((*ck)->family(), runtime::HfFamily::kMixtral);
-  ASSERT_TRUE((*ck)->check(p).ok()) << (*ck)->check(p).error().message;
-  const runtime::ParamsFile params = read_params(dir_ + "/save.params");
+  const runtime::ParamsFile params =
+      expect_saves_back(p, runtime::HfFamily::kMixtral, " --hf-checkpoint " + src,
+                        {"model.layers.1.block_sparse_moe.experts.3.w2.weight", "model.layers.0.block_sparse_moe.gate.weight"});
   int experts = 0;
-  for (const auto& np : params.params) {
-    auto t = (*ck)->tensor(np.name, np.shape);
-    ASSERT_TRUE(t.ok()) << t.error().message;
-    EXPECT_EQ(*t, np.data) << np.name;
-    experts += np.name.find(".experts.") != std::string::npos;
-  }
+  for (const auto& np : params.params) experts += np.name.find(".experts.") != std::string::npos;
   EXPECT_EQ(experts, 2 * 4 * 3);  // every expert's three projections in both layers
-  auto file = runtime::SafetensorsFile::open(out + "/model.safetensors");
-  ASSERT_TRUE(file.ok());
-  EXPECT_NE((*file)->find("model.layers.1.block_sparse_moe.experts.3.w2.weight"), nullptr);
-  EXPECT_NE((*file)->find("model.layers.0.block_sparse_moe.gate.weight"), nullptr);
   // A model trained from scratch gets a mixtral config weft's reader turns back into the model.
   const RunResult fresh = train_plan(p, dir_, "fresh", 1, " --data " + dir_ + "/window.bin --save-hf " + dir_ + "/fresh");
   ASSERT_EQ(fresh.status, 0) << fresh.output;
@@ -484,26 +499,8 @@ TEST_F(HfCheckpoints, Qwen3MoeLoadsUnderExpertParallelismAndSavesBack) {
   ASSERT_TRUE(m.groups[0].shape.moe.enabled());
   EXPECT_TRUE(m.groups[0].shape.qk_norm);
   expect_first_loss(f, {{"one", plan_of(m, 1, 1, LayerStrategy{})}, {"ep2", with_ep(plan_of(m, 2, 1, strat(1, 2)), 2)}});
-  const std::string out = dir_ + "/out";
-  const Plan p = with_ep(plan_of(m, 2, 1, strat(1, 2)), 2);
-  const RunResult r = train_plan(p, dir_, "save", 2, " --data " + dir_ + "/window.bin --save-hf " + out);
-  ASSERT_EQ(r.status, 0) << r.output;
-  auto ck = HfCheckpoint::open(out);
-  ASSERT_TRUE(ck.ok()) << ck.error().message;
-  EXPECT_EQ((*ck)->family(), runtime::HfFamily::kQwen3Moe);
-  const ModelSpec back = model_of(out);
-  EXPECT_EQ(back.groups[0].shape, m.groups[0].shape);
-  ASSERT_TRUE((*ck)->check(p).ok()) << (*ck)->check(p).error().message;
-  const runtime::ParamsFile params = read_params(dir_ + "/save.params");
-  for (const auto& np : params.params) {
-    auto t = (*ck)->tensor(np.name, np.shape);
-    ASSERT_TRUE(t.ok()) << t.error().message;
-    EXPECT_EQ(*t, np.data) << np.name;
-  }
-  auto file = runtime::SafetensorsFile::open(out + "/model.safetensors");
-  ASSERT_TRUE(file.ok());
-  EXPECT_NE((*file)->find("model.layers.1.mlp.experts.3.down_proj.weight"), nullptr);
-  EXPECT_NE((*file)->find("model.layers.0.self_attn.k_norm.weight"), nullptr);
+  expect_saves_back(with_ep(plan_of(m, 2, 1, strat(1, 2)), 2), runtime::HfFamily::kQwen3Moe, "",
+                    {"model.layers.1.mlp.experts.3.down_proj.weight", "model.layers.0.self_attn.k_norm.weight"});
 }
 
 // Qwen2-MoE (Qwen1.5-MoE's layout): Q/K/V biases, the top k used as scored (norm_topk_prob false),
@@ -527,25 +524,8 @@ TEST_F(HfCheckpoints, Qwen2MoeGatedSharedExpertLoadsAndSavesBack) {
   EXPECT_FALSE(moe.norm_topk);
   expect_first_loss(f, {{"one", plan_of(m, 1, 1, LayerStrategy{})},
                         {"tp2_sp_ep2", with_ep(plan_of(m, 2, 1, strat(2, 1, 1, true)), 2, 1)}});
-  const std::string out = dir_ + "/out";
-  const Plan p = with_ep(plan_of(m, 2, 1, strat(2, 1, 1, true)), 2, 1);
-  const RunResult r = train_plan(p, dir_, "save", 2, " --data " + dir_ + "/window.bin --save-hf " + out);
-  ASSERT_EQ(r.status, 0) << r.output;
-  auto ck = HfCheckpoint::open(out);
-  ASSERT_TRUE(ck.ok()) << ck.error().message;
-  EXPECT_EQ((*ck)->family(), runtime::HfFamily::kQwen2Moe);
-  EXPECT_EQ(model_of(out).groups[0].shape, m.groups[0].shape);
-  ASSERT_TRUE((*ck)->check(p).ok()) << (*ck)->check(p).error().message;
-  const runtime::ParamsFile params = read_params(dir_ + "/save.params");
-  for (const auto& np : params.params) {
-    auto t = (*ck)->tensor(np.name, np.shape);
-    ASSERT_TRUE(t.ok()) << t.error().message;
-    EXPECT_EQ(*t, np.data) << np.name;
-  }
-  auto file = runtime::SafetensorsFile::open(out + "/model.safetensors");
-  ASSERT_TRUE(file.ok());
-  EXPECT_NE((*file)->find("model.layers.1.mlp.shared_expert_gate.weight"), nullptr);
-  EXPECT_NE((*file)->find("model.layers.0.mlp.shared_expert.down_proj.weight"), nullptr);
+  expect_saves_back(with_ep(plan_of(m, 2, 1, strat(2, 1, 1, true)), 2, 1), runtime::HfFamily::kQwen2Moe, "",
+                    {"model.layers.1.mlp.shared_expert_gate.weight", "model.layers.0.mlp.shared_expert.down_proj.weight"});
 }
 
 // MoE checkpoints of families whose layers hold what weft's do not are refused by name.
