@@ -140,30 +140,24 @@ std::vector<std::pair<std::string, std::vector<int64_t>>> hf_tensors(const Famil
     }
     t.push_back({h + "self_attn.o_proj.weight", {H, q}});
     t.push_back({h + "post_attention_layernorm.weight", {H}});
-    if (f.type == "qwen3_moe" || f.type == "qwen2_moe") {
-      t.push_back({h + "mlp.gate.weight", {f.experts, H}});
+    if (f.moe()) {
+      // Mixtral's block_sparse_moe.{gate, experts.E.w1 / w3 / w2}; the Qwens' mlp.{gate,
+      // experts.E.gate_proj / up_proj / down_proj}, Qwen2-MoE's gated shared expert beside them.
+      const bool mix = f.type == "mixtral";
+      const std::string b = h + (mix ? "block_sparse_moe." : "mlp.");
+      t.push_back({b + "gate.weight", {f.experts, H}});
       if (f.shared > 0) {
         const int64_t Fs = f.shared * F;
-        t.push_back({h + "mlp.shared_expert.gate_proj.weight", {Fs, H}});
-        t.push_back({h + "mlp.shared_expert.up_proj.weight", {Fs, H}});
-        t.push_back({h + "mlp.shared_expert.down_proj.weight", {H, Fs}});
-        t.push_back({h + "mlp.shared_expert_gate.weight", {1, H}});
+        t.push_back({b + "shared_expert.gate_proj.weight", {Fs, H}});
+        t.push_back({b + "shared_expert.up_proj.weight", {Fs, H}});
+        t.push_back({b + "shared_expert.down_proj.weight", {H, Fs}});
+        t.push_back({b + "shared_expert_gate.weight", {1, H}});
       }
       for (int e = 0; e < f.experts; ++e) {
-        const std::string x = h + "mlp.experts." + std::to_string(e) + ".";
-        t.push_back({x + "gate_proj.weight", {F, H}});
-        t.push_back({x + "up_proj.weight", {F, H}});
-        t.push_back({x + "down_proj.weight", {H, F}});
-      }
-      continue;
-    }
-    if (f.type == "mixtral") {
-      t.push_back({h + "block_sparse_moe.gate.weight", {f.experts, H}});
-      for (int e = 0; e < f.experts; ++e) {
-        const std::string x = h + "block_sparse_moe.experts." + std::to_string(e) + ".";
-        t.push_back({x + "w1.weight", {F, H}});
-        t.push_back({x + "w2.weight", {H, F}});
-        t.push_back({x + "w3.weight", {F, H}});
+        const std::string x = b + "experts." + std::to_string(e) + ".";
+        t.push_back({x + (mix ? "w1" : "gate_proj") + ".weight", {F, H}});
+        t.push_back({x + (mix ? "w3" : "up_proj") + ".weight", {F, H}});
+        t.push_back({x + (mix ? "w2" : "down_proj") + ".weight", {H, F}});
       }
       continue;
     }
