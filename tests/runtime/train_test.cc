@@ -464,8 +464,8 @@ RunResult adapt_run(Plan p, const std::string& dir, int steps, const std::string
   return got;
 }
 
-// The last step at or after `from` whose --adapt re-plan measured rank 1 below 2x (0: none).
-int replanned_recovered(const std::string& output, int from) {
+// The last step at or after `from` whose --adapt re-plan measured rank 1 below `below` (0: none).
+int replanned_recovered(const std::string& output, int from, double below = 2.0) {
   int at_step = 0;
   for (size_t at = output.find("weft: adapt: measured slowdowns "); at != std::string::npos;
        at = output.find("weft: adapt: measured slowdowns ", at + 1)) {
@@ -474,9 +474,16 @@ int replanned_recovered(const std::string& output, int from) {
     std::string word;
     int step = 0;
     in >> f[0] >> f[1] >> f[2] >> f[3] >> word >> word >> step;
-    if (step >= from && f[1] < 2.0) at_step = step;
+    if (step >= from && f[1] < below) at_step = step;
   }
   return at_step;
+}
+
+// The step JSON of the switch at `step`.
+Json slow_switch_json(const std::vector<Json>& sws, int step) {
+  for (const Json& j : sws)
+    if (j["step"].get<int>() == step) return j;
+  return Json{{"switched", {{"slowdowns", {0.0, 0.0, 0.0, 0.0}}}}};
 }
 
 // Whether a switch was made for rank 1 measured within 1.25x of the fastest other rank (of 4; not
@@ -503,9 +510,8 @@ std::vector<int> cut_of(const std::string& change) {
 TEST(RuntimeStragglers, AdaptSwitchesInPlaceAndBackWithOneProcessLosses) {
   // Compute that grows with the batch: a rank's share matters.
   const std::string dir = temp_dir("adapt");
-  // 20 steps: a re-plan just after the recovery may still count the last slow step in its window (a
-  // clean-clone CI run measured rank 1 at 2.25x at step 11 and suspended it); the next one comes
-  // 2 x --straggler-steps later (calibration, then a window), at step 17.
+  // 20 steps: a re-plan just after the recovery may still read rank 1 slow (below), and the next one
+  // comes 2 x --straggler-steps later (calibration, then a window).
   const RunResult got = adapt_run(uniform(wider_gpt(2, 256), 4, 1, strat(1, 4), {}, Schedule::k1F1B, 16, 2), dir, 20,
                                   " --adapt --slow 1:4:3:9 --straggler-steps 3 --straggler-margin 1.5");
   std::filesystem::remove_all(dir);
@@ -540,7 +546,12 @@ TEST(RuntimeStragglers, AdaptSwitchesInPlaceAndBackWithOneProcessLosses) {
   // shares when the measurements are quiet; on a loaded machine the others' noise may leave them a
   // little uneven, rank 1 may still read slow for a few steps, or the re-plan may gain too little
   // to switch).
-  EXPECT_GE(replanned_recovered(got.output, 10), 10) << got.output;
+  // "Nearer": below half the slowdown measured while it was slow. The calibration after the first
+  // switch folds the error of that measurement (6.05x for a 4x slowdown) into rank 1's expected
+  // compute, so a recovered rank 1 reads about 4 / 6.05 of full speed, 1.5x, and noise has taken
+  // it to 2.0x and 2.25x on clean-clone CI runs.
+  const double slow_measured = slow_switch_json(sws, slow_switch->first)["switched"]["slowdowns"][1].get<double>();
+  EXPECT_GE(replanned_recovered(got.output, 10, slow_measured / 2), 10) << got.output;
   // Shares of the step's samples, compared as fractions (a re-plan may change the micro-batches).
   const std::vector<int> after = shares_of(switches.back().second);  // zeros: even shares
   const int before_sum = std::accumulate(shares.begin(), shares.end(), 0);
