@@ -58,12 +58,12 @@ Result<HfFamily> family_of_type(const std::string& t, const std::string& where) 
   if (t == "mixtral") return HfFamily::kMixtral;
   if (t == "qwen3") return HfFamily::kQwen3;
   if (t == "qwen3_moe") return HfFamily::kQwen3Moe;
-  // MoE families whose layers hold what weft's do not (docs/runtime.md "Hugging Face checkpoints").
   if (t == "qwen2_moe") return HfFamily::kQwen2Moe;
+  // MoE families whose layers hold what weft's do not (docs/runtime.md "Hugging Face checkpoints").
   if (t == "olmoe")
     return bad(where + ": model_type \"olmoe\": its attention normalises the queries and keys of all heads at "
                        "once (self_attn.q_norm over the whole width), where weft's norms each head (qwen3); weft "
-                       "loads mixtral and qwen3_moe checkpoints");
+                       "loads mixtral, qwen2_moe and qwen3_moe checkpoints");
   if (t == "deepseek_v2" || t == "deepseek_v3")
     return bad(where + ": model_type \"" + t + "\": multi-head latent attention, which weft's runtime does not "
                        "build; weft loads mixtral, qwen2_moe and qwen3_moe checkpoints");
@@ -71,33 +71,29 @@ Result<HfFamily> family_of_type(const std::string& t, const std::string& where) 
                      "and qwen3_moe checkpoints");
 }
 
-// Qwen2-MoE's and Qwen3-MoE's name of a MoE layer tensor (after "model.layers.N."): mlp.gate the
-// router, the experts' gate / up / down projections under mlp.experts.E, Qwen2-MoE's shared experts
-// (one FFN) under mlp.shared_expert and their gate mlp.shared_expert_gate.
-std::optional<std::string> qwen_moe_layer_name(const std::string& rest) {
-  if (rest == "mlp.router") return std::string("mlp.gate.weight");
-  if (rest == "mlp.shared_gate") return std::string("mlp.shared_expert_gate.weight");
-  if (rest == "mlp.shared.gate" || rest == "mlp.shared.up" || rest == "mlp.shared.down")
-    return "mlp.shared_expert." + rest.substr(11) + "_proj.weight";
+// A MoE layer tensor's name (after "model.layers.N.") in a checkpoint of family f: Mixtral's
+// block_sparse_moe.gate (the router) and block_sparse_moe.experts.E.w1 / w3 / w2 (gate / up /
+// down); Qwen2-MoE's and Qwen3-MoE's mlp.gate and mlp.experts.E.{gate,up,down}_proj, Qwen2-MoE's
+// shared experts (one FFN) under mlp.shared_expert and their gate mlp.shared_expert_gate.
+std::optional<std::string> moe_layer_name(const std::string& rest, HfFamily f) {
+  const bool mix = f == HfFamily::kMixtral;
+  const std::string block = mix ? "block_sparse_moe." : "mlp.";
+  // weft's projection name gate / up / down in the family's checkpoints.
+  auto proj = [mix](const std::string& w) -> std::optional<std::string> {
+    if (w != "gate" && w != "up" && w != "down") return std::nullopt;
+    if (!mix) return w + "_proj.weight";
+    return std::string(w == "gate" ? "w1" : w == "up" ? "w3" : "w2") + ".weight";
+  };
+  if (rest == "mlp.router") return block + "gate.weight";
+  if (!mix && rest == "mlp.shared_gate") return std::string("mlp.shared_expert_gate.weight");
+  if (!mix && rest.starts_with("mlp.shared."))
+    if (auto w = proj(rest.substr(11))) return "mlp.shared_expert." + *w;
   if (!rest.starts_with("experts.")) return std::nullopt;
   const size_t dot = rest.find('.', 8);
   if (dot == std::string::npos) return std::nullopt;
-  const std::string e = rest.substr(8, dot - 8), w = rest.substr(dot + 1);
-  if (w != "gate" && w != "up" && w != "down") return std::nullopt;
-  return "mlp.experts." + e + "." + w + "_proj.weight";
-}
-
-// Mixtral's name of a MoE layer tensor (after "model.layers.N."): the router and the experts' w1
-// (gate), w3 (up) and w2 (down).
-std::optional<std::string> mixtral_layer_name(const std::string& rest) {
-  if (rest == "mlp.router") return std::string("block_sparse_moe.gate.weight");
-  if (!rest.starts_with("experts.")) return std::nullopt;
-  const size_t dot = rest.find('.', 8);
-  if (dot == std::string::npos) return std::nullopt;
-  const std::string e = rest.substr(8, dot - 8), w = rest.substr(dot + 1);
-  const char* hf = w == "gate" ? "w1" : w == "up" ? "w3" : w == "down" ? "w2" : nullptr;
-  if (!hf) return std::nullopt;
-  return "block_sparse_moe.experts." + e + "." + hf + ".weight";
+  auto w = proj(rest.substr(dot + 1));
+  if (!w) return std::nullopt;
+  return block + "experts." + rest.substr(8, dot - 8) + "." + *w;
 }
 
 // transformers' name of a saved dtype (config.json's torch_dtype).
@@ -155,10 +151,8 @@ Result<HfSource> hf_source(const std::string& name, HfFamily f, const ModelSpec&
     const size_t dot = name.find('.', 7);
     const std::string idx = name.substr(7, dot - 7), rest = name.substr(dot + 1);
     if (!gpt2) {
-      if (f == HfFamily::kMixtral)
-        if (auto moe = mixtral_layer_name(rest)) return HfSource{"model.layers." + idx + "." + *moe};
-      if (f == HfFamily::kQwen3Moe || f == HfFamily::kQwen2Moe)
-        if (auto moe = qwen_moe_layer_name(rest)) return HfSource{"model.layers." + idx + "." + *moe};
+      if (f == HfFamily::kMixtral || f == HfFamily::kQwen3Moe || f == HfFamily::kQwen2Moe)
+        if (auto moe = moe_layer_name(rest, f)) return HfSource{"model.layers." + idx + "." + *moe};
       auto it = llama_layer_names().find(rest);
       if (it != llama_layer_names().end()) return HfSource{"model.layers." + idx + "." + it->second};
     } else if (m.num_layers() > 0) {
@@ -200,7 +194,8 @@ Result<std::unique_ptr<HfCheckpoint>> HfCheckpoint::open(const std::string& dir)
   }
   if (!ck->config_.is_object()) return bad(cfg + ": not a JSON object");
   if (!ck->config_.contains("model_type") || !ck->config_["model_type"].is_string())
-    return bad(cfg + ": model_type: missing or not a string (llama, mistral, qwen2, qwen3, gpt2, mixtral, qwen2_moe or qwen3_moe)");
+    return bad(cfg + ": model_type: missing or not a string (llama, mistral, qwen2, qwen3, gpt2, mixtral, qwen2_moe "
+                     "or qwen3_moe)");
   auto fam = family_of_type(ck->config_["model_type"].get<std::string>(), cfg);
   if (!fam.ok()) return fam.error();
   ck->family_ = *fam;
@@ -394,17 +389,19 @@ Result<ParamsFile> hf_rank_entries(const HfCheckpoint& ck, const Plan& p, int ra
 Result<HfFamily> hf_family_of(const ModelSpec& m) {
   if (m.groups.size() != 1)
     return bad("--save-hf: the model has " + std::to_string(m.groups.size()) +
-               " layer groups; weft writes models of one (llama, qwen2, gpt2)");
+               " layer groups; weft writes models of one (llama, qwen2, qwen3, gpt2, mixtral, qwen2_moe, qwen3_moe)");
   const LayerShape& s = m.groups[0].shape;
+  // Llama's layers, which every family below but GPT-2 builds on: rope, RMSNorm, SwiGLU.
+  const bool llama_layers = s.kind == LayerKind::kDecoder && m.position == PositionKind::kRope &&
+                            m.norm == NormKind::kRmsNorm && s.ffn_kind == FfnKind::kSwiglu;
   if (s.moe.enabled()) {
     // Mixtral: every layer MoE (one group), no shared experts, softmax scores renormalised over the
     // top k, llama's attention and norms without biases. Qwen3-MoE: the same with per-head query /
     // key norms, its top k renormalised or not (norm_topk_prob).
     const MoeSpec& r = s.moe;
     // Qwen2-MoE: qwen2's attention (Q/K/V biases), softmax router, gated shared experts.
-    if (r.shared_experts > 0 && r.shared_gate && s.qkv_bias && !s.bias && !s.qk_norm && r.score == RouterScore::kSoftmax &&
-        r.routed_scale == 1.0 && m.position == PositionKind::kRope && m.norm == NormKind::kRmsNorm &&
-        s.ffn_kind == FfnKind::kSwiglu && s.kind == LayerKind::kDecoder)
+    if (r.shared_experts > 0 && r.shared_gate && llama_layers && s.qkv_bias && !s.bias && !s.qk_norm &&
+        r.score == RouterScore::kSoftmax && r.routed_scale == 1.0)
       return HfFamily::kQwen2Moe;
     std::string differs;
     if (r.shared_experts > 0)
@@ -414,8 +411,7 @@ Result<HfFamily> hf_family_of(const ModelSpec& m) {
     else if (r.score != RouterScore::kSoftmax || (!r.norm_topk && !s.qk_norm) || r.routed_scale != 1.0)
       differs = std::string("a ") + to_string(r.score) + " router" + (r.norm_topk ? "" : " without renormalised top-k") +
                 (r.routed_scale != 1.0 ? " scaled by " + num(r.routed_scale) : "");
-    else if (m.position != PositionKind::kRope || m.norm != NormKind::kRmsNorm || s.ffn_kind != FfnKind::kSwiglu ||
-             s.bias || s.qkv_bias || s.kind != LayerKind::kDecoder)
+    else if (!llama_layers || s.bias || s.qkv_bias)
       differs = "layers other than llama's (rope, rmsnorm, swiglu, no biases)";
     if (!differs.empty())
       return bad("--save-hf: a Mixture-of-Experts model with " + differs +
@@ -424,16 +420,15 @@ Result<HfFamily> hf_family_of(const ModelSpec& m) {
     return s.qk_norm ? HfFamily::kQwen3Moe : HfFamily::kMixtral;
   }
   if (s.qk_norm) {
-    if (s.kind != LayerKind::kDecoder || m.position != PositionKind::kRope || m.norm != NormKind::kRmsNorm ||
-        s.ffn_kind != FfnKind::kSwiglu || s.bias || s.qkv_bias)
+    if (!llama_layers || s.bias || s.qkv_bias)
       return bad("--save-hf: per-head query / key norms in layers other than qwen3's (rope, rmsnorm, swiglu, no biases)");
     return HfFamily::kQwen3;
   }
-  if (s.kind != LayerKind::kDecoder) return bad("--save-hf: not a decoder; weft writes llama, qwen2 and gpt2 models");
+  if (s.kind != LayerKind::kDecoder)
+    return bad("--save-hf: not a decoder; weft writes llama, qwen2, qwen3, gpt2, mixtral, qwen2_moe and qwen3_moe models");
   if (m.position == PositionKind::kLearned && m.norm == NormKind::kLayerNorm && s.ffn_kind == FfnKind::kGelu && s.bias)
     return HfFamily::kGpt2;
-  if (m.position == PositionKind::kRope && m.norm == NormKind::kRmsNorm && s.ffn_kind == FfnKind::kSwiglu)
-    return s.qkv_bias && !s.bias ? HfFamily::kQwen2 : HfFamily::kLlama;
+  if (llama_layers) return s.qkv_bias && !s.bias ? HfFamily::kQwen2 : HfFamily::kLlama;
   return bad(std::string("--save-hf: a model of ") + to_string(m.position) + " positions, " + to_string(m.norm) + ", " +
              to_string(s.ffn_kind) + " and " + (s.bias ? "" : "no ") +
              "biases is neither llama-style (rope, rmsnorm, swiglu) nor gpt2-style (learned, layernorm, gelu, biases)");
