@@ -172,7 +172,7 @@ void register_train_commands(CLI::App& app) {
               "and temporaries of one step's forward and backward)");
   t->add_option("--hf-checkpoint", o->hf_checkpoint,
                 "Start from a Hugging Face checkpoint (DIR with config.json and safetensors; llama, mistral, qwen2, "
-                "qwen3, gpt2, mixtral, qwen2_moe, qwen3_moe); its config.json is the model without --model or "
+                "qwen3, gpt2, mixtral, qwen2_moe, qwen3_moe, olmoe); its config.json is the model without --model or "
                 "--plan; with --resume, only until --checkpoint-dir holds a checkpoint");
   t->add_option("--save-hf", o->save_hf,
                 "Write the final model to DIR as a Hugging Face checkpoint (config.json, safetensors)");

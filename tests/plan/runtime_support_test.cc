@@ -137,6 +137,20 @@ TEST(RuntimeSupport, RefusesModelsItCannotRunNamingTheFieldOrLayer) {
             "without are)");
 }
 
+// Query / key norms over all heads (OLMoE) sum their squares over tp, so tp must hold whole key
+// heads: tp 4 over 2 kv heads is refused with the numbers, tp 2 runs.
+TEST(RuntimeSupport, NormsOverAllHeadsNeedWholeKeyHeadsPerTensorRank) {
+  Plan p = uniform_plan(LayerStrategy{.tp = 4, .sp = true, .dp = 2}, 1);
+  p.model.groups[0].shape.kv_heads = 2;
+  p.model.groups[0].shape.qk_norm = p.model.groups[0].shape.qk_norm_full = true;
+  EXPECT_EQ(refusal_of(p), "plan: stages[0].layers[0].tp: query / key norms over all heads (qk_norm \"full\") need "
+                           "whole key heads on each tensor-parallel rank, but tp 4 does not divide the 2 key / value heads");
+  Plan two = uniform_plan(LayerStrategy{.tp = 2, .sp = true, .dp = 4}, 1);
+  two.model.groups[0].shape.kv_heads = 2;
+  two.model.groups[0].shape.qk_norm = two.model.groups[0].shape.qk_norm_full = true;
+  EXPECT_EQ(refusal_of(two), "OK");
+}
+
 TEST(RuntimeSupport, ValidatesFirst) {
   Plan p = uniform_plan(LayerStrategy{.tp = 2, .dp = 2}, 1);  // 4 devices on a stage of 8
   p.model.position = PositionKind::kRelative;                  // refused too, but after validate()

@@ -307,6 +307,11 @@ TEST(Megatron, QkvBiasesQueryKeyNormsAndSharedExpertGate) {
   l = args(q3, 1);
   EXPECT_TRUE(has(l, "--qk-layernorm"));
   EXPECT_FALSE(has(l, "--add-qkv-bias"));
+  // OLMoE's norms over all heads have no Megatron-LM flag (--qk-layernorm norms each head).
+  q3.groups[0].shape.qk_norm_full = true;
+  auto full = megatron_args(plan(q3, cluster(1, 8), train(1, 8, 64, Schedule::k1F1B, 1, 4096), LayerStrategy{.dp = 8}));
+  ASSERT_FALSE(full.ok());
+  EXPECT_TRUE(contains(full.error().message, "qk_norm \"full\"")) << full.error().message;
   auto mix = load_model("mixtral-8x7b");
   ASSERT_TRUE(mix.ok());
   EXPECT_FALSE(has(args(*mix, 8), "--moe-shared-expert-gate"));

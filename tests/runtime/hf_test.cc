@@ -39,8 +39,9 @@ struct Family {
   bool qkv_bias = false;
   bool gpt2_prefix = false;  // GPT2LMHeadModel's "transformer." names
   int head_dim() const { return dim > 0 ? dim : hidden / heads; }
-  bool moe() const { return type == "mixtral" || type == "qwen3_moe" || type == "qwen2_moe"; }
+  bool moe() const { return type == "mixtral" || type == "qwen3_moe" || type == "qwen2_moe" || type == "olmoe"; }
   bool qk_norm() const { return type == "qwen3" || type == "qwen3_moe"; }
+  bool olmoe() const { return type == "olmoe"; }  // query / key norms over all heads
 };
 
 Json config_of(const Family& f) {
@@ -68,6 +69,14 @@ Json config_of(const Family& f) {
     j["architectures"] = {f.type == "qwen3" ? "Qwen3ForCausalLM" : "Qwen3MoeForCausalLM"};
     j["use_sliding_window"] = false;
     j["sliding_window"] = nullptr;
+  }
+  if (f.olmoe()) {  // OlmoeConfig: the experts' width in intermediate_size, no moe_intermediate_size
+    j["architectures"] = {"OlmoeForCausalLM"};
+    j["num_experts"] = f.experts;
+    j["num_experts_per_tok"] = f.top_k;
+    j["norm_topk_prob"] = f.norm_topk;
+    j["router_aux_loss_coef"] = 0.0;
+    j["clip_qkv"] = nullptr;
   }
   if (f.type == "qwen3_moe" || f.type == "qwen2_moe") {
     j["num_experts"] = f.experts;
@@ -137,6 +146,10 @@ std::vector<std::pair<std::string, std::vector<int64_t>>> hf_tensors(const Famil
     if (f.qk_norm()) {
       t.push_back({h + "self_attn.q_norm.weight", {d}});
       t.push_back({h + "self_attn.k_norm.weight", {d}});
+    }
+    if (f.olmoe()) {
+      t.push_back({h + "self_attn.q_norm.weight", {q}});
+      t.push_back({h + "self_attn.k_norm.weight", {kv}});
     }
     t.push_back({h + "self_attn.o_proj.weight", {H, q}});
     t.push_back({h + "post_attention_layernorm.weight", {H}});
@@ -258,8 +271,13 @@ double reference_loss(const Family& f, const Weights& w, const std::vector<int64
     for (int l = 0; l < f.layers; ++l) {
       const std::string h = "model.layers." + std::to_string(l) + ".";
       at::Tensor hn = rms(x, W(h + "input_layernorm.weight"), f.eps);
-      at::Tensor q = lin(hn, h + "self_attn.q_proj").view({T, nh, d}).transpose(0, 1);
-      at::Tensor k = lin(hn, h + "self_attn.k_proj").view({T, nkv, d}).transpose(0, 1);
+      at::Tensor q = lin(hn, h + "self_attn.q_proj"), k = lin(hn, h + "self_attn.k_proj");
+      if (f.olmoe()) {  // OlmoeAttention: q_norm over all heads' queries, k_norm over all keys
+        q = rms(q, W(h + "self_attn.q_norm.weight"), f.eps);
+        k = rms(k, W(h + "self_attn.k_norm.weight"), f.eps);
+      }
+      q = q.view({T, nh, d}).transpose(0, 1);
+      k = k.view({T, nkv, d}).transpose(0, 1);
       at::Tensor v = lin(hn, h + "self_attn.v_proj").view({T, nkv, d}).transpose(0, 1);
       if (f.qk_norm()) {  // Qwen3: each head's query and key RMS-normalised over head_dim, before RoPE
         q = rms(q, W(h + "self_attn.q_norm.weight"), f.eps);
@@ -522,10 +540,42 @@ TEST_F(HfCheckpoints, Qwen2MoeGatedSharedExpertLoadsAndSavesBack) {
                     {"model.layers.1.mlp.shared_expert_gate.weight", "model.layers.0.mlp.shared_expert.down_proj.weight"});
 }
 
+// OLMoE: its query and key norms span all heads (q_norm over heads x head_dim, k_norm over kv
+// heads x head_dim, on the projections' outputs), the top k used as scored; loaded under one
+// process, under tp 2 (each rank's heads' part of the norms, the squares summed over tp) with ep 2,
+// and under ep 2 alone; saved back as olmoe. A config that clamps q, k and v (clip_qkv) is refused.
+TEST_F(HfCheckpoints, OlmoeNormsOverAllHeadsLoadUnderTensorParallelismAndSaveBack) {
+  Family f{"olmoe"};
+  f.kv_heads = 4;  // OLMoE's attention is multi-head
+  f.eps = 1e-5;
+  f.theta = 10000;
+  f.ffn = 24;
+  f.norm_topk = false;
+  const std::string src = dir_ + "/cfg";
+  write_checkpoint(f, src);
+  const ModelSpec m = model_of(src);
+  const LayerShape& sh = m.groups[0].shape;
+  ASSERT_TRUE(sh.moe.enabled());
+  EXPECT_TRUE(sh.qk_norm && sh.qk_norm_full);
+  EXPECT_FALSE(sh.moe.norm_topk);
+  expect_first_loss(f, {{"one", plan_of(m, 1, 1, LayerStrategy{})},
+                        {"tp2_sp_ep2", with_ep(plan_of(m, 2, 1, strat(2, 1, 1, true)), 2, 1)},
+                        {"ep2", with_ep(plan_of(m, 2, 1, strat(1, 2)), 2)}});
+  expect_saves_back(with_ep(plan_of(m, 2, 1, strat(2, 1, 1, true)), 2, 1), runtime::HfFamily::kOlmoe, "",
+                    {"model.layers.1.self_attn.q_norm.weight", "model.layers.0.self_attn.k_norm.weight"});
+  Json cfg = config_of(f);
+  cfg["clip_qkv"] = 8.0;
+  std::ofstream(src + "/config.json") << cfg.dump();
+  auto ck = HfCheckpoint::open(src);
+  const Status st = ck.ok() ? (*ck)->check(plan_of(m, 1, 1, LayerStrategy{})) : ck.error();
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.error().message.find("clip_qkv 8"), std::string::npos) << st.error().message;
+}
+
 // MoE checkpoints of families whose layers hold what weft's do not are refused by name.
 TEST_F(HfCheckpoints, MoeFamiliesWeftCannotReproduceAreRefusedByName) {
   for (const auto& [type, what] : std::vector<std::pair<std::string, std::string>>{
-           {"olmoe", "q_norm"}, {"deepseek_v3", "latent attention"}}) {
+           {"deepseek_v3", "latent attention"}}) {
     const std::string d = dir_ + "/" + type;
     std::filesystem::create_directories(d);
     std::ofstream(d + "/config.json") << Json{{"model_type", type}}.dump();

@@ -148,6 +148,13 @@ TEST(RuntimeParity, TensorParallel2SpQueryKeyNormsReplicatedKvHead) {
 TEST(RuntimeParity, Ulysses2Zero3QueryKeyNorms) {
   expect_parity(uniform(qk_norm_llama(2), 4, 1, strat(1, 2, 2, false, 3)), "ulysses2_zero3_qknorm", "", " --eps 1e-5");
 }
+// OLMoE's norms over all heads' queries and keys: each tp rank holds its heads' part of the
+// weights, and the squares are summed over tp in forward and backward.
+TEST(RuntimeParity, TensorParallel2SpQueryKeyNormsOverAllHeads) {
+  ModelSpec m = qk_norm_llama(2);
+  m.groups[0].shape.qk_norm_full = true;
+  expect_parity(uniform(m, 2, 1, strat(2, 1, 1, true)), "tp2sp_qknorm_full");
+}
 TEST(RuntimeParity, TensorParallel2ReplicatedKvHeadWithBiases) {
   ModelSpec m = tiny_gpt();
   m.groups[0].shape.kv_heads = 1;  // K/V weights and biases summed over the pair in one all-reduce

@@ -412,6 +412,25 @@ TEST(HfConfig, RouterSettingsPerFamily) {
   EXPECT_EQ(olmoe->groups[0].count, 16);
   const MoeSpec& o = olmoe->groups[0].shape.moe;
   EXPECT_EQ(o, (MoeSpec{.experts = 64, .top_k = 8, .expert_ffn = 1024, .norm_topk = false, .aux_loss_coef = 0.01}));
+  // Its attention normalises all heads' queries (2048 weights) and keys (2048) at once: "6.9B total
+  // and 1.3B active parameters" (OLMoE, Muennighoff et al. 2024, table 1).
+  const LayerShape& os = olmoe->groups[0].shape;
+  EXPECT_TRUE(os.qk_norm && os.qk_norm_full);
+  LayerShape per_head = os;
+  per_head.qk_norm_full = false;
+  EXPECT_DOUBLE_EQ(layer_params(os).norms - layer_params(per_head).norms, 2048.0 + 2048.0 - 2.0 * 128);
+  EXPECT_LT(std::abs(total_params(*olmoe) - 6.9e9) / 6.9e9, 0.01) << total_params(*olmoe);
+  EXPECT_LT(std::abs(active_params(*olmoe) - 1.3e9) / 1.3e9, 0.02) << active_params(*olmoe);
+  // The model JSON writes them as "qk_norm": "full" and reads them back; another string is refused.
+  const Json oj = to_json(*olmoe);
+  EXPECT_EQ(oj["groups"][0]["qk_norm"], "full");
+  EXPECT_EQ(model_from_json(oj).value(), *olmoe);
+  Json wrong = oj;
+  wrong["groups"][0]["qk_norm"] = "per_token";
+  auto refused = model_from_json(wrong);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.error().message.find("qk_norm"), std::string::npos) << refused.error().message;
+  EXPECT_NE(refused.error().message.find("per_token"), std::string::npos) << refused.error().message;
   // A scoring function weft does not know is named.
   auto bad = model_from_hf_config(Json::parse(R"({"model_type": "deepseek_v3", "vocab_size": 1000, "hidden_size": 64,
       "num_hidden_layers": 2, "num_attention_heads": 4, "intermediate_size": 128, "n_routed_experts": 8,

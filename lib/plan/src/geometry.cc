@@ -125,7 +125,10 @@ void add_layer_params(UnitBuilder& b, const ModelSpec& m, int li, int tp, int t)
   if (qkv_bias) b.add(pre + "attn.bk", {nkv * d}, 0, kv0 * d, nkvl * d, false, kv_counted, 0);
   b.add(pre + "attn.wv", {nkv * d, H}, 0, kv0 * d, nkvl * d, true, kv_counted, kInitStd);
   if (qkv_bias) b.add(pre + "attn.bv", {nkv * d}, 0, kv0 * d, nkvl * d, false, kv_counted, 0);
-  if (sh.qk_norm) {  // shared by the heads: replicated over tp, the gradient summed over it by the runtime
+  if (sh.qk_norm && sh.qk_norm_full) {  // a weight per query and key element: split by heads, as wq and wk
+    b.add(pre + "attn.q_norm", {nh * d}, 0, t * nhl * d, nhl * d, false, true, -1);
+    b.add(pre + "attn.k_norm", {nkv * d}, 0, kv0 * d, nkvl * d, false, kv_counted, -1);
+  } else if (sh.qk_norm) {  // shared by the heads: replicated over tp, the gradient summed over it by the runtime
     b.add(pre + "attn.q_norm", {d}, -1, 0, 0, false, rep, -1);
     b.add(pre + "attn.k_norm", {d}, -1, 0, 0, false, rep, -1);
   }

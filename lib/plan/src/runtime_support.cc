@@ -77,6 +77,11 @@ Status runtime_supports(const Plan& p) {
       if (why.empty() && sh.moe.enabled() && st.tp > 1 && !st.sp && block % st.tp != 0)
         why = "tp: a MoE layer under tp " + S(st.tp) + " without sequence parallelism routes a tp-th of each rank's " +
               S(static_cast<long long>(block)) + " tokens, which tp does not divide";
+      // Query / key norms over all heads (OLMoE) sum their squares over the tp group, which must
+      // then hold each key head once.
+      if (why.empty() && sh.qk_norm_full && st.tp > 1 && sh.kv_heads % st.tp != 0)
+        why = "tp: query / key norms over all heads (qk_norm \"full\") need whole key heads on each tensor-parallel "
+              "rank, but tp " + S(st.tp) + " does not divide the " + S(sh.kv_heads) + " key / value heads";
       if (!why.empty())
         return Error{ErrorKind::kBadInput, "plan: stages[" + S(static_cast<long long>(s)) + "].layers[" +
                                                S(static_cast<long long>(l)) + "]." + why};

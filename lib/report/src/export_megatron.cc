@@ -175,6 +175,9 @@ void megatron_model(const Plan& p, std::vector<std::string>& out, std::vector<st
   // Qwen2's query / key / value biases beside no other bias, and Qwen3's per-head query / key norms
   // (RMSNorm under --normalization RMSNorm): core_v0.19's --add-qkv-bias and --qk-layernorm.
   if (!a.bias && a.qkv_bias) out.push_back("--add-qkv-bias");
+  if (a.qk_norm && a.qk_norm_full)
+    refuse(kMeg, "model: query / key norms over all heads at once (qk_norm \"full\", OLMoE); Megatron-LM's "
+                 "--qk-layernorm normalises each head");
   if (a.qk_norm) out.push_back("--qk-layernorm");
   if (!m.tied_embeddings) out.push_back("--untie-embeddings-and-output-weights");
   if (moe) {

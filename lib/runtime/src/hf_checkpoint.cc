@@ -59,16 +59,13 @@ Result<HfFamily> family_of_type(const std::string& t, const std::string& where) 
   if (t == "qwen3") return HfFamily::kQwen3;
   if (t == "qwen3_moe") return HfFamily::kQwen3Moe;
   if (t == "qwen2_moe") return HfFamily::kQwen2Moe;
+  if (t == "olmoe") return HfFamily::kOlmoe;
   // MoE families whose layers hold what weft's do not (docs/runtime.md "Hugging Face checkpoints").
-  if (t == "olmoe")
-    return bad(where + ": model_type \"olmoe\": its attention normalises the queries and keys of all heads at "
-                       "once (self_attn.q_norm over the whole width), where weft's norms each head (qwen3); weft "
-                       "loads mixtral, qwen2_moe and qwen3_moe checkpoints");
   if (t == "deepseek_v2" || t == "deepseek_v3")
     return bad(where + ": model_type \"" + t + "\": multi-head latent attention, which weft's runtime does not "
-                       "build; weft loads mixtral, qwen2_moe and qwen3_moe checkpoints");
-  return bad(where + ": model_type \"" + t + "\": weft loads llama, mistral, qwen2, qwen3, gpt2, mixtral, qwen2_moe "
-                     "and qwen3_moe checkpoints");
+                       "build; weft loads mixtral, qwen2_moe, qwen3_moe and olmoe checkpoints");
+  return bad(where + ": model_type \"" + t + "\": weft loads llama, mistral, qwen2, qwen3, gpt2, mixtral, qwen2_moe, "
+                     "qwen3_moe and olmoe checkpoints");
 }
 
 // A MoE layer tensor's name (after "model.layers.N.") in a checkpoint of family f: Mixtral's
@@ -136,6 +133,7 @@ const char* to_string(HfFamily f) {
     case HfFamily::kQwen3: return "qwen3";
     case HfFamily::kQwen3Moe: return "qwen3_moe";
     case HfFamily::kQwen2Moe: return "qwen2_moe";
+    case HfFamily::kOlmoe: return "olmoe";
   }
   return "?";
 }
@@ -151,7 +149,7 @@ Result<HfSource> hf_source(const std::string& name, HfFamily f, const ModelSpec&
     const size_t dot = name.find('.', 7);
     const std::string idx = name.substr(7, dot - 7), rest = name.substr(dot + 1);
     if (!gpt2) {
-      if (f == HfFamily::kMixtral || f == HfFamily::kQwen3Moe || f == HfFamily::kQwen2Moe)
+      if (f == HfFamily::kMixtral || f == HfFamily::kQwen3Moe || f == HfFamily::kQwen2Moe || f == HfFamily::kOlmoe)
         if (auto moe = moe_layer_name(rest, f)) return HfSource{"model.layers." + idx + "." + *moe};
       auto it = llama_layer_names().find(rest);
       if (it != llama_layer_names().end()) return HfSource{"model.layers." + idx + "." + it->second};
@@ -287,6 +285,11 @@ Status HfCheckpoint::check(const Plan& p) const {
   if (config_.contains("rope_scaling") && !config_["rope_scaling"].is_null())
     return bad(cfg + ": rope_scaling " + config_["rope_scaling"].dump() +
                ": weft's RoPE has no scaling, so its logits would differ from the model's");
+  // OLMoE's clip_qkv clamps the projections' outputs, which weft's attention does not.
+  if (config_.contains("clip_qkv") && !config_["clip_qkv"].is_null())
+    return bad(cfg + ": clip_qkv " + config_["clip_qkv"].dump() +
+               ": weft's attention does not clamp its queries, keys and values, so its logits would differ from the "
+               "model's");
   // Qwen2's and Qwen3's configs switch it on with use_sliding_window.
   bool use_window = family_ != HfFamily::kQwen2 && family_ != HfFamily::kQwen3 && family_ != HfFamily::kQwen3Moe &&
                     family_ != HfFamily::kQwen2Moe;
@@ -389,7 +392,7 @@ Result<ParamsFile> hf_rank_entries(const HfCheckpoint& ck, const Plan& p, int ra
 Result<HfFamily> hf_family_of(const ModelSpec& m) {
   if (m.groups.size() != 1)
     return bad("--save-hf: the model has " + std::to_string(m.groups.size()) +
-               " layer groups; weft writes models of one (llama, qwen2, qwen3, gpt2, mixtral, qwen2_moe, qwen3_moe)");
+               " layer groups; weft writes models of one (llama, qwen2, qwen3, gpt2, mixtral, qwen2_moe, qwen3_moe, olmoe)");
   const LayerShape& s = m.groups[0].shape;
   // Llama's layers, which every family below but GPT-2 builds on: rope, RMSNorm, SwiGLU.
   const bool llama_layers = s.kind == LayerKind::kDecoder && m.position == PositionKind::kRope &&
@@ -416,16 +419,28 @@ Result<HfFamily> hf_family_of(const ModelSpec& m) {
     if (!differs.empty())
       return bad("--save-hf: a Mixture-of-Experts model with " + differs +
                  "; weft writes MoE models as mixtral (softmax top-k renormalised, no shared experts), qwen3_moe "
-                 "(the same with per-head query / key norms) or qwen2_moe (Q/K/V biases, gated shared experts)");
+                 "(the same with per-head query / key norms), olmoe (query / key norms over all heads) or qwen2_moe (Q/K/V "
+                 "biases, gated shared experts)");
+    if (s.qk_norm_full) {
+      // OLMoE: the top k as scored (norm_topk_prob false in its releases; either is written), its
+      // head_dim always hidden / heads.
+      if (static_cast<std::int64_t>(s.heads) * s.head_dim != m.hidden)
+        return bad("--save-hf: query / key norms over all heads (olmoe) with head_dim " + std::to_string(s.head_dim) +
+                   " x " + std::to_string(s.heads) + " heads != hidden " + std::to_string(m.hidden) +
+                   "; OLMoE's heads are hidden / heads wide");
+      return HfFamily::kOlmoe;
+    }
     return s.qk_norm ? HfFamily::kQwen3Moe : HfFamily::kMixtral;
   }
+  if (s.qk_norm_full)
+    return bad("--save-hf: query / key norms over all heads in a dense model; weft writes them as olmoe, a MoE family");
   if (s.qk_norm) {
     if (!llama_layers || s.bias || s.qkv_bias)
       return bad("--save-hf: per-head query / key norms in layers other than qwen3's (rope, rmsnorm, swiglu, no biases)");
     return HfFamily::kQwen3;
   }
   if (s.kind != LayerKind::kDecoder)
-    return bad("--save-hf: not a decoder; weft writes llama, qwen2, qwen3, gpt2, mixtral, qwen2_moe and qwen3_moe models");
+    return bad("--save-hf: not a decoder; weft writes llama, qwen2, qwen3, gpt2, mixtral, qwen2_moe, qwen3_moe and olmoe models");
   if (m.position == PositionKind::kLearned && m.norm == NormKind::kLayerNorm && s.ffn_kind == FfnKind::kGelu && s.bias)
     return HfFamily::kGpt2;
   if (llama_layers) return s.qkv_bias && !s.bias ? HfFamily::kQwen2 : HfFamily::kLlama;
@@ -454,11 +469,13 @@ Json hf_config_of(const ModelSpec& m, HfFamily f, SaveDType dtype) {
   }
   const bool qwen = f == HfFamily::kQwen2, mixtral = f == HfFamily::kMixtral;
   const bool qwen3 = f == HfFamily::kQwen3, qwen3_moe = f == HfFamily::kQwen3Moe, qwen2_moe = f == HfFamily::kQwen2Moe;
+  const bool olmoe = f == HfFamily::kOlmoe;
   const char* arch = qwen        ? "Qwen2ForCausalLM"
                      : mixtral   ? "MixtralForCausalLM"
                      : qwen3     ? "Qwen3ForCausalLM"
                      : qwen3_moe ? "Qwen3MoeForCausalLM"
                      : qwen2_moe ? "Qwen2MoeForCausalLM"
+                     : olmoe     ? "OlmoeForCausalLM"
                                  : "LlamaForCausalLM";
   Json j{{"architectures", {arch}},
          {"model_type", to_string(f)},
@@ -488,6 +505,16 @@ Json hf_config_of(const ModelSpec& m, HfFamily f, SaveDType dtype) {
     j["norm_topk_prob"] = s.moe.norm_topk;
     j["decoder_sparse_step"] = 1;
     j["mlp_only_layers"] = Json::array();
+    j["router_aux_loss_coef"] = s.moe.aux_loss_coef;
+    j["output_router_logits"] = s.moe.aux_loss_coef > 0;
+  } else if (olmoe) {
+    // OlmoeConfig: the experts' width in intermediate_size (above), no head_dim key.
+    j.erase("head_dim");
+    j["attention_bias"] = false;
+    j["clip_qkv"] = nullptr;
+    j["num_experts"] = s.moe.experts;
+    j["num_experts_per_tok"] = s.moe.top_k;
+    j["norm_topk_prob"] = s.moe.norm_topk;
     j["router_aux_loss_coef"] = s.moe.aux_loss_coef;
     j["output_router_logits"] = s.moe.aux_loss_coef > 0;
   } else if (mixtral) {

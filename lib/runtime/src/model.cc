@@ -541,10 +541,21 @@ at::Tensor Model::attention(const LayerCtx& L, const std::vector<at::Tensor>& w,
   at::Tensor q = at::linear(h, w[I["attn.wq"]], I.has("attn.bq") ? w[I["attn.bq"]] : at::Tensor());
   at::Tensor k = at::linear(h, wk, bk);
   at::Tensor v = at::linear(h, wv, bv);
+  if (L.shape.qk_norm_full) {
+    // OLMoE's RMSNorm of all heads' queries at once and of all keys at once: a tp rank holds its
+    // heads' part of each, so the squares are summed over tp (forward and backward: each rank's
+    // part of the sum feeds every rank's norm), and each rank scales its part by its weights.
+    const double nq = static_cast<double>(L.shape.heads) * d, nk = static_cast<double>(L.shape.kv_heads) * d;
+    at::Tensor ss = at::cat({q.pow(2).sum(-1, true), k.pow(2).sum(-1, true)}, -1);
+    if (L.st.tp > 1) ss = copy_to(reduce_from(ss, *L.tp), *L.tp);
+    const double eps = plan_.model.norm_eps;
+    q = q * at::rsqrt(ss.narrow(-1, 0, 1) / nq + eps) * w[I["attn.q_norm"]];
+    k = k * at::rsqrt(ss.narrow(-1, 1, 1) / nk + eps) * w[I["attn.k_norm"]];
+  }
   q = q.view({b, t, L.heads_local, d});
   k = k.view({b, t, L.kv_local, d});
   v = v.view({b, t, L.kv_local, d});
-  if (I.has("attn.q_norm")) {
+  if (I.has("attn.q_norm") && !L.shape.qk_norm_full) {
     // Qwen3's per-head RMSNorm of queries and keys, before RoPE. One weight vector serves every
     // head, and a tp rank holds some heads (or a copy of a kv head): the gradients are summed over
     // tp (each copy of a kv head collects only its own query heads' part).

@@ -35,6 +35,13 @@ double d(std::int64_t x) { return static_cast<double>(x); }
 int attention_blocks(const LayerShape& s) { return s.kind == LayerKind::kCrossDecoder ? 2 : 1; }
 int norms_per_layer(const LayerShape& s) { return s.kind == LayerKind::kCrossDecoder ? 3 : 2; }
 
+// Query / key norm weights: one head_dim vector each (Qwen3), or a weight per query and key element
+// (OLMoE's norms over all heads).
+double qk_norm_params(const LayerShape& s) {
+  if (!s.qk_norm) return 0;
+  return s.qk_norm_full ? d(s.heads) * s.head_dim + d(s.kv_heads) * s.head_dim : 2.0 * s.head_dim;
+}
+
 // Parameters of one FFN of width f (a dense FFN or one expert).
 double ffn_params(const LayerShape& s, std::int64_t f) {
   const double h = d(s.hidden), ff = d(f);
@@ -108,7 +115,7 @@ LayerParams layer_params(const LayerShape& s) {
   } else {
     p.ffn = ffn_params(s, s.ffn);
   }
-  p.norms = norms_per_layer(s) * h * (s.bias ? 2 : 1) + (s.qk_norm ? 2.0 * s.head_dim : 0.0);
+  p.norms = norms_per_layer(s) * h * (s.bias ? 2 : 1) + qk_norm_params(s);
   return p;
 }
 

@@ -227,8 +227,11 @@ ModelSpec llama_like(const JsonObj& o, Family fam, const std::string& type) {
   // (qkv_bias). Llama-style configs say so with attention_bias / mlp_bias.
   s.bias = bool_or(o, "attention_bias", false) || bool_or(o, "mlp_bias", false);
   s.qkv_bias = !s.bias && (fam == Family::kQwen2 || fam == Family::kQwen2Moe);
-  // Qwen3's attention normalises each head's query and key (RMSNorm over head_dim, before RoPE).
-  s.qk_norm = fam == Family::kQwen3 || fam == Family::kQwen3Moe;
+  // Qwen3's attention normalises each head's query and key (RMSNorm over head_dim, before RoPE);
+  // OLMoE's normalises all heads' queries and all heads' keys at once (q_norm over hidden, k_norm
+  // over kv heads x head_dim, on the projections' outputs).
+  s.qk_norm = fam == Family::kQwen3 || fam == Family::kQwen3Moe || fam == Family::kOlmoe;
+  s.qk_norm_full = fam == Family::kOlmoe;
   const std::string act = str_or(o, "hidden_act", "silu");
   if (fam == Family::kGeneric) {
     s.ffn_kind = (act == "silu" || act == "swish" || act == "swiglu") ? FfnKind::kSwiglu : FfnKind::kGelu;
@@ -273,7 +276,7 @@ ModelSpec llama_like(const JsonObj& o, Family fam, const std::string& type) {
     // Qwen3-MoE has Qwen2-MoE's keys without the shared expert (and without Q/K/V biases, above;
     // its per-head Q/K norms: qk_norm, above). OLMoE (OlmoeConfig) has
     // Qwen3-MoE's keys with its experts' size in intermediate_size and no dense layers (its Q/K
-    // norms, 2 x hidden weights a layer, left out).
+    // norms over all heads: qk_norm_full, above).
     dense.ffn = positive(o, "intermediate_size");
     const long long experts = opt_int(o, "num_experts").value_or(0);
     if (experts > 0) {

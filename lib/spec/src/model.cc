@@ -164,7 +164,7 @@ Json to_json(const ModelSpec& m) {
     if (g.shape.qkv_bias && !g.shape.bias) o["qkv_bias"] = true;
     if (g.shape.window > 0) o["window"] = g.shape.window;
     if (g.shape.sinks) o["sinks"] = true;
-    if (g.shape.qk_norm) o["qk_norm"] = true;
+    if (g.shape.qk_norm) o["qk_norm"] = g.shape.qk_norm_full ? Json("full") : Json(true);
     if (g.shape.mla.enabled())
       o["mla"] = {{"q_lora_rank", g.shape.mla.q_lora_rank},
                   {"kv_lora_rank", g.shape.mla.kv_lora_rank},
@@ -232,7 +232,14 @@ Result<ModelSpec> model_from_json(const Json& j, const std::string& path) {
       s.qkv_bias = g.boolean_or("qkv_bias", false) && !s.bias;
       s.window = static_cast<int>(g.integer_or("window", 0));
       s.sinks = g.boolean_or("sinks", false);
-      s.qk_norm = g.boolean_or("qk_norm", false);
+      // "qk_norm": true (each head's query and key normed over head_dim) or "full" (all heads at once).
+      if (g.has("qk_norm") && g.json().at("qk_norm").is_string()) {
+        const std::string v = g.str("qk_norm");
+        if (v != "full") g.fail("qk_norm", "must be true, false or \"full\", got \"" + v + "\"");
+        s.qk_norm = s.qk_norm_full = true;
+      } else {
+        s.qk_norm = g.boolean_or("qk_norm", false);
+      }
       if (g.has("mla")) {
         JsonObj ml = g.obj("mla");
         ml.reject_unknown({"q_lora_rank", "kv_lora_rank", "qk_rope_dim", "v_head_dim"});

@@ -16,10 +16,11 @@
 // (qwen3's attention, mlp.gate the router, mlp.experts.E.{gate,up,down}_proj the experts; top-k
 // renormalised where norm_topk_prob says so) and qwen2_moe (qwen2's attention with Q/K/V biases,
 // qwen3_moe's router and experts, mlp.shared_expert.*_proj the shared experts as one FFN and
-// mlp.shared_expert_gate the sigmoid gate on their output).
+// mlp.shared_expert_gate the sigmoid gate on their output) and olmoe (OlmoeForCausalLM: qwen3_moe's
+// router and experts, every layer MoE, self_attn.q_norm / k_norm each one RMSNorm over all heads'
+// queries / keys, weft's qk_norm "full").
 //
-// Other MoE families are refused naming what weft's layers lack: OLMoE's query / key norms over
-// all heads at once, DeepSeek's latent attention.
+// Other MoE families are refused naming what weft's layers lack: DeepSeek's latent attention.
 #pragma once
 
 #include <cstdint>
@@ -36,7 +37,7 @@
 
 namespace weft::runtime {
 
-enum class HfFamily { kLlama, kMistral, kQwen2, kGpt2, kMixtral, kQwen3, kQwen3Moe, kQwen2Moe };
+enum class HfFamily { kLlama, kMistral, kQwen2, kGpt2, kMixtral, kQwen3, kQwen3Moe, kQwen2Moe, kOlmoe };
 const char* to_string(HfFamily f);
 
 // Where one of weft's tensors lives in a checkpoint of `family`: an HF tensor, or the rows (output
@@ -93,8 +94,8 @@ Result<ParamsFile> hf_rank_entries(const HfCheckpoint& ck, const Plan& p, int ra
 // The family weft writes a model as: gpt2 (learned positions, LayerNorm, GELU, biases), qwen2
 // (RoPE, RMSNorm, SwiGLU, query/key/value biases only), llama (the same without biases), qwen3
 // (llama's with per-head query / key norms), mixtral (llama's layers, every one MoE without shared
-// experts, softmax top-k renormalised), qwen3_moe (the same with qwen3's attention) or qwen2_moe
-// (qwen2's attention, gated shared experts); kBadInput
+// experts, softmax top-k renormalised), qwen3_moe (the same with qwen3's attention), olmoe (query /
+// key norms over all heads) or qwen2_moe (qwen2's attention, gated shared experts); kBadInput
 // naming what differs for any other (several layer groups, dense layers beside MoE ones, shared
 // experts, a sigmoid router, T5's relative positions, ...).
 Result<HfFamily> hf_family_of(const ModelSpec& m);

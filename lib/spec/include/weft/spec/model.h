@@ -80,6 +80,10 @@ struct LayerShape {
   // RMSNorm of each head's query and key over its head_dim, before RoPE, one weight vector each
   // shared by the heads (Qwen3 and Qwen3-MoE: self_attn.q_norm / k_norm).
   bool qk_norm = false;
+  // With qk_norm: the norms span all heads at once instead, the queries over heads x head_dim and
+  // the keys over kv_heads x head_dim, with a weight per element (OLMoE's q_norm / k_norm, applied
+  // to the projections' outputs before RoPE). JSON "qk_norm": "full".
+  bool qk_norm_full = false;
   bool operator==(const LayerShape&) const = default;
 };
 
