@@ -9,7 +9,9 @@
 // the parameter count, grow with it; it replaces the model file's max_seq), fused_loss (the loss
 // is one fused in-place kernel on the logits: the options' vocab_parallel_loss), measured_memory_gib
 // (the source's peak memory reading, GiB), attention_kernel (flash1 or flash2: the fused
-// attention the run used, where it is not its framework's). A model given as a
+// attention the run used, where it is not its framework's), ep and etp (a MoE run's expert degree
+// and expert tensor degree; etp absent: as tp), exp_avg_dtype and exp_avg_sq_dtype (Megatron-LM's
+// precision-aware optimizer: Adam's moments in bf16). A model given as a
 // relative .json path is read relative to the directory of the runs file (llm-foundry/mpt-7b.json).
 #pragma once
 
@@ -93,6 +95,8 @@ inline Result<std::vector<Run>> load_runs(const std::string& path) {
       auto rc = recompute_from_string(row.at("recompute").get<std::string>());
       if (!rc.ok()) return rc.error().with_context(where);
       s.recompute = *rc;
+      s.ep = row.value("ep", 1);
+      s.etp = row.value("etp", 0);
       TrainSettings t;
       t.seq = row.at("seq").get<int>();
       t.global_batch = row.at("global_batch").get<int>();
@@ -103,6 +107,13 @@ inline Result<std::vector<Run>> load_runs(const std::string& path) {
       auto dt = dtype_from_string(row.at("dtype").get<std::string>());
       if (!dt.ok()) return dt.error().with_context(where);
       t.dtype = *dt;
+      for (const auto& [key, moment] : {std::pair<const char*, DType*>{"exp_avg_dtype", &t.optimizer.exp_avg},
+                                        {"exp_avg_sq_dtype", &t.optimizer.exp_avg_sq}}) {
+        if (!row.contains(key)) continue;
+        auto md = dtype_from_string(row.at(key).get<std::string>());
+        if (!md.ok()) return md.error().with_context(where + ": " + key);
+        *moment = *md;
+      }
       ModelSpec m = *model;
       if (row.contains("max_seq")) m.max_seq = row.at("max_seq").get<int>();
       auto plan = make_uniform_plan(m, c, t, s, embedding_for(s));
