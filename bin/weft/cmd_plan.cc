@@ -107,6 +107,8 @@ struct PlanFlags {
   std::string dtype;                 // --dtype; empty: default_dtype(gpu)
   std::string exp_avg_dtype = "fp32", exp_avg_sq_dtype = "fp32", main_grads_dtype = "fp32";
   double moe_imbalance = 1.0;         // --moe-imbalance
+  std::string moe_dispatcher = "alltoall";  // --moe-dispatcher
+  bool moe_a2a_overlap = false;             // --moe-a2a-overlap
   std::vector<int> pp;                // --pp 1,2,4: pipeline degrees to consider (default all)
   std::vector<std::string> schedules; // --schedule gpipe,1f1b,interleaved,zb-h1,zb-v (default all)
   int max_tp = 0;                     // --max-tp (default: GPUs per node)
@@ -160,6 +162,14 @@ void add_optimizer_flags(CLI::App* cmd, Flags* fl) {
                   "MoE layers: routed copies the busiest expert-parallel rank receives over the mean (1: even "
                   "routing; `weft train` reports the measured figure as moe[].rank_imbalance)")
       ->capture_default_str();
+  cmd->add_option("--moe-dispatcher", fl->moe_dispatcher,
+                  "MoE token dispatch: alltoall (Megatron-LM's all-to-all dispatcher), deepep or hybridep (its flex "
+                  "dispatcher: a token crosses to a remote node once for all its experts there)")
+      ->check(CLI::IsMember({"alltoall", "deepep", "hybridep"}))
+      ->capture_default_str();
+  cmd->add_flag("--moe-a2a-overlap", fl->moe_a2a_overlap,
+                "MoE layers: overlap the expert all-to-all of one micro-batch with another's compute (Megatron-Core's "
+                "--overlap-moe-expert-parallel-comm; with pp > 1 it needs an interleaved schedule)");
 }
 
 // weft plan --lengths FILE: the model-level strategy for a distribution of document lengths.
@@ -322,6 +332,8 @@ void run_plan(const PlanFlags& f) {
   opt.dtype = dtype_or_default(f.dtype, in.cluster.gpu);
   opt.optimizer = optimizer_precision(f, opt.dtype);
   opt.moe_imbalance = f.moe_imbalance;
+  opt.moe_dispatcher = unwrap(moe_dispatcher_from_string(f.moe_dispatcher));
+  opt.moe_a2a_overlap = f.moe_a2a_overlap;
   opt.pp_degrees = f.pp;
   for (const std::string& s : f.schedules) opt.schedules.push_back(unwrap(schedule_from_string(s)));
   opt.max_tp = f.max_tp;
@@ -466,6 +478,8 @@ struct EstimateFlags {
   std::string dtype;  // empty: default_dtype(gpu)
   std::string exp_avg_dtype = "fp32", exp_avg_sq_dtype = "fp32", main_grads_dtype = "fp32";
   double moe_imbalance = 1.0;  // --moe-imbalance
+  std::string moe_dispatcher = "alltoall";  // --moe-dispatcher
+  bool moe_a2a_overlap = false;             // --moe-a2a-overlap
   std::string format = "table";
   std::string out;
 };
@@ -560,6 +574,16 @@ Plan plan_from_flags(const EstimateFlags& f, const Inputs& in) {
   t.optimizer = optimizer_precision(f, t.dtype);
   check(check_moe_imbalance(f.moe_imbalance, in.model, "--moe-imbalance"));
   t.moe_imbalance = f.moe_imbalance;
+  t.moe_dispatcher = unwrap(moe_dispatcher_from_string(f.moe_dispatcher));
+  t.moe_a2a_overlap = f.moe_a2a_overlap;
+  if (t.moe_a2a_overlap && t.pp > 1 && t.vp == 1)
+    bad("--moe-a2a-overlap: with --pp " + S(t.pp) + " it needs an interleaved schedule (--vp > 1), as Megatron-LM's "
+        "--overlap-moe-expert-parallel-comm does");
+  bool moe_model = false;
+  for (const auto& g : in.model.groups) moe_model = moe_model || g.shape.moe.enabled();
+  if ((t.moe_a2a_overlap || t.moe_dispatcher != MoeDispatcher::kAllToAll) && !moe_model)
+    bad(std::string(t.moe_a2a_overlap ? "--moe-a2a-overlap" : "--moe-dispatcher") + ": needs a mixture-of-experts model (" +
+        in.model.name + " has none)");
   t.rounds = f.rounds;
   if (t.micro_batches % t.rounds != 0)
     bad("--pipeline-rounds: " + S(t.rounds) + " pipeline schedules do not divide the " + S(t.micro_batches) +
@@ -585,7 +609,7 @@ void run_estimate(const EstimateFlags& f, const CLI::App& cmd) {
     for (const char* flag : {"--seq", "--global-batch", "--micro-batch", "--tp", "--pp", "--dp", "--cp", "--ulysses",
                              "--ep", "--etp", "--vp", "--zero", "--recompute", "--sequence-parallel", "--schedule", "--dtype",
                              "--exp-avg-dtype", "--exp-avg-sq-dtype", "--main-grads-dtype", "--pipeline-rounds",
-                             "--moe-imbalance"})
+                             "--moe-imbalance", "--moe-dispatcher", "--moe-a2a-overlap"})
       if (cmd.count(flag) > 0)
         bad(std::string(flag) + ": not used with --plan (the plan file fixes the strategy; edit it instead)");
     p = unwrap(read_fixed_plan(f.plan, "estimate"));

@@ -11,7 +11,8 @@
 // (the source's peak memory reading, GiB), attention_kernel (flash1 or flash2: the fused
 // attention the run used, where it is not its framework's), ep and etp (a MoE run's expert degree
 // and expert tensor degree; etp absent: as tp), exp_avg_dtype and exp_avg_sq_dtype (Megatron-LM's
-// precision-aware optimizer: Adam's moments in bf16). A model given as a
+// precision-aware optimizer: Adam's moments in bf16), moe_dispatcher (alltoall, deepep, hybridep)
+// and moe_a2a_overlap (Megatron-Core's expert all-to-all overlap). A model given as a
 // relative .json path is read relative to the directory of the runs file (llm-foundry/mpt-7b.json).
 #pragma once
 
@@ -114,6 +115,12 @@ inline Result<std::vector<Run>> load_runs(const std::string& path) {
         if (!md.ok()) return md.error().with_context(where + ": " + key);
         *moment = *md;
       }
+      if (row.contains("moe_dispatcher")) {
+        auto md = moe_dispatcher_from_string(row.at("moe_dispatcher").get<std::string>());
+        if (!md.ok()) return md.error().with_context(where + ": moe_dispatcher");
+        t.moe_dispatcher = *md;
+      }
+      t.moe_a2a_overlap = row.value("moe_a2a_overlap", false);
       ModelSpec m = *model;
       if (row.contains("max_seq")) m.max_seq = row.at("max_seq").get<int>();
       auto plan = make_uniform_plan(m, c, t, s, embedding_for(s));

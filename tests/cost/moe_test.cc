@@ -222,5 +222,76 @@ TEST(MoeImbalance, TheBusiestExpertRankSetsThePace) {
             cm.layer(beyond.layer(0), moe(1, 16, 8)).time.compute.value());
 }
 
+// A node-deduplicating dispatcher (DeepEP, HybridEP): a token crosses to a remote node once for all
+// its experts there. Expected copies per crossing, experts even over the group's nodes and each
+// token's top k distinct and uniform: Qwen3-30B-A3B (128 experts, top 8) over 2 nodes puts 4 copies
+// on the other node on average and misses it with probability C(64, 8) / C(128, 8) = 0.0035; Mixtral
+// (8 experts, top 2) over 2 nodes: 1 copy there on average, missing it with probability 3 / 14.
+TEST(MoeDispatcher, CopiesPerCrossingFollowTheExpertsPerNode) {
+  MoeSpec q3{.experts = 128, .top_k = 8, .expert_ffn = 768};
+  const CommGroup two_nodes{.size = 16, .ranks_per_node = 8};
+  double none = 1;
+  for (int i = 0; i < 8; ++i) none *= (64.0 - i) / (128.0 - i);
+  EXPECT_NEAR(moe_copies_per_crossing(q3, two_nodes), 4.0 / (1 - none), 1e-12);
+  EXPECT_NEAR(moe_copies_per_crossing(q3, two_nodes), 4.012, 0.001);
+  MoeSpec mix{.experts = 8, .top_k = 2, .expert_ffn = 14336};
+  EXPECT_NEAR(moe_copies_per_crossing(mix, two_nodes), 1.0 / (1 - 3.0 / 14.0), 1e-12);
+  // Within a node nothing crosses; over 4 nodes (a quarter of the experts each) fewer copies share one.
+  EXPECT_EQ(moe_copies_per_crossing(q3, CommGroup{.size = 8, .ranks_per_node = 8}), 1.0);
+  const double four = moe_copies_per_crossing(q3, CommGroup{.size = 32, .ranks_per_node = 8});
+  EXPECT_GT(four, 1.0);
+  EXPECT_LT(four, moe_copies_per_crossing(q3, two_nodes));
+}
+
+// The dispatch over 2 nodes: the deduplicated exchange sends a 4th of the bytes that leave the node
+// and forwards the arriving copies over NVLink, so the expert all-to-all of Qwen3-30B-A3B's layer at
+// ep 16 costs less than Megatron-LM's all-to-all dispatcher (inter-node bound) but more than a
+// quarter of it (the forwarding); the plan's dispatcher is what the layer's traffic carries.
+TEST(MoeDispatcher, DeduplicationCutsTheInterNodeDispatch) {
+  auto model = load_model(std::string(WEFT_DATA_DIR) + "/reference/moe/qwen3-30b-a3b.config.json");
+  testing::PresetSetup plain("mixtral-8x7b", "h100-80gb", 2, 8);
+  ASSERT_TRUE(model.ok()) << model.error().message;
+  plain.model = *model;
+  plain.train.global_batch = 64;
+  testing::PresetSetup dedup = plain;
+  dedup.train.moe_dispatcher = MoeDispatcher::kHybridEp;
+  const LayerStrategy s = moe(1, 16, 16);
+  const LayerTraffic at = layer_traffic(plain.layer(0), s);
+  const CollectiveCall* a = call_of(find(at, CommAxis::kExpert, Phase::kForward, Collective::kAllToAll),
+                                    Collective::kAllToAll);
+  const LayerTraffic dt = layer_traffic(dedup.layer(0), s);
+  const CollectiveCall* d = call_of(find(dt, CommAxis::kExpert, Phase::kForward, Collective::kAllToAll),
+                                    Collective::kAllToAll);
+  ASSERT_TRUE(a && d);
+  EXPECT_EQ(a->group.copies_per_crossing, 1.0);
+  EXPECT_NEAR(d->group.copies_per_crossing, 4.012, 0.001);
+  EXPECT_EQ(a->bytes.value(), d->bytes.value());
+  const AnalyticCostModel cm;
+  const double ta = cm.layer(plain.layer(0), s).time.ep_comm.value();
+  const double td = cm.layer(dedup.layer(0), s).time.ep_comm.value();
+  EXPECT_LT(td, 0.8 * ta);
+  EXPECT_GT(td, 0.25 * ta);
+}
+
+// Megatron-Core's expert all-to-all overlap (train.moe_a2a_overlap): the forward's dispatch and
+// combine hide behind another micro-batch's backward compute and the backward's behind a forward's;
+// the hidden part costs what overlapped traffic costs (overlap_slowdown - 1), what is not covered
+// stays exposed.
+TEST(MoeDispatcher, AllToAllOverlapHidesBehindTheOtherPass) {
+  auto su = mixtral();
+  auto over = mixtral();
+  over.train.moe_a2a_overlap = true;
+  const AnalyticCostModel cm;
+  const LayerStrategy s = moe(1, 16, 8);
+  const LayerCost a = cm.layer(su.layer(0), s), b = cm.layer(over.layer(0), s);
+  ASSERT_GT(a.time.ep_comm.value(), 0);
+  const double slow = cm.options().overlap_slowdown - 1.0;
+  // Mixtral's experts are long GEMMs: both passes' compute covers the exchange, leaving its slowdown.
+  EXPECT_LT(a.time.ep_comm.value(), a.time.compute.value());
+  EXPECT_NEAR(b.time.ep_comm.value(), slow * a.time.ep_comm.value(), 1e-9 * a.time.ep_comm.value());
+  EXPECT_NEAR(a.fwd.value() + a.bwd.value() - b.fwd.value() - b.bwd.value(),
+              (1 - slow) * a.time.ep_comm.value(), 1e-6 * a.time.ep_comm.value());
+}
+
 }  // namespace
 }  // namespace weft

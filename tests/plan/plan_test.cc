@@ -166,6 +166,41 @@ TEST(PlanJson, MoeImbalance) {
   EXPECT_FALSE(to_json(p).at("train").contains("moe_imbalance"));
 }
 
+// train.moe_dispatcher and train.moe_a2a_overlap: written only when set, read back exactly; for a
+// model with MoE layers only, the overlap with pp > 1 only interleaved (as Megatron-LM's combined
+// 1F1B), an unknown dispatcher named with the ones there are.
+TEST(PlanJson, MoeDispatcherAndAllToAllOverlap) {
+  Plan p = uniform_plan(LayerStrategy{.dp = 8}, 1);
+  p.train.moe_dispatcher = MoeDispatcher::kDeepEp;
+  EXPECT_EQ(message_of(validate(p)), "train.moe_dispatcher: deepep, but the model has no MoE layer");
+  p.train.moe_dispatcher = MoeDispatcher::kAllToAll;
+  p.train.moe_a2a_overlap = true;
+  EXPECT_EQ(message_of(validate(p)), "train.moe_a2a_overlap: the model has no MoE layer");
+  p.model.groups[0].shape.moe = MoeSpec{8, 2, 1408, 0};
+  for (auto& l : p.stages[0].layers) l.ep = 4;
+  p.train.moe_dispatcher = MoeDispatcher::kHybridEp;
+  ASSERT_TRUE(validate(p).ok()) << validate(p).error().message;
+  Json j = to_json(p);
+  EXPECT_EQ(j.at("train").at("moe_dispatcher"), "hybridep");
+  EXPECT_EQ(j.at("train").at("moe_a2a_overlap"), true);
+  auto back = plan_from_json(j);
+  ASSERT_TRUE(back.ok()) << back.error().message;
+  EXPECT_EQ(back.value(), p);
+  j["train"]["moe_dispatcher"] = "nccl";
+  auto wrong = plan_from_json(j);
+  ASSERT_FALSE(wrong.ok());
+  EXPECT_NE(wrong.error().message.find("train.moe_dispatcher"), std::string::npos) << wrong.error().message;
+  EXPECT_NE(wrong.error().message.find("hybridep"), std::string::npos) << wrong.error().message;
+  p.train.pp = 2;
+  p.train.vp = 1;
+  EXPECT_NE(message_of(validate(p)).find("train.moe_a2a_overlap: with pp 2 it needs an interleaved schedule (vp > 1"),
+            std::string::npos)
+      << message_of(validate(p));
+  Plan plain = uniform_plan(LayerStrategy{.dp = 8}, 1);
+  EXPECT_FALSE(to_json(plain).at("train").contains("moe_dispatcher"));
+  EXPECT_FALSE(to_json(plain).at("train").contains("moe_a2a_overlap"));
+}
+
 // train.varlen: written only when on, read back exactly; a variable-length plan has one stage,
 // Ulysses and cp 1 and power-of-two group sizes, and its batch (documents) need not divide by dp.
 TEST(PlanJson, VariableLengthSettings) {

@@ -375,6 +375,11 @@ TEST(ExportReference, HandBuiltPlans) {
   fp8.train.dtype = DType::kFp8;
   fp8.cluster.gpu.tflops_fp8 = 989;  // an H100-like GPU, which has fp8
   Plan uneven = plan(gpt(8), cluster(3, 2), train(3, 6, 12), LayerStrategy{.tp = 2});
+  ModelSpec moe_model = llama(8);
+  moe_model.groups[0].shape.moe = MoeSpec{8, 2, 1408, 0};
+  Plan flex = plan(moe_model, cluster(2, 8), train(2, 8, 64, Schedule::kInterleaved, 2), LayerStrategy{.dp = 8, .ep = 8});
+  flex.train.moe_dispatcher = MoeDispatcher::kDeepEp;
+  flex.train.moe_a2a_overlap = true;
   const std::vector<Case> cases = {
       {"interleaved tp4+sp z1 selective",
        plan(gpt(8), cluster(2, 8), train(2, 8, 64, Schedule::kInterleaved, 2),
@@ -392,6 +397,7 @@ TEST(ExportReference, HandBuiltPlans) {
       {"fp16 z3", fp16},
       {"fp8", fp8},
       {"uneven first stage", uneven},
+      {"moe deepep dispatcher, all-to-all overlap, interleaved", flex},
       {"data parallel z0", plan(gpt(8), cluster(1, 8), train(1, 4, 128), LayerStrategy{.dp = 8})},
       {"zb-v fsdp z3 tp2", plan(llama(8), cluster(2, 8), train(2, 8, 64, Schedule::kZbV, 2, 4096),
                                 LayerStrategy{.tp = 2, .sp = true, .dp = 4, .zero = 3})},

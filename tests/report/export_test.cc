@@ -322,6 +322,31 @@ TEST(Megatron, QkvBiasesQueryKeyNormsAndSharedExpertGate) {
   EXPECT_TRUE(has(l, "--moe-shared-expert-gate"));
 }
 
+// The plan's MoE dispatch: Megatron-LM's all-to-all dispatcher, or its flex dispatcher with the
+// DeepEP or HybridEP backend; the expert all-to-all overlap as --overlap-moe-expert-parallel-comm.
+// torchtitan's and DeepSpeed's exports refuse both, named.
+TEST(Megatron, MoeDispatcherAndAllToAllOverlap) {
+  auto mix = load_model("mixtral-8x7b");
+  ASSERT_TRUE(mix.ok());
+  Plan p = plan(*mix, cluster(1, 8), train(1, 8, 64, Schedule::k1F1B, 1, 4096), LayerStrategy{.dp = 8, .ep = 8});
+  auto has = [](const std::vector<std::string>& l, const std::string& f) { return std::find(l.begin(), l.end(), f) != l.end(); };
+  auto a = megatron_args(p);
+  ASSERT_TRUE(a.ok()) << a.error().message;
+  EXPECT_TRUE(has(a->lines, "--moe-token-dispatcher-type alltoall"));
+  EXPECT_FALSE(has(a->lines, "--overlap-moe-expert-parallel-comm"));
+  p.train.moe_dispatcher = MoeDispatcher::kHybridEp;
+  p.train.moe_a2a_overlap = true;
+  a = megatron_args(p);
+  ASSERT_TRUE(a.ok()) << a.error().message;
+  EXPECT_TRUE(has(a->lines, "--moe-token-dispatcher-type flex"));
+  EXPECT_TRUE(has(a->lines, "--moe-flex-dispatcher-backend hybridep"));
+  EXPECT_TRUE(has(a->lines, "--overlap-moe-expert-parallel-comm"));
+  EXPECT_FALSE(has(a->lines, "--moe-token-dispatcher-type alltoall"));
+  auto ds = deepspeed_config(p);
+  ASSERT_FALSE(ds.ok());
+  EXPECT_TRUE(contains(ds.error().message, "train.moe_a2a_overlap")) << ds.error().message;
+}
+
 // --rotary-base is the model's rope_theta: Llama 3's 500000 from the preset and from its
 // Hugging Face config (rope_theta, or rope_parameters.rope_theta as newer configs write it).
 TEST(Megatron, RotaryBaseFromTheModel) {

@@ -33,12 +33,25 @@ MasterWeights master_weights(const AnalyticOptions& o) {
 // The layer's time from its compute and its priced traffic: exposed communication per pass, the
 // recompute, ZeRO's per-micro-batch traffic overlapped with the compute, then the host bound
 // (§2.4, §3.5, §4).
-LayerCost assemble(const LayerStrategy& s, const AnalyticOptions& opt, int micro_batches, LayerCompute lc,
+LayerCost assemble(const LayerStrategy& s, const AnalyticOptions& opt, const TrainSettings& tr, LayerCompute lc,
                    const PricedTraffic& pt) {
+  const int micro_batches = tr.micro_batches;
   Pass& f = lc.f;
   Pass& b = lc.b;
   f.tp = pt.fwd.tp, f.uly = pt.fwd.ulysses, f.cp = pt.fwd.cp, f.ep = pt.fwd.ep;
   b.tp = pt.bwd.tp, b.uly = pt.bwd.ulysses, b.cp = pt.bwd.cp, b.ep = pt.bwd.ep;
+  if (tr.moe_a2a_overlap && (f.ep > 0 || b.ep > 0)) {
+    // §3.4 Megatron-Core's combined 1F1B: the forward of one micro-batch and the backward of
+    // another run as one schedule, the forward's dispatch and combine behind the backward's compute
+    // and the backward's behind the forward's; what the other pass's compute does not cover stays
+    // exposed, and the covered part slows the compute as overlapped traffic does (§3.5). The
+    // warm-up forwards and cool-down backwards of a pipeline, which have no partner, are not told
+    // apart (at most the in-flight micro-batches of a stage out of m).
+    const double fc = f.compute(), bc = b.compute();
+    const double hide_f = std::min(f.ep, bc), hide_b = std::min(b.ep, fc);
+    f.ep = f.ep - hide_f + (opt.overlap_slowdown - 1.0) * hide_f;
+    b.ep = b.ep - hide_b + (opt.overlap_slowdown - 1.0) * hide_b;
+  }
   const double grad_sync = pt.grad_sync, mb_rs = pt.reduce_b, mb_ag_f = pt.gather_f, mb_ag_b = pt.gather_b;
   const double host_f = lc.host_f, host_b = lc.host_b;
 
@@ -115,7 +128,7 @@ LayerCost AnalyticCostModel::layer(const LayerContext& ctx, const LayerStrategy&
   const double cp = safe(s.cp);
   const PricedTraffic pt =
       price_traffic(layer_traffic(ctx, s), AnalyticPricer(*ctx.cluster, opt_.comm), lc.core_f / cp, lc.core_b / cp);
-  LayerCost out = assemble(s, opt_, tr.micro_batches, lc, pt);
+  LayerCost out = assemble(s, opt_, tr, lc, pt);
   out.optimizer = lc.optimizer;
   out.time.optimizer = out.optimizer;
 

@@ -77,11 +77,16 @@ Seconds collective_time(Collective k, Bytes buffer, const CommGroup& g, const Cl
   const int n = g.size;
   if (k == Collective::kAllToAll && g.spans_nodes()) {
     // Every rank sends S/n to each peer: (k-1)/n of S stays on the node over NVLink, (n-k)/n leaves
-    // it through the rank's own network adapter; both proceed at once.
+    // it through the rank's own network adapter; both proceed at once. A node-deduplicating
+    // dispatcher (copies_per_crossing c > 1) sends a c-th of the leaving bytes, and the receiving
+    // node forwards the copies bound for its other k-1 ranks over NVLink.
     const double s = buffer.value();
     const int k_node = g.ranks_per_node;
-    const double t_intra = s * (k_node - 1) / n / (c.intra.gbps * o.intra_efficiency * 1e9);
-    const double t_inter = s * (n - k_node) / n / (c.inter.gbps * o.inter_efficiency * 1e9);
+    const double c_cross = std::max(1.0, g.copies_per_crossing);
+    const double leaving = s * (n - k_node) / n;
+    const double forwarded = c_cross > 1 ? leaving * (k_node - 1) / k_node : 0.0;
+    const double t_intra = (s * (k_node - 1) / n + forwarded) / (c.intra.gbps * o.intra_efficiency * 1e9);
+    const double t_inter = leaving / c_cross / (c.inter.gbps * o.inter_efficiency * 1e9);
     return latency(k, g, c, o) + Seconds(std::max(t_intra, t_inter));
   }
   const BytesPerSecond bw = group_bandwidth(g, c, o);

@@ -11,6 +11,17 @@
 
 namespace weft {
 
+double moe_copies_per_crossing(const MoeSpec& moe, const CommGroup& g) {
+  if (!moe.enabled() || !g.spans_nodes() || moe.top_k <= 0) return 1;
+  const double E = moe.experts, k = moe.top_k;
+  const double per_node = E * g.ranks_per_node / g.size;  // experts on one node of the group
+  // P(none of a token's k distinct experts is on a given node) = C(E - per_node, k) / C(E, k).
+  double none = 1;
+  for (int i = 0; i < moe.top_k; ++i) none *= std::max(0.0, (E - per_node - i) / (E - i));
+  const double crossings = 1 - none;
+  return crossings > 0 ? k * per_node / E / crossings : 1;
+}
+
 namespace {
 
 double safe(int x) { return static_cast<double>(std::max(1, x)); }
@@ -177,9 +188,11 @@ LayerTraffic layer_traffic(const LayerContext& ctx, const LayerStrategy& s, cons
     // Uneven routing (train.moe_imbalance): the busiest rank receives that many times the mean, and
     // the exchange lasts as long as its part.
     const double busiest = tr.busiest_expert_rank(s.ep);
-    if (s.ep > 1)
-      b.both(CommAxis::kExpert, 1,
-             {call(Collective::kAllToAll, Bytes(e * own * L.moe.top_k * h * busiest), place_group(c, s.ep, et), 2)});
+    if (s.ep > 1) {
+      CommGroup g = place_group(c, s.ep, et);
+      if (tr.moe_dispatcher != MoeDispatcher::kAllToAll) g.copies_per_crossing = moe_copies_per_crossing(L.moe, g);
+      b.both(CommAxis::kExpert, 1, {call(Collective::kAllToAll, Bytes(e * own * L.moe.top_k * h * busiest), g, 2)});
+    }
     if (et > 1 && !(s.ep == 1 && et == s.tp)) {
       const double rows = s.ep > 1 ? own * L.moe.top_k * et * busiest : own * et;
       const CommGroup g = place_group(c, et, 1);

@@ -122,6 +122,8 @@ Json to_json(const Plan& p) {
                 {"dtype", to_string(p.train.dtype)}};
   if (p.train.rounds != 1) j["train"]["rounds"] = p.train.rounds;
   if (p.train.moe_imbalance != 1.0) j["train"]["moe_imbalance"] = p.train.moe_imbalance;
+  if (p.train.moe_dispatcher != MoeDispatcher::kAllToAll) j["train"]["moe_dispatcher"] = to_string(p.train.moe_dispatcher);
+  if (p.train.moe_a2a_overlap) j["train"]["moe_a2a_overlap"] = true;
   if (p.train.varlen) j["train"]["varlen"] = {{"min_group", p.train.min_group}, {"max_group", p.train.max_group}};
   if (!p.train.dp_shares.empty()) j["train"]["dp_shares"] = p.train.dp_shares;
   if (!p.train.dp_micro_batches.empty()) j["train"]["dp_micro_batches"] = p.train.dp_micro_batches;
@@ -200,7 +202,7 @@ Result<Plan> plan_from_json(const Json& j, const std::string& path) {
     JsonObj t = o.obj("train");
     t.reject_unknown(
         {"seq", "global_batch", "micro_batches", "pp", "vp", "schedule", "dtype", "varlen", "dp_shares", "dp_micro_batches",
-         "stage_dp_shares", "optimizer", "rounds", "moe_imbalance"});
+         "stage_dp_shares", "optimizer", "rounds", "moe_imbalance", "moe_dispatcher", "moe_a2a_overlap"});
     if (t.has("optimizer")) {
       JsonObj po = t.obj("optimizer");
       po.reject_unknown({"exp_avg", "exp_avg_sq", "main_grads"});
@@ -251,6 +253,12 @@ Result<Plan> plan_from_json(const Json& j, const std::string& path) {
     p.train.vp = static_cast<int>(t.integer_or("vp", 1));
     p.train.rounds = static_cast<int>(t.integer_or("rounds", 1));
     p.train.moe_imbalance = t.number_or("moe_imbalance", 1.0);
+    if (t.has("moe_dispatcher")) {
+      auto d = moe_dispatcher_from_string(t.str("moe_dispatcher"));
+      if (!d.ok()) t.fail("moe_dispatcher", d.error().message);
+      p.train.moe_dispatcher = d.value();
+    }
+    p.train.moe_a2a_overlap = t.boolean_or("moe_a2a_overlap", false);
     {
       auto s = schedule_from_string(t.str_or("schedule", "1f1b"));
       if (!s.ok()) t.fail("schedule", s.error().message);

@@ -23,6 +23,16 @@ Result<Recompute> recompute_from_string(const std::string& s) {
 
 Result<Schedule> schedule_from_string(const std::string& s) { return enum_from_name(kScheduleNames, s, "schedule"); }
 
+namespace {
+constexpr EnumName<MoeDispatcher> kDispatcherNames[] = {
+    {MoeDispatcher::kAllToAll, "alltoall"}, {MoeDispatcher::kDeepEp, "deepep"}, {MoeDispatcher::kHybridEp, "hybridep"}};
+}  // namespace
+
+const char* to_string(MoeDispatcher d) { return enum_name(kDispatcherNames, d); }
+Result<MoeDispatcher> moe_dispatcher_from_string(const std::string& s) {
+  return enum_from_name(kDispatcherNames, s, "MoE dispatcher");
+}
+
 std::string label(const LayerStrategy& s) {
   std::string out;
   auto add = [&](const std::string& x) { out += (out.empty() ? "" : " ") + x; };

@@ -95,6 +95,17 @@ void validate_or_throw(const Plan& p) {
   require(t.rounds >= 1, "train.rounds: must be >= 1, got " + S(t.rounds));
   if (Status m = check_moe_imbalance(t.moe_imbalance, p.model, "train.moe_imbalance"); !m.ok())
     throw InputError(m.error().message);
+  {
+    bool moe = false;
+    for (const LayerGroup& g : p.model.groups) moe = moe || g.shape.moe.enabled();
+    require(moe || t.moe_dispatcher == MoeDispatcher::kAllToAll,
+            std::string("train.moe_dispatcher: ") + to_string(t.moe_dispatcher) + ", but the model has no MoE layer");
+    require(moe || !t.moe_a2a_overlap, "train.moe_a2a_overlap: the model has no MoE layer");
+    // Megatron-Core's combined 1F1B pairs micro-batches inside the interleaved schedule.
+    require(!t.moe_a2a_overlap || t.pp == 1 || t.vp > 1,
+            "train.moe_a2a_overlap: with pp " + S(t.pp) + " it needs an interleaved schedule (vp > 1, as Megatron-LM's "
+            "--overlap-moe-expert-parallel-comm does), got vp " + S(t.vp));
+  }
   require(t.micro_batches % t.rounds == 0, "train.rounds: " + S(t.rounds) + " pipeline schedules do not divide the " +
                                                S(t.micro_batches) + " micro-batches of a step");
   if (t.optimizer.precision_aware())

@@ -32,6 +32,11 @@ DeepSpeedConfig deepspeed_or_throw(const Plan& p, DeepSpeedTarget target) {
   if (p.train.rounds > 1 && p.train.pp > 1)
     refuse_ds_plan(plain, "train.rounds=" + S(p.train.rounds) + ": DeepSpeed's pipeline engine runs all " +
                               S(p.train.micro_batches) + " micro-batches of a step in one schedule");
+  if (p.train.moe_dispatcher != MoeDispatcher::kAllToAll || p.train.moe_a2a_overlap)
+    refuse_ds_plan(plain, p.train.moe_a2a_overlap ? "train.moe_a2a_overlap: DeepSpeed's MoE does not overlap its "
+                                                    "expert all-to-all with another micro-batch's compute"
+                                                  : std::string("train.moe_dispatcher=") + to_string(p.train.moe_dispatcher) +
+                                                        ": DeepSpeed's MoE dispatches by all-to-all");
   if (p.train.optimizer.precision_aware())
     refuse_ds_plan(plain, "train.optimizer: DeepSpeed's mixed-precision optimizers keep fp32 moments and gradients "
                           "(Megatron-LM's precision-aware optimizer has no DeepSpeed counterpart)");

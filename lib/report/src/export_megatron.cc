@@ -198,7 +198,15 @@ void megatron_model(const Plan& p, std::vector<std::string>& out, std::vector<st
     }
     // The cost model prices the dispatch as all-to-alls (weft/cost/traffic.h) and the experts as one
     // grouped GEMM; Megatron's defaults are the all-gather dispatcher and a GEMM per expert.
-    out.push_back("--moe-token-dispatcher-type alltoall");
+    // A node-deduplicating dispatcher is the flex dispatcher with its backend; the expert all-to-all
+    // overlap (combined 1F1B) takes either.
+    if (p.train.moe_dispatcher == MoeDispatcher::kAllToAll) {
+      out.push_back("--moe-token-dispatcher-type alltoall");
+    } else {
+      out.push_back("--moe-token-dispatcher-type flex");
+      out.push_back(std::string("--moe-flex-dispatcher-backend ") + to_string(p.train.moe_dispatcher));
+    }
+    if (p.train.moe_a2a_overlap) out.push_back("--overlap-moe-expert-parallel-comm");
     if (p.cluster.gpu.tflops_bf16 > 0) {
       out.push_back("--moe-grouped-gemm");
     } else {

@@ -30,6 +30,12 @@ TorchtitanConfig torchtitan_or_throw(const Plan& p, bool compile) {
     refuse_titan(fw, "torchtitan applies one strategy to every layer, but this plan is layer-wise: " +
                         describe(runs(p, [](const LayerStrategy& s) { return s; }), 6));
   const LayerStrategy s = *one;
+  if (p.train.moe_dispatcher != MoeDispatcher::kAllToAll)
+    refuse_titan(fw, std::string("train.moe_dispatcher=") + to_string(p.train.moe_dispatcher) +
+                         ": weft exports torchtitan's expert parallelism with its all-to-all dispatch");
+  if (p.train.moe_a2a_overlap)
+    refuse_titan(fw, "train.moe_a2a_overlap: torchtitan does not overlap the expert all-to-all of one micro-batch "
+                     "with another's compute");
   if (p.train.optimizer.precision_aware())
     refuse_titan(fw, "train.optimizer: torchtitan's AdamW keeps its moments and gradients in the parameters' fp32 "
                      "(Megatron-LM's precision-aware optimizer has no torchtitan counterpart)");

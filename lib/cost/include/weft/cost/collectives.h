@@ -33,6 +33,11 @@ const char* to_string(Collective c);
 struct CommGroup {
   int size = 1;             // ranks in the group
   int ranks_per_node = 1;   // members of the group on one node
+  // An all-to-all of MoE token copies through a node-deduplicating dispatcher (DeepEP, HybridEP):
+  // the copies bound for one remote node that cross to it as one (a token goes once to each node
+  // holding any of its experts), each forwarded there over the node's links; 1: every copy crosses
+  // on its own (NCCL's all-to-all). Measured collective tables do not apply when it is above 1.
+  double copies_per_crossing = 1;
   int nodes() const { return ranks_per_node > 0 ? (size + ranks_per_node - 1) / ranks_per_node : 1; }
   bool spans_nodes() const { return ranks_per_node < size; }
 };

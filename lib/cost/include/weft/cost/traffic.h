@@ -121,6 +121,14 @@ struct TrafficOptions {
 // The schedule of weft's runtime, messages in `wire`.
 TrafficOptions runtime_traffic(DType wire);
 
+// §3.4 The copies a node-deduplicating dispatcher (DeepEP, HybridEP) carries per crossing to a
+// remote node (CommGroup::copies_per_crossing) for MoE layer `moe` over expert-parallel group g:
+// the experts spread evenly over g's nodes (experts x ranks_per_node / size on each) and each
+// token's top_k experts distinct and uniformly chosen (balanced routing), top_k / nodes copies go to
+// a given remote node on average, in one crossing when at least one goes: 1 - C(E - E_node, top_k)
+// / C(E, top_k). 1 when g lies in one node. Qwen3-30B-A3B over 2 nodes (8 of 128 experts): 4.01.
+double moe_copies_per_crossing(const MoeSpec& moe, const CommGroup& g);
+
 // Key/value heads one tensor-parallel rank holds: kv_heads / tp, or one (replicated) when tp does
 // not divide them (tp > kv heads).
 double kv_heads_held(const LayerShape& L, const LayerStrategy& s);

@@ -79,6 +79,15 @@ struct TrainSettings {
   // routing (Megatron-LM's --moe-router-force-load-balancing, as NVIDIA's performance recipes run);
   // `weft train` reports each layer's measured figure (its step JSON's moe[].rank_imbalance).
   double moe_imbalance = 1.0;
+  // MoE token dispatch (JSON "moe_dispatcher", absent when "alltoall"): Megatron-LM's all-to-all
+  // dispatcher, or a node-deduplicating flex dispatcher (DeepEP, HybridEP) whose inter-node traffic
+  // is a token per remote node holding any of its experts (docs/cost-model.md §3.4).
+  MoeDispatcher moe_dispatcher = MoeDispatcher::kAllToAll;
+  // Expert-parallel communication overlapped across micro-batches (JSON "moe_a2a_overlap", absent
+  // when false): Megatron-Core's combined 1F1B (--overlap-moe-expert-parallel-comm) runs the
+  // forward of one micro-batch and the backward of another as one schedule, each's dispatch and
+  // combine behind the other's compute. Megatron-LM needs interleaving (vp > 1) with pp > 1.
+  bool moe_a2a_overlap = false;
   // Samples per micro-batch across the whole stage: global_batch / micro_batches. A layer with
   // data-parallel degree d processes pipeline_micro_batch() / d samples per device. With
   // dp_micro_batches a micro-batch's samples differ by micro-batch: micro_batch_rows().

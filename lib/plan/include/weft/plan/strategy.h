@@ -18,6 +18,15 @@ enum class Recompute { kNone, kSelective, kFull };
 // virtual stages g and 2 pp - 1 - g, so the first and the last virtual stage share group 0.
 enum class Schedule { kGpipe, k1F1B, kInterleaved, kZbH1, kZbV };
 
+// How MoE tokens reach their experts: Megatron-LM's all-to-all token dispatcher (every routed copy
+// sent to its expert's rank on its own), or a node-deduplicating one (Megatron-LM's flex
+// dispatcher with the DeepEP or HybridEP backend: a token crosses to a remote node once for all its
+// experts there and is forwarded over the node's NVLink).
+enum class MoeDispatcher { kAllToAll, kDeepEp, kHybridEp };
+const char* to_string(MoeDispatcher d);
+// "alltoall", "deepep", "hybridep"; the error lists them.
+Result<MoeDispatcher> moe_dispatcher_from_string(const std::string& s);
+
 const char* to_string(Recompute r);
 const char* to_string(Schedule s);
 Result<Recompute> recompute_from_string(const std::string& s);

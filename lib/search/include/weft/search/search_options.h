@@ -34,6 +34,10 @@ struct SearchOptions {
   DType dtype = DType::kBf16;
   OptimizerPrecision optimizer;  // the optimizer states' precision (plan.h; default fp32), as given
   double moe_imbalance = 1.0;    // MoE routing's busiest expert rank over the mean (TrainSettings)
+  MoeDispatcher moe_dispatcher = MoeDispatcher::kAllToAll;  // MoE token dispatch (TrainSettings)
+  // Megatron-Core's EP all-to-all overlap (TrainSettings::moe_a2a_overlap), on the pipelines that
+  // allow it (pp 1, or interleaved).
+  bool moe_a2a_overlap = false;
   int top_k = 3;
 
   // Restrict the space (0 / empty = search all).

@@ -29,6 +29,8 @@ struct PipelineConfig {
     t.dtype = opt.dtype;
     t.optimizer = opt.optimizer;
     t.moe_imbalance = opt.moe_imbalance;
+    t.moe_dispatcher = opt.moe_dispatcher;
+    t.moe_a2a_overlap = opt.moe_a2a_overlap && (pp == 1 || vp > 1);
     return t;
   }
 };
