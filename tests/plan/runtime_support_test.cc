@@ -109,13 +109,21 @@ TEST(RuntimeSupport, RefusesModelsItCannotRunNamingTheFieldOrLayer) {
   moe_tp.train.seq = 1024;
   EXPECT_EQ(refusal_of(moe_tp), "OK");
 
+  // Banded attention and sinks run, but not through the context-parallel ring.
   Plan banded = uniform_plan(LayerStrategy{.dp = 8}, 1);
   banded.model.groups[0].shape.window = 128;
-  EXPECT_EQ(refusal_of(banded), "plan: model layer 0: sliding-window attention (window 128) is not supported by the "
-                                "weft runtime yet (full causal attention is)");
-  Plan sinks = uniform_plan(LayerStrategy{.dp = 8}, 1);
+  EXPECT_EQ(refusal_of(banded), "OK");
+  Plan banded_cp = uniform_plan(LayerStrategy{.cp = 2, .dp = 4}, 1);
+  banded_cp.model.groups[0].shape.window = 128;
+  EXPECT_EQ(refusal_of(banded_cp), "plan: stages[0].layers[0].cp: sliding-window attention (window 128) under context "
+                                   "parallelism (cp 2) are not supported by the weft runtime yet (cp 1 is)");
+  Plan sinks = uniform_plan(LayerStrategy{.cp = 2, .dp = 4}, 1);
   sinks.model.groups[0].shape.sinks = true;
-  EXPECT_EQ(refusal_of(sinks), "plan: model layer 0: attention sinks are not supported by the weft runtime yet");
+  EXPECT_EQ(refusal_of(sinks), "plan: stages[0].layers[0].cp: attention sinks under context parallelism (cp 2) are not "
+                               "supported by the weft runtime yet (cp 1 is)");
+  sinks.stages[0].layers.assign(sinks.stages[0].layers.size(), LayerStrategy{.tp = 2, .sp = true, .dp = 4});
+  sinks.embedding = LayerStrategy{.tp = 2, .sp = true, .dp = 4};
+  EXPECT_EQ(refusal_of(sinks), "OK");
 
   // Two groups of different widths: the second group's first layer is named.
   Plan wide = uniform_plan(LayerStrategy{.dp = 8}, 1);
@@ -149,6 +157,19 @@ TEST(RuntimeSupport, NormsOverAllHeadsNeedWholeKeyHeadsPerTensorRank) {
   two.model.groups[0].shape.kv_heads = 2;
   two.model.groups[0].shape.qk_norm = two.model.groups[0].shape.qk_norm_full = true;
   EXPECT_EQ(refusal_of(two), "OK");
+}
+
+// The runtime dispatches by all-to-all and runs each micro-batch's passes apart: a flex dispatcher or
+// the expert all-to-all overlap is refused, named.
+TEST(RuntimeSupport, RefusesTheFlexDispatcherAndTheAllToAllOverlap) {
+  Plan p = uniform_plan(LayerStrategy{.dp = 8}, 1);
+  p.model.groups[0].shape.moe = MoeSpec{8, 2, 1408, 0};
+  p.train.moe_dispatcher = MoeDispatcher::kDeepEp;
+  EXPECT_EQ(refusal_of(p), "plan: train.moe_dispatcher: the weft runtime dispatches MoE tokens by all-to-all (deepep is "
+                           "not built)");
+  p.train.moe_dispatcher = MoeDispatcher::kAllToAll;
+  p.train.moe_a2a_overlap = true;
+  EXPECT_NE(refusal_of(p).find("plan: train.moe_a2a_overlap:"), std::string::npos) << refusal_of(p);
 }
 
 TEST(RuntimeSupport, ValidatesFirst) {

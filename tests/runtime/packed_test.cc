@@ -6,14 +6,62 @@
 #include <gtest/gtest.h>
 
 #include <random>
+#include <tuple>
 
 #include "rt_util.h"
 #include "weft/plan/geometry.h"
 #include "weft/runtime/comm.h"
 #include "weft/runtime/model.h"
+#include "weft/runtime/ops.h"
 
 namespace weft::rttest {
 namespace {
+
+// Banded attention with sinks (GPT-OSS's attention) against its definition written out per query
+// in double precision: query i attends to keys max(0, i - w + 1) .. i, softmax over those scores
+// and the head's sink logit, the sink's weight dropped; GQA's key heads serve consecutive query
+// heads. Packed documents keep attention inside a document. Without a window and sinks it is
+// plain causal attention.
+TEST(Attention, BandedWithSinksIsItsDefinition) {
+  at::manual_seed(5);
+  const int64_t b = 2, T = 9, h = 4, kvh = 2, d = 3, w = 4;
+  const at::Tensor q = at::randn({b, T, h, d}, at::kDouble), k = at::randn({b, T, kvh, d}, at::kDouble);
+  const at::Tensor v = at::randn({b, T, kvh, d}, at::kDouble), sinks = at::randn({h}, at::kDouble);
+  at::Tensor ids = at::zeros({b, T}, at::kLong);
+  ids.narrow(1, 6, 3).fill_(1);  // two documents: tokens 0-5 and 6-8
+  auto reference = [&](int64_t window, bool with_sinks, bool docs) {
+    at::Tensor out = at::zeros({b, T, h, d}, at::kDouble);
+    for (int64_t s = 0; s < b; ++s)
+      for (int64_t hd = 0; hd < h; ++hd)
+        for (int64_t i = 0; i < T; ++i) {
+          std::vector<double> logits;
+          std::vector<int64_t> keys;
+          for (int64_t j = 0; j <= i; ++j) {
+            if (window > 0 && i - j >= window) continue;
+            if (docs && ids[s][i].item<int64_t>() != ids[s][j].item<int64_t>()) continue;
+            keys.push_back(j);
+            logits.push_back((q[s][i][hd] * k[s][j][hd / (h / kvh)]).sum().item<double>() / std::sqrt(double(d)));
+          }
+          double mx = with_sinks ? sinks[hd].item<double>() : -1e300;
+          for (double x : logits) mx = std::max(mx, x);
+          double z = with_sinks ? std::exp(sinks[hd].item<double>() - mx) : 0.0;
+          for (double x : logits) z += std::exp(x - mx);
+          for (size_t n = 0; n < keys.size(); ++n)
+            out[s][i][hd] += std::exp(logits[n] - mx) / z * v[s][keys[n]][hd / (h / kvh)];
+        }
+    return out;
+  };
+  for (const auto& [window, with_sinks, docs] : std::vector<std::tuple<int64_t, bool, bool>>{
+           {w, true, false}, {w, false, false}, {0, true, false}, {0, false, false}, {w, true, true}}) {
+    std::vector<at::Tensor> in{q, k, v};
+    if (with_sinks) in.push_back(sinks);
+    if (docs) in.push_back(ids);
+    const at::Tensor got = runtime::banded_sink_attention(in, window, with_sinks);
+    EXPECT_LT((got - reference(window, with_sinks, docs)).abs().max().item<double>(), 1e-12)
+        << "window " << window << ", sinks " << with_sinks << ", documents " << docs;
+  }
+}
+
 
 using runtime::Channel;
 using runtime::CommConfig;

@@ -148,6 +148,23 @@ TEST(RuntimeParity, TensorParallel2SpQueryKeyNormsReplicatedKvHead) {
 TEST(RuntimeParity, Ulysses2Zero3QueryKeyNorms) {
   expect_parity(uniform(qk_norm_llama(2), 4, 1, strat(1, 2, 2, false, 3)), "ulysses2_zero3_qknorm", "", " --eps 1e-5");
 }
+// GPT-OSS's attention: a band of 5 keys and a learned sink logit per head, its gradient through the
+// recomputed attention core; the sinks split by heads over tp, and of those by Ulysses rank.
+ModelSpec banded_sink_llama() {
+  ModelSpec m = tiny_llama(4, 2);
+  m.groups[0].shape.window = 5;
+  m.groups[0].shape.sinks = true;
+  return m;
+}
+TEST(RuntimeParity, TensorParallel2SpWindowAndSinksSelectiveRecompute) {
+  LayerStrategy s = strat(2, 1, 1, true);
+  s.recompute = Recompute::kSelective;
+  expect_parity(uniform(banded_sink_llama(), 2, 1, s), "tp2sp_window_sinks");
+}
+TEST(RuntimeParity, Ulysses2WindowAndSinks) {
+  expect_parity(uniform(banded_sink_llama(), 4, 1, strat(1, 2, 2)), "ulysses2_window_sinks");
+}
+
 // OLMoE's norms over all heads' queries and keys: each tp rank holds its heads' part of the
 // weights, and the squares are summed over tp in forward and backward.
 TEST(RuntimeParity, TensorParallel2SpQueryKeyNormsOverAllHeads) {

@@ -151,7 +151,10 @@ LayerCompute layer_compute(const LayerContext& ctx, const LayerStrategy& s, cons
   const double norms = blocks + 1;
   const bool dropout = L.bias && opt.dropout;  // GPT-2/3 and BERT style layers train with dropout (§2)
   const bool causal = L.kind != LayerKind::kEncoder;
-  const bool flash = opt.flash_attention || s.cp > 1;
+  // weft's runtime runs banded attention and attention sinks eagerly (the scores materialised:
+  // runtime/ops.h banded_sink_attention), not through its fused kernel.
+  const bool eager_core = opt.framework == Framework::kWeft && (L.window > 0 || L.sinks) && s.cp <= 1;
+  const bool flash = (opt.flash_attention && !eager_core) || s.cp > 1;
   const bool moe = L.moe.enabled();
   const double mask = dropout ? 1.0 : 0.0;
   const bool eager = !opt.fused_elementwise;

@@ -132,6 +132,8 @@ void add_layer_params(UnitBuilder& b, const ModelSpec& m, int li, int tp, int t)
     b.add(pre + "attn.q_norm", {d}, -1, 0, 0, false, rep, -1);
     b.add(pre + "attn.k_norm", {d}, -1, 0, 0, false, rep, -1);
   }
+  // GPT-OSS's attention sinks: a logit per head, split by heads as wq (zeros at start).
+  if (sh.sinks) b.add(pre + "attn.sinks", {nh}, 0, t * nhl, nhl, false, true, 0);
   b.add(pre + "attn.wo", {H, nh * d}, 1, t * nhl * d, nhl * d, true, true, out_std);
   if (sh.bias) b.add(pre + "attn.bo", {H}, -1, 0, 0, false, rep, 0);
   b.add(pre + "ln2.weight", {H}, -1, 0, 0, false, rep, -1);

@@ -34,11 +34,6 @@ Status runtime_runs_model(const ModelSpec& m) {
     if (sh.moe.enabled() && sh.bias)
       return Error{ErrorKind::kBadInput, where + ": MoE layers with biases (" + S(sh.moe.experts) +
                                              " experts) are not supported by the weft runtime yet (MoE layers without are)"};
-    if (sh.window > 0)
-      return Error{ErrorKind::kBadInput, where + ": sliding-window attention (window " + S(sh.window) +
-                                             ") is not supported by the weft runtime yet (full causal attention is)"};
-    if (sh.sinks)
-      return Error{ErrorKind::kBadInput, where + ": attention sinks are not supported by the weft runtime yet"};
     if (sh.mla.enabled())
       return Error{ErrorKind::kBadInput, where + ": multi-head latent attention (kv_lora_rank " +
                                              S(sh.mla.kv_lora_rank) + ") is not supported by the weft runtime yet"};
@@ -57,6 +52,12 @@ Status runtime_supports(const Plan& p) {
     return Error{ErrorKind::kBadInput, "plan: train.rounds: the weft runtime runs a step's " + S(p.train.micro_batches) +
                                            " micro-batches in one pipeline schedule (train.rounds " + S(p.train.rounds) +
                                            " is not built)"};
+  if (p.train.moe_dispatcher != MoeDispatcher::kAllToAll)
+    return Error{ErrorKind::kBadInput, std::string("plan: train.moe_dispatcher: the weft runtime dispatches MoE tokens by "
+                                                   "all-to-all (") + to_string(p.train.moe_dispatcher) + " is not built)"};
+  if (p.train.moe_a2a_overlap)
+    return Error{ErrorKind::kBadInput, "plan: train.moe_a2a_overlap: the weft runtime runs each micro-batch's forward and "
+                                       "backward apart (the expert all-to-all overlap is not built)"};
   if (p.train.optimizer.precision_aware())
     return Error{ErrorKind::kBadInput, "plan: train.optimizer: the weft runtime keeps AdamW's moments and the "
                                        "gradients in fp32 (Megatron-LM's precision-aware optimizer is not built)"};
@@ -77,6 +78,10 @@ Status runtime_supports(const Plan& p) {
       if (why.empty() && sh.moe.enabled() && st.tp > 1 && !st.sp && block % st.tp != 0)
         why = "tp: a MoE layer under tp " + S(st.tp) + " without sequence parallelism routes a tp-th of each rank's " +
               S(static_cast<long long>(block)) + " tokens, which tp does not divide";
+      // Banded attention and attention sinks run on whole sequences: not through the cp ring.
+      if (why.empty() && (sh.window > 0 || sh.sinks) && st.cp > 1)
+        why = "cp: " + std::string(sh.sinks ? "attention sinks" : "sliding-window attention (window " + S(sh.window) + ")") +
+              " under context parallelism (cp " + S(st.cp) + ") are not supported by the weft runtime yet (cp 1 is)";
       // Query / key norms over all heads (OLMoE) sum their squares over the tp group, which must
       // then hold each key head once.
       if (why.empty() && sh.qk_norm_full && st.tp > 1 && sh.kv_heads % st.tp != 0)

@@ -594,8 +594,18 @@ at::Tensor Model::attention(const LayerCtx& L, const std::vector<at::Tensor>& w,
     v = seq_to_heads(v, U);
   }
   std::vector<at::Tensor> in = {q, k, v};
+  const bool sinks = I.has("attn.sinks");
+  if (sinks) {
+    // The sink logits of this rank's heads: its tp heads, and of those its Ulysses share.
+    at::Tensor sk = w[I["attn.sinks"]];
+    if (u > 1) sk = sk.narrow(0, static_cast<int64_t>(U.rank()) * (sk.size(0) / u), sk.size(0) / u);
+    in.push_back(sk);
+  }
   if (doc_ids_.defined()) in.push_back(doc_ids_);
   TensorFn attend = causal_attention;
+  const int64_t window = L.shape.window;
+  if (sinks || window > 0)
+    attend = [window, sinks](const std::vector<at::Tensor>& x) { return banded_sink_attention(x, window, sinks); };
   if (L.cp->size() > 1) {
     Comm* ring = L.cp;
     const int64_t T = plan_.train.seq;

@@ -794,6 +794,28 @@ at::Tensor recompute(const TensorFn& fn, const std::vector<at::Tensor>& inputs) 
   return Recompute::apply(at::TensorList(inputs), c10::IValue::make_capsule(c10::make_intrusive<FnHolder>(fn)));
 }
 
+at::Tensor banded_sink_attention(const std::vector<at::Tensor>& in, int64_t window, bool with_sinks) {
+  at::Tensor q = in[0].transpose(1, 2), k = in[1].transpose(1, 2), v = in[2].transpose(1, 2);  // [b, h, T, d]
+  if (k.size(1) != q.size(1)) {
+    k = k.repeat_interleave(q.size(1) / k.size(1), 1);
+    v = v.repeat_interleave(q.size(1) / v.size(1), 1);
+  }
+  const int64_t T = q.size(2);
+  const size_t docs_at = with_sinks ? 4 : 3;
+  at::Tensor s = at::matmul(q, k.transpose(-2, -1)) * (1.0 / std::sqrt(static_cast<double>(q.size(3))));
+  at::Tensor mask = at::ones({T, T}, q.options().dtype(at::kBool)).triu(1);
+  if (window > 0 && window < T) mask = mask.logical_or(at::ones({T, T}, mask.options()).tril(-window));
+  if (in.size() > docs_at) {
+    const at::Tensor& ids = in[docs_at];
+    mask = mask.unsqueeze(0).logical_or(ids.unsqueeze(2).ne(ids.unsqueeze(1))).unsqueeze(1);  // [b, 1, T, T]
+  }
+  s = s.masked_fill(mask, -std::numeric_limits<float>::infinity());
+  if (!with_sinks) return at::matmul(at::softmax(s, -1), v).transpose(1, 2);
+  const at::Tensor sink = in[3].to(s.scalar_type()).view({1, -1, 1, 1}).expand({s.size(0), s.size(1), T, 1});
+  const at::Tensor p = at::softmax(at::cat({s, sink}, -1), -1).narrow(-1, 0, T);
+  return at::matmul(p, v).transpose(1, 2);  // [b, T, h, d]
+}
+
 at::Tensor vocab_parallel_cross_entropy(const at::Tensor& logits, const at::Tensor& targets, int64_t start, Comm& c) {
   return VocabParallelCE::apply(logits, targets, start, handle(&c));
 }
