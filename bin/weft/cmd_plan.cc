@@ -670,11 +670,15 @@ void run_estimate(const EstimateFlags& f, const CLI::App& cmd) {
     std::printf("seq %d, global batch %d, %s, %s; cost model %s (%s)\n", p.train.seq, p.train.global_batch,
                 to_string(p.train.dtype), pipeline_text(p.train).c_str(), in.cost().name().c_str(),
                 in.cost().source().c_str());
+    // What the MoE exchange was priced as, where it is not the default.
+    std::string moe;
+    if (p.train.moe_imbalance != 1.0)
+      moe += "; MoE routing: the busiest expert rank takes " + num(p.train.moe_imbalance) + "x the mean";
+    if (p.train.moe_dispatcher != MoeDispatcher::kAllToAll)
+      moe += std::string("; MoE dispatch: ") + to_string(p.train.moe_dispatcher) + " (a token per remote node)";
+    if (p.train.moe_a2a_overlap) moe += "; expert all-to-all overlapped across micro-batches";
     std::printf("layers %s, embedding %s%s\n\n", p.uniform() ? label(*p.uniform_strategy()).c_str() : "per layer",
-                label(p.embedding).c_str(),
-                p.train.moe_imbalance != 1.0
-                    ? ("; MoE routing: the busiest expert rank takes " + num(p.train.moe_imbalance) + "x the mean").c_str()
-                    : "");
+                label(p.embedding).c_str(), moe.c_str());
     std::fputs(estimate_table(p, e, in.margin).c_str(), stdout);
     if (!notes.empty()) std::printf("\n");
     std::fputs(notes_text(notes).c_str(), stdout);

@@ -5,6 +5,7 @@
 // margin.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <string>
 #include <vector>
@@ -152,6 +153,54 @@ TEST(CliMoeImbalance, SlowsTheStepAndReachesThePlan) {
                      "--global-batch", "64", "--moe-imbalance", "1.2"});
   EXPECT_EQ(plan.code, 2);
   EXPECT_NE(plan.err.find("--moe-imbalance: 1.2 for a model without MoE layers"), std::string::npos) << plan.err;
+}
+
+// `--moe-dispatcher hybridep` and `--moe-a2a-overlap` on `weft estimate` (docs/cost-model.md §3.4):
+// Qwen3-30B-A3B's expert degree 16 spans 2 nodes of H100 (NVIDIA's plan of the set nemo-moe-h100);
+// deduplicating the crossing cuts its exposed expert traffic, and overlapping it with the other
+// pass's compute cuts it further. Both
+// reach the plan file and the table's header; a dense model, and the overlap on a pipeline without
+// interleaving, are refused naming the flag.
+TEST(CliMoeDispatcher, CutsTheExposedExpertTrafficAndReachesThePlan) {
+  const std::vector<std::string> est{
+      "estimate", "--model", std::string(WEFT_DATA_DIR) + "/reference/moe/qwen3-30b-a3b.config.json", "--cluster",
+      "h100-80gb", "--gpus", "16", "--seq", "4096", "--global-batch", "1024", "--micro-batch", "1", "--tp", "1",
+      "--pp", "1", "--ep", "16", "--zero", "1", "--dtype", "fp8", "--exp-avg-dtype", "bf16", "--exp-avg-sq-dtype",
+      "bf16", "--format", "json"};
+  CliRun plain = test::run_cli(register_plan_commands, est);
+  CliRun flex = test::run_cli(register_plan_commands, with(est, {"--moe-dispatcher", "hybridep"}));
+  CliRun both = test::run_cli(register_plan_commands, with(est, {"--moe-dispatcher", "hybridep", "--moe-a2a-overlap"}));
+  ASSERT_EQ(plain.code, 0) << plain.err;
+  ASSERT_EQ(flex.code, 0) << flex.err;
+  ASSERT_EQ(both.code, 0) << both.err;
+  const double a = Json::parse(plain.out)["breakdown"]["ep_comm_s"].get<double>();
+  const double b = Json::parse(flex.out)["breakdown"]["ep_comm_s"].get<double>();
+  const double c = Json::parse(both.out)["breakdown"]["ep_comm_s"].get<double>();
+  EXPECT_LT(b, a);
+  EXPECT_LT(c, b);
+  const std::string out = (std::filesystem::temp_directory_path() / "weft_moe_dispatcher_plan.json").string();
+  // The same estimate as a table (est without its trailing --format json).
+  const std::vector<std::string> table = with(std::vector<std::string>(est.begin(), est.end() - 2),
+                                              {"--moe-dispatcher", "hybridep", "--moe-a2a-overlap", "--out", out});
+  CliRun w = test::run_cli(register_plan_commands, table);
+  ASSERT_EQ(w.code, 0) << w.err;
+  EXPECT_NE(w.out.find("MoE dispatch: hybridep"), std::string::npos) << w.out;
+  EXPECT_NE(w.out.find("expert all-to-all overlapped across micro-batches"), std::string::npos) << w.out;
+  const Json written = read_json_file(out);
+  EXPECT_EQ(written["train"]["moe_dispatcher"], "hybridep");
+  EXPECT_EQ(written["train"]["moe_a2a_overlap"], true);
+  std::filesystem::remove(out);
+  CliRun dense = run(with(kEstimate, {"--moe-dispatcher", "deepep"}));
+  EXPECT_EQ(dense.code, 2);
+  EXPECT_NE(dense.err.find("--moe-dispatcher: needs a mixture-of-experts model (llama-2-7b has none)"), std::string::npos)
+      << dense.err;
+  std::vector<std::string> pp2 = est;
+  *(std::find(pp2.begin(), pp2.end(), "--pp") + 1) = "2";
+  *(std::find(pp2.begin(), pp2.end(), "--ep") + 1) = "8";
+  CliRun flat = test::run_cli(register_plan_commands, with(pp2, {"--moe-a2a-overlap"}));
+  EXPECT_EQ(flat.code, 2);
+  EXPECT_NE(flat.err.find("--moe-a2a-overlap: with --pp 2 it needs an interleaved schedule (--vp > 1)"), std::string::npos)
+      << flat.err;
 }
 
 }  // namespace
