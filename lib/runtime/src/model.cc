@@ -447,31 +447,6 @@ at::Tensor Model::forward_layers(at::Tensor x, int chunk) {
 
 namespace {
 
-// in: q, k, v [b, T, h, d] and, for packed documents, their ids [b, T] (attention stays inside a
-// document).
-at::Tensor causal_attention(const std::vector<at::Tensor>& in) {
-  at::Tensor q = in[0].transpose(1, 2), k = in[1].transpose(1, 2), v = in[2].transpose(1, 2);  // [b, h, T, d]
-  if (k.size(1) != q.size(1)) {
-    k = k.repeat_interleave(q.size(1) / k.size(1), 1);
-    v = v.repeat_interleave(q.size(1) / v.size(1), 1);
-  }
-  const int64_t T = q.size(2);
-#if TORCH_VERSION_MAJOR >= 2
-  // PyTorch 2.x: the fused kernel a GPU user runs (FlashAttention-2 or memory-efficient attention on
-  // CUDA, a fused CPU kernel otherwise), which never materialises the T x T scores. Packed documents
-  // keep the explicit mask below.
-  if (in.size() <= 3) return at::scaled_dot_product_attention(q, k, v, {}, 0.0, /*is_causal=*/true).transpose(1, 2);
-#endif
-  at::Tensor s = at::matmul(q, k.transpose(-2, -1)) * (1.0 / std::sqrt(static_cast<double>(q.size(3))));
-  at::Tensor mask = at::ones({T, T}, q.options().dtype(at::kBool)).triu(1);
-  if (in.size() > 3) {
-    const at::Tensor& ids = in[3];
-    mask = mask.unsqueeze(0).logical_or(ids.unsqueeze(2).ne(ids.unsqueeze(1))).unsqueeze(1);  // [b, 1, T, T]
-  }
-  s = s.masked_fill(mask, -std::numeric_limits<float>::infinity());
-  return at::matmul(at::softmax(s, -1), v).transpose(1, 2);  // [b, T, h, d]
-}
-
 // Rotary embedding (rotate-half form, as GPT-NeoX and Hugging Face's Llama apply it) of x [b, t, h, d]
 // with base `theta` (the model's rope_theta) at positions [pos0, pos0 + t), or at the positions
 // `pos` [b, t] when given (packed documents).
@@ -602,10 +577,8 @@ at::Tensor Model::attention(const LayerCtx& L, const std::vector<at::Tensor>& w,
     in.push_back(sk);
   }
   if (doc_ids_.defined()) in.push_back(doc_ids_);
-  TensorFn attend = causal_attention;
   const int64_t window = L.shape.window;
-  if (sinks || window > 0)
-    attend = [window, sinks](const std::vector<at::Tensor>& x) { return banded_sink_attention(x, window, sinks); };
+  TensorFn attend = [window, sinks](const std::vector<at::Tensor>& x) { return banded_sink_attention(x, window, sinks); };
   if (L.cp->size() > 1) {
     Comm* ring = L.cp;
     const int64_t T = plan_.train.seq;

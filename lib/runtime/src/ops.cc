@@ -1,6 +1,7 @@
 #include "weft/runtime/ops.h"
 
 #include <torch/autograd.h>
+#include <torch/version.h>
 
 #include <algorithm>
 #include <atomic>
@@ -346,7 +347,7 @@ at::Tensor block_scores(const at::Tensor& Qa, const at::Tensor& Kb, const Piece&
 }
 
 // Views of queries [b, t, h, d] as [b, hkv, g, t, d] (g query heads per key/value head, as
-// causal_attention's repeat_interleave groups them); no copy.
+// banded_sink_attention's repeat_interleave groups them); no copy.
 at::Tensor q5(const at::Tensor& q, int64_t hkv) {
   const int64_t b = q.size(0), t = q.size(1), h = q.size(2), d = q.size(3);
   return q.permute({0, 2, 1, 3}).reshape({b, hkv, h / hkv, t, d});
@@ -802,6 +803,13 @@ at::Tensor banded_sink_attention(const std::vector<at::Tensor>& in, int64_t wind
   }
   const int64_t T = q.size(2);
   const size_t docs_at = with_sinks ? 4 : 3;
+#if TORCH_VERSION_MAJOR >= 2
+  // PyTorch 2.x, plain causal attention: the fused kernel a GPU user runs (FlashAttention-2 or
+  // memory-efficient attention on CUDA, a fused CPU kernel otherwise), which never materialises the
+  // T x T scores. Bands, sinks and packed documents keep the explicit mask below.
+  if (window <= 0 && !with_sinks && in.size() <= docs_at)
+    return at::scaled_dot_product_attention(q, k, v, {}, 0.0, /*is_causal=*/true).transpose(1, 2);
+#endif
   at::Tensor s = at::matmul(q, k.transpose(-2, -1)) * (1.0 / std::sqrt(static_cast<double>(q.size(3))));
   at::Tensor mask = at::ones({T, T}, q.options().dtype(at::kBool)).triu(1);
   if (window > 0 && window < T) mask = mask.logical_or(at::ones({T, T}, mask.options()).tril(-window));

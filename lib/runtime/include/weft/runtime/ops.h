@@ -103,13 +103,14 @@ void reset_gathered_peak();
 using TensorFn = std::function<at::Tensor(const std::vector<at::Tensor>&)>;
 at::Tensor recompute(const TensorFn& fn, const std::vector<at::Tensor>& inputs);
 
-// Causal attention over a band of `window` keys (each query attends to itself and the window - 1
-// keys before it; 0: the whole causal context) with, when `with_sinks`, a learned sink logit per
-// head as one more softmax column that takes weight but adds no value (GPT-OSS: softmax over
-// [scores, sink], the sink's column dropped). in: q, k, v [b, T, h, d] (k, v with fewer heads:
-// repeated to the query heads, grouped), then the sinks [h] when with_sinks, then document ids
-// [b, T] for packed documents (attention stays inside a document). Returns [b, T, h, d]. Eager:
-// the T x T scores are materialised.
+// The runtime's attention core: causal attention, over a band of `window` keys when window > 0
+// (each query attends to itself and the window - 1 keys before it; 0: the whole causal context),
+// with, when `with_sinks`, a learned sink logit per head as one more softmax column that takes
+// weight but adds no value (GPT-OSS: softmax over [scores, sink], the sink's column dropped).
+// in: q, k, v [b, T, h, d] (k, v with fewer heads: repeated to the query heads, grouped), then the
+// sinks [h] when with_sinks, then document ids [b, T] for packed documents (attention stays inside a
+// document). Returns [b, T, h, d]. Plain causal attention runs PyTorch 2's fused kernel where the
+// build has it; otherwise the T x T scores are materialised.
 at::Tensor banded_sink_attention(const std::vector<at::Tensor>& in, int64_t window, bool with_sinks);
 
 // Vocab-parallel cross-entropy. logits: [N, v] columns [start, start + v) of the full vocabulary
