@@ -525,8 +525,7 @@ void check_strategy(const EstimateFlags& f, const ModelSpec& m, int gpus) {
     if (s.moe.enabled() && s.moe.experts % f.ep != 0)
       bad("--ep: ep=" + S(f.ep) + " does not divide " + S(s.moe.experts) + " experts");
   }
-  bool moe = false;
-  for (const auto& g : m.groups) moe = moe || g.shape.moe.enabled();
+  const bool moe = m.has_moe();
   if (f.ep > 1 && !moe) bad("--ep: ep=" + S(f.ep) + " needs a mixture-of-experts model (" + m.name + " has none)");
   if (f.etp > 0 && f.etp != f.tp && !moe)
     bad("--etp: etp=" + S(f.etp) + " needs a mixture-of-experts model (" + m.name + " has none)");
@@ -576,14 +575,10 @@ Plan plan_from_flags(const EstimateFlags& f, const Inputs& in) {
   t.moe_imbalance = f.moe_imbalance;
   t.moe_dispatcher = unwrap(moe_dispatcher_from_string(f.moe_dispatcher));
   t.moe_a2a_overlap = f.moe_a2a_overlap;
-  if (t.moe_a2a_overlap && t.pp > 1 && t.vp == 1)
+  if (t.moe_a2a_overlap && !t.pairs_micro_batches())
     bad("--moe-a2a-overlap: with --pp " + S(t.pp) + " it needs an interleaved schedule (--vp > 1), as Megatron-LM's "
         "--overlap-moe-expert-parallel-comm does");
-  bool moe_model = false;
-  for (const auto& g : in.model.groups) moe_model = moe_model || g.shape.moe.enabled();
-  if ((t.moe_a2a_overlap || t.moe_dispatcher != MoeDispatcher::kAllToAll) && !moe_model)
-    bad(std::string(t.moe_a2a_overlap ? "--moe-a2a-overlap" : "--moe-dispatcher") + ": needs a mixture-of-experts model (" +
-        in.model.name + " has none)");
+  check(check_moe_dispatch(t.moe_dispatcher, t.moe_a2a_overlap, in.model, "--moe-dispatcher", "--moe-a2a-overlap"));
   t.rounds = f.rounds;
   if (t.micro_batches % t.rounds != 0)
     bad("--pipeline-rounds: " + S(t.rounds) + " pipeline schedules do not divide the " + S(t.micro_batches) +

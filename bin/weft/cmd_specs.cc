@@ -51,12 +51,6 @@ std::string ffn_text(const LayerShape& s) {
   return t;
 }
 
-bool has_moe(const ModelSpec& m) {
-  for (const auto& g : m.groups)
-    if (g.shape.moe.enabled()) return true;
-  return false;
-}
-
 void print_model_table() {
   std::printf("%-14s %7s %6s %8s %10s %7s %8s %8s\n", "NAME", "LAYERS", "HIDDEN", "HEADS/KV", "FFN", "VOCAB",
               "PARAMS", "ACTIVE");
@@ -64,7 +58,7 @@ void print_model_table() {
     const ModelSpec m = unwrap(load_model(name));
     const LayerShape& s = main_shape(m);
     const std::string heads = std::to_string(s.heads) + "/" + std::to_string(s.kv_heads);
-    const std::string active = has_moe(m) ? fixed(active_params(m) / 1e9, 2) + "B" : "-";
+    const std::string active = m.has_moe() ? fixed(active_params(m) / 1e9, 2) + "B" : "-";
     std::printf("%-14s %7s %6lld %8s %10s %7lld %8s %8s\n", name.c_str(), layers_text(m).c_str(),
                 static_cast<long long>(m.hidden), heads.c_str(), ffn_text(s).c_str(),
                 static_cast<long long>(m.vocab), (fixed(total_params(m) / 1e9, 2) + "B").c_str(), active.c_str());
@@ -109,7 +103,7 @@ void print_model_detail(const ModelSpec& m) {
                 fixed(layer_params(s).ffn / 1e6, 2).c_str());
   }
   std::printf("  parameters: %s B total", fixed(total_params(m) / 1e9, 3).c_str());
-  if (has_moe(m)) std::printf(", %s B active per token", fixed(active_params(m) / 1e9, 3).c_str());
+  if (m.has_moe()) std::printf(", %s B active per token", fixed(active_params(m) / 1e9, 3).c_str());
   std::printf("\n    embedding %s M, LM head %s M%s\n", fixed(embedding_params(m) / 1e6, 2).c_str(),
               fixed(lm_head_params(m) / 1e6, 2).c_str(), m.tied_embeddings ? " (tied)" : "");
 }

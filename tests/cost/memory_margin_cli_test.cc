@@ -192,7 +192,7 @@ TEST(CliMoeDispatcher, CutsTheExposedExpertTrafficAndReachesThePlan) {
   std::filesystem::remove(out);
   CliRun dense = run(with(kEstimate, {"--moe-dispatcher", "deepep"}));
   EXPECT_EQ(dense.code, 2);
-  EXPECT_NE(dense.err.find("--moe-dispatcher: needs a mixture-of-experts model (llama-2-7b has none)"), std::string::npos)
+  EXPECT_NE(dense.err.find("--moe-dispatcher: deepep needs a mixture-of-experts model (llama-2-7b has none)"), std::string::npos)
       << dense.err;
   std::vector<std::string> pp2 = est;
   *(std::find(pp2.begin(), pp2.end(), "--pp") + 1) = "2";

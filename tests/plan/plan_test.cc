@@ -172,10 +172,11 @@ TEST(PlanJson, MoeImbalance) {
 TEST(PlanJson, MoeDispatcherAndAllToAllOverlap) {
   Plan p = uniform_plan(LayerStrategy{.dp = 8}, 1);
   p.train.moe_dispatcher = MoeDispatcher::kDeepEp;
-  EXPECT_EQ(message_of(validate(p)), "train.moe_dispatcher: deepep, but the model has no MoE layer");
+  EXPECT_EQ(message_of(validate(p)),
+            "train.moe_dispatcher: deepep needs a mixture-of-experts model (" + p.model.name + " has none)");
   p.train.moe_dispatcher = MoeDispatcher::kAllToAll;
   p.train.moe_a2a_overlap = true;
-  EXPECT_EQ(message_of(validate(p)), "train.moe_a2a_overlap: the model has no MoE layer");
+  EXPECT_EQ(message_of(validate(p)), "train.moe_a2a_overlap: needs a mixture-of-experts model (" + p.model.name + " has none)");
   p.model.groups[0].shape.moe = MoeSpec{8, 2, 1408, 0};
   for (auto& l : p.stages[0].layers) l.ep = 4;
   p.train.moe_dispatcher = MoeDispatcher::kHybridEp;

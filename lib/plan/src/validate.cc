@@ -95,17 +95,14 @@ void validate_or_throw(const Plan& p) {
   require(t.rounds >= 1, "train.rounds: must be >= 1, got " + S(t.rounds));
   if (Status m = check_moe_imbalance(t.moe_imbalance, p.model, "train.moe_imbalance"); !m.ok())
     throw InputError(m.error().message);
-  {
-    bool moe = false;
-    for (const LayerGroup& g : p.model.groups) moe = moe || g.shape.moe.enabled();
-    require(moe || t.moe_dispatcher == MoeDispatcher::kAllToAll,
-            std::string("train.moe_dispatcher: ") + to_string(t.moe_dispatcher) + ", but the model has no MoE layer");
-    require(moe || !t.moe_a2a_overlap, "train.moe_a2a_overlap: the model has no MoE layer");
-    // Megatron-Core's combined 1F1B pairs micro-batches inside the interleaved schedule.
-    require(!t.moe_a2a_overlap || t.pp == 1 || t.vp > 1,
-            "train.moe_a2a_overlap: with pp " + S(t.pp) + " it needs an interleaved schedule (vp > 1, as Megatron-LM's "
-            "--overlap-moe-expert-parallel-comm does), got vp " + S(t.vp));
-  }
+  if (Status d = check_moe_dispatch(t.moe_dispatcher, t.moe_a2a_overlap, p.model, "train.moe_dispatcher",
+                                    "train.moe_a2a_overlap");
+      !d.ok())
+    throw InputError(d.error().message);
+  // Megatron-Core's combined 1F1B pairs micro-batches inside the interleaved schedule.
+  require(!t.moe_a2a_overlap || t.pairs_micro_batches(),
+          "train.moe_a2a_overlap: with pp " + S(t.pp) + " it needs an interleaved schedule (vp > 1, as Megatron-LM's "
+          "--overlap-moe-expert-parallel-comm does), got vp " + S(t.vp));
   require(t.micro_batches % t.rounds == 0, "train.rounds: " + S(t.rounds) + " pipeline schedules do not divide the " +
                                                S(t.micro_batches) + " micro-batches of a step");
   if (t.optimizer.precision_aware())
@@ -264,6 +261,17 @@ Status check_moe_imbalance(double factor, const ModelSpec& model, const std::str
   if (factor != 1.0 && !model.has_moe())
     return Error{ErrorKind::kBadInput,
                  field + ": " + num(factor) + " for a model without MoE layers (" + model.name + ")"};
+  return {};
+}
+
+Status check_moe_dispatch(MoeDispatcher dispatcher, bool overlap, const ModelSpec& model,
+                          const std::string& dispatcher_field, const std::string& overlap_field) {
+  if (model.has_moe()) return {};
+  if (dispatcher != MoeDispatcher::kAllToAll)
+    return Error{ErrorKind::kBadInput, dispatcher_field + ": " + to_string(dispatcher) +
+                                           " needs a mixture-of-experts model (" + model.name + " has none)"};
+  if (overlap)
+    return Error{ErrorKind::kBadInput, overlap_field + ": needs a mixture-of-experts model (" + model.name + " has none)"};
   return {};
 }
 

@@ -304,9 +304,7 @@ std::vector<MapRow> map_rows(const Plan& p) {
                   },
                   [](const LayerStrategy& s) { return std::string("recompute ") + to_string(s.recompute); },
                   [](const LayerStrategy& s) { return s.recompute == Recompute::kFull; }});
-  bool moe = false;
-  for (const auto& g : p.model.groups) moe = moe || g.shape.moe.enabled();
-  if (moe)
+  if (p.model.has_moe())
     rows.push_back({"ep", [](const LayerStrategy& s) { return degree_color(s.ep); },
                     [](const LayerStrategy& s) { return S(s.ep); }, [](const LayerStrategy& s) { return "ep " + S(s.ep); },
                     [](const LayerStrategy& s) { return dark_degree(s.ep); }});

@@ -25,13 +25,10 @@ Status validate(const SearchOptions& opt, const ModelSpec& model, const ClusterS
   if (opt.global_batch <= 0) return bad("global_batch: must be positive, got " + S(opt.global_batch));
   if (opt.top_k < 1) return bad("top: must be >= 1, got " + S(opt.top_k));
   if (Status m = check_moe_imbalance(opt.moe_imbalance, model, "--moe-imbalance"); !m.ok()) return m;
-  if (opt.moe_a2a_overlap || opt.moe_dispatcher != MoeDispatcher::kAllToAll) {
-    bool moe = false;
-    for (const LayerGroup& g : model.groups) moe = moe || g.shape.moe.enabled();
-    if (!moe)
-      return bad(std::string(opt.moe_a2a_overlap ? "--moe-a2a-overlap" : "--moe-dispatcher") +
-                 ": needs a mixture-of-experts model (" + model.name + " has none)");
-  }
+  if (Status d = check_moe_dispatch(opt.moe_dispatcher, opt.moe_a2a_overlap, model, "--moe-dispatcher",
+                                    "--moe-a2a-overlap");
+      !d.ok())
+    return d;
   if (!(opt.memory_step_mib > 0)) return bad("memory_step_mib: must be positive");
   if (model.position == PositionKind::kLearned && model.max_seq > 0 && opt.seq > model.max_seq)
     return bad("seq: " + S(opt.seq) + " exceeds the model's learned position table of " + S(model.max_seq));

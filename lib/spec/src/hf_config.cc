@@ -492,8 +492,7 @@ void check_unknown_moe_keys(const JsonObj& o, const ModelSpec& m, const std::str
     for (auto r : kReadMoeKeys) read = read || k == r;
     if (!read) ignored.push_back(k);
   }
-  bool has_moe = false;
-  for (const auto& g : m.groups) has_moe = has_moe || g.shape.moe.enabled();
+  const bool has_moe = m.has_moe();
   if (!has_moe && !keys.empty())
     o.fail(keys.front(),
            "model_type \"" + type + "\" is not one weft knows and its config has Mixture-of-Experts keys (" +

@@ -88,6 +88,8 @@ struct TrainSettings {
   // forward of one micro-batch and the backward of another as one schedule, each's dispatch and
   // combine behind the other's compute. Megatron-LM needs interleaving (vp > 1) with pp > 1.
   bool moe_a2a_overlap = false;
+  // Whether this pipeline pairs micro-batches for moe_a2a_overlap: one stage, or interleaved.
+  bool pairs_micro_batches() const { return pp == 1 || vp > 1; }
   // Samples per micro-batch across the whole stage: global_batch / micro_batches. A layer with
   // data-parallel degree d processes pipeline_micro_batch() / d samples per device. With
   // dp_micro_batches a micro-batch's samples differ by micro-batch: micro_batch_rows().
@@ -193,6 +195,12 @@ Status validate(const Plan& p);
 // The MoE load-imbalance factor (train.moe_imbalance, --moe-imbalance) against its model: finite,
 // at least 1, and other than 1 only for a model with MoE layers. `field` starts each message.
 Status check_moe_imbalance(double factor, const ModelSpec& model, const std::string& field);
+
+// The MoE dispatch settings (train.moe_dispatcher and train.moe_a2a_overlap, or their flags) against
+// the model: other than Megatron-LM's all-to-all, and the overlap, only for a model with MoE layers.
+// `dispatcher_field` and `overlap_field` start the messages.
+Status check_moe_dispatch(MoeDispatcher dispatcher, bool overlap, const ModelSpec& model,
+                          const std::string& dispatcher_field, const std::string& overlap_field);
 
 // The device group (0..pp-1) that holds (virtual) stage s under the schedule of `t`: s % pp, or
 // under zb-v s before the turn and 2 pp - 1 - s after it (stage_device_group(),

@@ -30,7 +30,7 @@ struct PipelineConfig {
     t.optimizer = opt.optimizer;
     t.moe_imbalance = opt.moe_imbalance;
     t.moe_dispatcher = opt.moe_dispatcher;
-    t.moe_a2a_overlap = opt.moe_a2a_overlap && (pp == 1 || vp > 1);
+    t.moe_a2a_overlap = opt.moe_a2a_overlap && t.pairs_micro_batches();
     return t;
   }
 };
