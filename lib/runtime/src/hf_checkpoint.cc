@@ -50,6 +50,10 @@ const std::map<std::string, std::string>& llama_layer_names() {
   return k;
 }
 
+// The families weft reads, and those it writes (mistral's checkpoints are written as llama's).
+constexpr const char* kReadFamilies = "llama, mistral, qwen2, qwen3, gpt2, mixtral, qwen2_moe, qwen3_moe and olmoe";
+constexpr const char* kWrittenFamilies = "llama, qwen2, qwen3, gpt2, mixtral, qwen2_moe, qwen3_moe and olmoe";
+
 Result<HfFamily> family_of_type(const std::string& t, const std::string& where) {
   if (t == "llama") return HfFamily::kLlama;
   if (t == "mistral") return HfFamily::kMistral;
@@ -64,8 +68,7 @@ Result<HfFamily> family_of_type(const std::string& t, const std::string& where) 
   if (t == "deepseek_v2" || t == "deepseek_v3")
     return bad(where + ": model_type \"" + t + "\": multi-head latent attention, which weft's runtime does not "
                        "build; weft loads mixtral, qwen2_moe, qwen3_moe and olmoe checkpoints");
-  return bad(where + ": model_type \"" + t + "\": weft loads llama, mistral, qwen2, qwen3, gpt2, mixtral, qwen2_moe, "
-                     "qwen3_moe and olmoe checkpoints");
+  return bad(where + ": model_type \"" + t + "\": weft loads " + kReadFamilies + " checkpoints");
 }
 
 // A MoE layer tensor's name (after "model.layers.N.") in a checkpoint of family f: Mixtral's
@@ -192,8 +195,7 @@ Result<std::unique_ptr<HfCheckpoint>> HfCheckpoint::open(const std::string& dir)
   }
   if (!ck->config_.is_object()) return bad(cfg + ": not a JSON object");
   if (!ck->config_.contains("model_type") || !ck->config_["model_type"].is_string())
-    return bad(cfg + ": model_type: missing or not a string (llama, mistral, qwen2, qwen3, gpt2, mixtral, qwen2_moe "
-                     "or qwen3_moe)");
+    return bad(cfg + ": model_type: missing or not a string (weft loads " + kReadFamilies + ")");
   auto fam = family_of_type(ck->config_["model_type"].get<std::string>(), cfg);
   if (!fam.ok()) return fam.error();
   ck->family_ = *fam;
@@ -392,7 +394,7 @@ Result<ParamsFile> hf_rank_entries(const HfCheckpoint& ck, const Plan& p, int ra
 Result<HfFamily> hf_family_of(const ModelSpec& m) {
   if (m.groups.size() != 1)
     return bad("--save-hf: the model has " + std::to_string(m.groups.size()) +
-               " layer groups; weft writes models of one (llama, qwen2, qwen3, gpt2, mixtral, qwen2_moe, qwen3_moe, olmoe)");
+               " layer groups; weft writes models of one (" + kWrittenFamilies + ")");
   const LayerShape& s = m.groups[0].shape;
   // Llama's layers, which every family below but GPT-2 builds on: rope, RMSNorm, SwiGLU.
   const bool llama_layers = s.kind == LayerKind::kDecoder && m.position == PositionKind::kRope &&
@@ -440,7 +442,7 @@ Result<HfFamily> hf_family_of(const ModelSpec& m) {
     return HfFamily::kQwen3;
   }
   if (s.kind != LayerKind::kDecoder)
-    return bad("--save-hf: not a decoder; weft writes llama, qwen2, qwen3, gpt2, mixtral, qwen2_moe, qwen3_moe and olmoe models");
+    return bad(std::string("--save-hf: not a decoder; weft writes ") + kWrittenFamilies + " models");
   if (m.position == PositionKind::kLearned && m.norm == NormKind::kLayerNorm && s.ffn_kind == FfnKind::kGelu && s.bias)
     return HfFamily::kGpt2;
   if (llama_layers) return s.qkv_bias && !s.bias ? HfFamily::kQwen2 : HfFamily::kLlama;
