@@ -169,6 +169,7 @@ TEST(ReferencePublished, LoaderReadsEveryRow) {
   EXPECT_EQ(rows["llm-foundry-a100"], 61);
   EXPECT_EQ(rows["flash-attention-a100"], 5);
   EXPECT_EQ(rows["nemo-moe-h100"], 4);
+  EXPECT_EQ(rows["mbridge-moe-h100"], 2);
   for (const char* set : {"llm-foundry-h100", "llm-foundry-a100"}) {
     EXPECT_EQ(with_mfu[set], rows[set]) << set;
     EXPECT_EQ(with_hfu[set], rows[set]) << set;

@@ -347,6 +347,61 @@ TEST(Megatron, MoeDispatcherAndAllToAllOverlap) {
   EXPECT_TRUE(contains(ds.error().message, "train.moe_a2a_overlap")) << ds.error().message;
 }
 
+// The router as Megatron-LM core_v0.19 takes it: Mixtral's (softmax after the top-k) needs no
+// score flags; DeepSeek-V3's sigmoid router, scale, node groups and balancing bias each have one;
+// what Megatron cannot run is refused, naming the field.
+TEST(Megatron, RouterFlags) {
+  auto mix = load_model("mixtral-8x7b");
+  ASSERT_TRUE(mix.ok());
+  auto has = [](const std::vector<std::string>& l, const std::string& f) { return std::find(l.begin(), l.end(), f) != l.end(); };
+  auto starts = [](const std::vector<std::string>& l, const std::string& f) {
+    return std::any_of(l.begin(), l.end(), [&](const std::string& x) { return x.rfind(f, 0) == 0; });
+  };
+  auto args = [&](const ModelSpec& m) {
+    return megatron_args(plan(m, cluster(1, 8), train(1, 8, 64, Schedule::k1F1B, 1, 4096), LayerStrategy{.dp = 8, .ep = 8}));
+  };
+  auto a = args(*mix);
+  ASSERT_TRUE(a.ok()) << a.error().message;
+  EXPECT_FALSE(starts(a->lines, "--moe-router-score-function"));
+  EXPECT_FALSE(starts(a->lines, "--moe-router-pre-softmax"));
+  EXPECT_FALSE(starts(a->lines, "--moe-router-num-groups"));
+  EXPECT_TRUE(has(a->lines, "--moe-aux-loss-coeff 0.02"));  // Mixtral's router_aux_loss_coef
+  EXPECT_TRUE(has(a->lines, "--moe-router-dtype fp32"));
+  ModelSpec m = *mix;
+  for (LayerGroup& g : m.groups) {
+    MoeSpec& r = g.shape.moe;
+    r.score = RouterScore::kSigmoid;
+    r.routed_scale = 2.5;
+    r.groups = 4;
+    r.group_top_k = 2;
+    r.group_score_top = 1;
+    r.expert_bias = true;
+    r.bias_rate = 0.001;
+  }
+  a = args(m);
+  ASSERT_TRUE(a.ok()) << a.error().message;
+  for (const char* f : {"--moe-router-score-function sigmoid", "--moe-router-topk-scaling-factor 2.5",
+                        "--moe-router-num-groups 4", "--moe-router-group-topk 2", "--moe-router-enable-expert-bias",
+                        "--moe-router-bias-update-rate 0.001"})
+    EXPECT_TRUE(has(a->lines, f)) << f;
+  // A group scored otherwise than by its top_k / group_top_k best: Megatron has no flag for it.
+  for (LayerGroup& g : m.groups) g.shape.moe.group_score_top = 2;
+  a = args(m);
+  ASSERT_FALSE(a.ok());
+  EXPECT_TRUE(contains(a.error().message, "group_score_top")) << a.error().message;
+  // A sigmoid router's weights not renormalised: Megatron always renormalises them.
+  for (LayerGroup& g : m.groups) g.shape.moe.group_score_top = 1, g.shape.moe.norm_topk = false;
+  a = args(m);
+  ASSERT_FALSE(a.ok());
+  EXPECT_TRUE(contains(a.error().message, "norm_topk")) << a.error().message;
+  // A softmax router without renormalisation (Qwen2-MoE, OLMoE): softmax before the top-k.
+  ModelSpec q = *mix;
+  for (LayerGroup& g : q.groups) g.shape.moe.norm_topk = false;
+  a = args(q);
+  ASSERT_TRUE(a.ok()) << a.error().message;
+  EXPECT_TRUE(has(a->lines, "--moe-router-pre-softmax"));
+}
+
 // --rotary-base is the model's rope_theta: Llama 3's 500000 from the preset and from its
 // Hugging Face config (rope_theta, or rope_parameters.rope_theta as newer configs write it).
 TEST(Megatron, RotaryBaseFromTheModel) {

@@ -183,6 +183,80 @@ TEST(RuntimeMoe, StepsReportEachLayersImbalance) {
   std::filesystem::remove_all(dir);
 }
 
+// DeepSeek-V3's router on the tiny model: sigmoid scores, the 8 experts in 4 groups of 2, a
+// token's top 2 from its best 2 groups by their summed scores, and the balancing bias moving 0.05
+// a step (so that it changes the routing within a few steps).
+ModelSpec deepseek_router_moe() {
+  ModelSpec m = tiny_moe(0, RouterScore::kSigmoid);
+  MoeSpec& r = m.groups[1].shape.moe;
+  r.groups = 4;
+  r.group_top_k = 2;
+  r.group_score_top = 1;
+  r.expert_bias = true;
+  r.bias_rate = 0.05;
+  r.routed_scale = 2.5;
+  return m;
+}
+
+// The biases are parameters of the layer, compared with the one-process run's as every other.
+TEST(RuntimeMoe, GroupLimitedBiasedRouterExpertParallel2) {
+  expect_moe_parity(moe_plan(deepseek_router_moe(), 2, 1, strat(1, 2), 2), "moe_groups_bias_ep2");
+}
+// ZeRO-3: the bias is put together from the shards for each choice and moved in each shard.
+TEST(RuntimeMoe, GroupLimitedBiasedRouterEp2Dp4Zero3) {
+  expect_moe_parity(moe_plan(deepseek_router_moe(), 4, 1, strat(1, 4, 1, false, 3), 2), "moe_groups_bias_z3");
+}
+TEST(RuntimeMoe, GroupLimitedBiasedRouterTp2SpEp2Pipeline2) {
+  expect_moe_parity(moe_plan(deepseek_router_moe(), 4, 2, strat(2, 1, 1, true), 2, 1), "moe_groups_bias_tp2sp_pp2");
+}
+
+// The rule: after each step a layer's bias moves +0.05 for each expert that took fewer than the
+// mean copies of the step, -0.05 for one that took more; summed over the reported steps it is the
+// saved bias. And it picks: the same run with the bias kept at zero (bias_rate 0) routes the first
+// step alike and the later ones otherwise.
+TEST(RuntimeMoe, BalancingBiasFollowsTheStepsLoads) {
+  const Plan p = moe_plan(deepseek_router_moe(), 2, 1, strat(1, 2), 2);
+  const std::string dir = temp_dir("moe_bias");
+  const int steps = 6;
+  const RunResult a = train_plan(p, dir, "a", steps);
+  ASSERT_EQ(a.status, 0) << a.output;
+  const std::vector<Json> f = moe_fields(a.output);
+  ASSERT_EQ(f.size(), static_cast<size_t>(steps)) << a.output;
+  const runtime::ParamsFile params = read_params(dir + "/a.params");
+  ModelSpec still = deepseek_router_moe();
+  still.groups[1].shape.moe.bias_rate = 0;
+  const RunResult b = train_plan(moe_plan(still, 2, 1, strat(1, 2), 2), dir, "b", steps);
+  ASSERT_EQ(b.status, 0) << b.output;
+  const std::vector<Json> fb = moe_fields(b.output);
+  ASSERT_EQ(fb.size(), static_cast<size_t>(steps)) << b.output;
+  auto tokens = [](const Json& step, int l) { return step.at("moe")[l - 1].at("tokens_per_expert").get<std::vector<int64_t>>(); };
+  int differ = 0;
+  for (int l = 1; l <= 3; ++l) {
+    std::vector<double> expect(8, 0.0);
+    for (const Json& step : f) {
+      const std::vector<int64_t> t = step.at("moe")[l - 1].at("tokens_per_expert").get<std::vector<int64_t>>();
+      double mean = 0;
+      for (int64_t x : t) mean += static_cast<double>(x) / 8;
+      for (int e = 0; e < 8; ++e) expect[e] += t[e] < mean ? 0.05 : t[e] > mean ? -0.05 : 0.0;
+    }
+    const runtime::NamedParam* b = nullptr;
+    for (const auto& q : params.params)
+      if (q.name == "layers." + std::to_string(l) + ".mlp.expert_bias") b = &q;
+    ASSERT_NE(b, nullptr) << "layer " << l;
+    ASSERT_EQ(b->data.size(), 8u);
+    double moved = 0;
+    for (int e = 0; e < 8; ++e) {
+      EXPECT_NEAR(b->data[e], expect[e], 1e-6) << "layer " << l << " expert " << e;
+      moved += std::abs(b->data[e]);
+    }
+    EXPECT_GT(moved, 0.1) << "layer " << l;
+    EXPECT_EQ(tokens(f.front(), l), tokens(fb.front(), l)) << "layer " << l;
+    for (int s = 1; s < steps; ++s) differ += tokens(f[s], l) != tokens(fb[s], l);
+  }
+  EXPECT_GT(differ, 0);
+  std::filesystem::remove_all(dir);
+}
+
 // NetMoE's sample placement in the runtime: a 4-rank run on two "nodes" of 2 ranks traces its
 // routing (every sample's copies per expert summing to seq x top-k); the placement planned from
 // that trace runs the same steps with the same losses (samples move only between the replicas of

@@ -22,6 +22,35 @@ namespace {
 // and the head's sink logit, the sink's weight dropped; GQA's key heads serve consecutive query
 // heads. Packed documents keep attention inside a document. Without a window and sinks it is
 // plain causal attention.
+// The router's choice (route_top_k) against its definition, on scores built so that each rule
+// changes the answer: 8 experts in 4 groups of 2, top 2.
+TEST(Router, GroupLimitedChoiceAndBalancingBias) {
+  using runtime::route_top_k;
+  //                        group 0     group 1     group 2     group 3
+  const at::Tensor s = at::tensor({0.90f, 0.05f, 0.50f, 0.48f, 0.60f, 0.01f, 0.20f, 0.10f}).view({1, 8});
+  auto idx = [](const at::Tensor& i) { return std::vector<int64_t>(i.data_ptr<int64_t>(), i.data_ptr<int64_t>() + i.numel()); };
+  // No limit: the two best of all, experts 0 and 4.
+  EXPECT_EQ(idx(route_top_k(s, {}, 2, 1, 1, 1).second), (std::vector<int64_t>{0, 4}));
+  // One group scored by its best expert (DeepSeek-V2): group 0 (0.90) wins, so experts 0 and 1.
+  EXPECT_EQ(idx(route_top_k(s, {}, 2, 4, 1, 1).second), (std::vector<int64_t>{0, 1}));
+  // Scored by the sum of its two best (DeepSeek-V3, Megatron-LM): group 1 (0.98) beats group 0
+  // (0.95), so experts 2 and 3 though expert 0 scores highest.
+  EXPECT_EQ(idx(route_top_k(s, {}, 2, 4, 1, 2).second), (std::vector<int64_t>{2, 3}));
+  // Two groups by their sums (1 and 0): the best two of experts 0..3.
+  EXPECT_EQ(idx(route_top_k(s, {}, 2, 4, 2, 2).second), (std::vector<int64_t>{0, 2}));
+  // A bias picks (expert 5 now first, its group with it) but the weights stay the unbiased scores.
+  const at::Tensor bias = at::tensor({0.f, 0.f, 0.f, 0.f, 0.f, 1.0f, 0.f, 0.f});
+  const auto [w, i] = route_top_k(s, bias, 2, 4, 1, 2);
+  EXPECT_EQ(idx(i), (std::vector<int64_t>{5, 4}));
+  EXPECT_FLOAT_EQ(w[0][0].item<float>(), 0.01f);
+  EXPECT_FLOAT_EQ(w[0][1].item<float>(), 0.60f);
+  // The weights carry the scores' gradient, none of the bias's.
+  at::Tensor x = s.clone().requires_grad_(true);
+  route_top_k(x, bias, 2, 4, 1, 2).first.sum().backward();
+  const at::Tensor g = x.grad().view({8});
+  for (int e = 0; e < 8; ++e) EXPECT_EQ(g[e].item<float>(), e == 4 || e == 5 ? 1.0f : 0.0f) << e;
+}
+
 TEST(Attention, BandedWithSinksIsItsDefinition) {
   at::manual_seed(5);
   const int64_t b = 2, T = 9, h = 4, kvh = 2, d = 3, w = 4;

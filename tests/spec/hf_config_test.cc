@@ -152,7 +152,12 @@ TEST(HfConfig, DeepseekV3LatentAttention) {
                            .score = RouterScore::kSigmoid,
                            .norm_topk = true,
                            .routed_scale = 2.5,
-                           .aux_loss_coef = 0.001}));
+                           .aux_loss_coef = 0.001,
+                           .groups = 8,
+                           .group_top_k = 4,
+                           .group_score_top = 2,
+                           .expert_bias = true,
+                           .bias_rate = 0.001}));
   EXPECT_EQ(s.mla, (MlaSpec{.q_lora_rank = 1536, .kv_lora_rank = 512, .qk_rope_dim = 64, .v_head_dim = 128}));
   EXPECT_EQ(s.head_dim, 192);
   EXPECT_EQ(s.kv_heads, 128);
@@ -439,6 +444,87 @@ TEST(HfConfig, RouterSettingsPerFamily) {
   EXPECT_NE(bad.error().message.find("scoring_func: expected \"softmax\" or \"sigmoid\", got \"tanh\""),
             std::string::npos)
       << bad.error().message;
+}
+
+// DeepSeek's topk_method: noaux_tc (DeepSeek-V3) chooses from the topk_group groups whose two best
+// biased scores sum highest and balances with a bias; group_limited_greedy (DeepSeek-V2) scores a
+// group by its best expert, without a bias; greedy takes the top-k of all. Anything else is named.
+TEST(HfConfig, DeepseekGroupLimitedRoutingAndBalancingBias) {
+  Json j = read_json_file(kData + "/deepseek-v3.config.json");
+  const MoeSpec v3 = model_from_hf_config(j).value().groups.back().shape.moe;
+  EXPECT_TRUE(v3.group_limited());
+  EXPECT_EQ(v3.group_score_top, 2);
+  EXPECT_TRUE(v3.expert_bias);
+  j["model_type"] = "deepseek_v2";
+  j["scoring_func"] = "softmax";
+  j["topk_group"] = 3;
+  j["topk_method"] = "group_limited_greedy";
+  const MoeSpec v2 = model_from_hf_config(j).value().groups.back().shape.moe;
+  EXPECT_EQ(v2.groups, 8);
+  EXPECT_EQ(v2.group_top_k, 3);
+  EXPECT_EQ(v2.group_score_top, 1);
+  EXPECT_FALSE(v2.expert_bias);
+  j["topk_method"] = "greedy";
+  EXPECT_FALSE(model_from_hf_config(j).value().groups.back().shape.moe.group_limited());
+  // noaux_tc with a softmax router: the bias is for sigmoid scores.
+  j["topk_method"] = "noaux_tc";
+  auto soft = model_from_hf_config(j);
+  ASSERT_FALSE(soft.ok());
+  EXPECT_NE(soft.error().message.find("moe.expert_bias: balancing biases are added to sigmoid scores"),
+            std::string::npos)
+      << soft.error().message;
+  j["topk_method"] = "sinkhorn";
+  auto bad = model_from_hf_config(j);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.error().message.find("topk_method: expected \"greedy\", \"group_limited_greedy\" or \"noaux_tc\", got "
+                                     "\"sinkhorn\""),
+            std::string::npos)
+      << bad.error().message;
+  j["topk_method"] = "group_limited_greedy";
+  j["n_group"] = 7;
+  auto uneven = model_from_hf_config(j);
+  ASSERT_FALSE(uneven.ok());
+  EXPECT_NE(uneven.error().message.find("n_group: 7 does not divide the 256 experts"), std::string::npos)
+      << uneven.error().message;
+}
+
+// The groups and the bias in weft's model JSON: round trip, and each bad value named with its numbers.
+TEST(HfConfig, GroupLimitedRoutingInTheModelJson) {
+  const ModelSpec m = load("deepseek-v3.config.json");
+  const Json j = to_json(m);
+  const Json& moe = j.at("groups").back().at("moe");
+  EXPECT_EQ(moe.at("groups"), 8);
+  EXPECT_EQ(moe.at("group_top_k"), 4);
+  EXPECT_EQ(moe.at("group_score_top"), 2);
+  EXPECT_EQ(moe.at("expert_bias"), true);
+  auto back = model_from_json(j);
+  ASSERT_TRUE(back.ok()) << back.error().message;
+  EXPECT_TRUE(*back == m);
+  auto fails = [&](const std::string& key, const Json& value, const std::string& msg) {
+    Json k = j;
+    k["groups"].back()["moe"][key] = value;
+    auto r = model_from_json(k);
+    ASSERT_FALSE(r.ok()) << key;
+    EXPECT_NE(r.error().message.find(msg), std::string::npos) << r.error().message;
+  };
+  fails("groups", 6, "moe.groups: 6 must be positive and divide the 256 experts");
+  fails("group_top_k", 9, "moe.group_top_k: must be in 1..8 (the groups), got 9");
+  fails("group_score_top", 33, "moe.group_score_top: must be in 1..32 (the experts of a group), got 33");
+  fails("router", "softmax", "moe.expert_bias: balancing biases are added to sigmoid scores");
+  fails("bias_rate", -1, "moe.bias_rate: must be >= 0");
+  // Eight experts from one group of 32 is fine; 40 is not.
+  Json k = j;
+  k["groups"].back()["moe"]["group_top_k"] = 1;
+  k["groups"].back()["moe"]["top_k"] = 40;
+  auto r = model_from_json(k);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.error().message.find("moe.top_k: 40 experts from 1 groups of 32"), std::string::npos)
+      << r.error().message;
+  // The group score defaults to the top_k / group_top_k best (DeepSeek-V3's and Megatron-LM's).
+  k["groups"].back()["moe"]["top_k"] = 8;
+  k["groups"].back()["moe"]["group_top_k"] = 2;
+  k["groups"].back()["moe"].erase("group_score_top");
+  EXPECT_EQ(model_from_json(k).value().groups.back().shape.moe.group_score_top, 4);
 }
 
 // The router's fields round-trip through the model JSON, written only where they differ from the

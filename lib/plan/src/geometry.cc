@@ -143,6 +143,9 @@ void add_layer_params(UnitBuilder& b, const ModelSpec& m, int li, int tp, int t)
     // the runtime) and the shared experts, one FFN of shared_experts * expert_ffn split over tp as
     // a dense FFN; the routed experts are a unit of their own (add_expert_params).
     b.add(pre + "mlp.router", {sh.moe.experts, H}, -1, 0, 0, true, rep, kInitStd);
+    // DeepSeek-V3's balancing bias: a value per expert, replicated like the router, zeros at the
+    // start; the runtime moves it after each step (it takes no gradient, so AdamW leaves it as is).
+    if (sh.moe.expert_bias) b.add(pre + "mlp.expert_bias", {sh.moe.experts}, -1, 0, 0, false, rep, 0);
     if (sh.moe.shared_experts > 0) add_ffn_params(b, sh, pre + "mlp.shared.", sh.moe.shared_experts * sh.moe.expert_ffn, tp, t, out_std);
     // Qwen2-MoE's gate on the shared experts' output: one vector, replicated like the router.
     if (sh.moe.shared_gate) b.add(pre + "mlp.shared_gate", {1, H}, -1, 0, 0, true, rep, kInitStd);

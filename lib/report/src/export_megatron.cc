@@ -65,6 +65,45 @@ std::vector<std::string> megatron_recompute(const Plan& p) {
   return {"--recompute-granularity full", "--recompute-method block", "--recompute-num-layers " + S(k)};
 }
 
+// The router's flags (core_v0.19's topk_routing_with_score_function and group_limited_topk): the
+// score function, the top-k weights renormalised (softmax after the top-k, Megatron's default) or
+// not (--moe-router-pre-softmax; a sigmoid router always renormalises), their scale, the groups
+// and the balancing bias. weft's router runs in fp32.
+void router_args(const MoeSpec& r, std::vector<std::string>& out, std::vector<std::string>& notes) {
+  const bool sigmoid = r.score == RouterScore::kSigmoid;
+  if (sigmoid) {
+    out.push_back("--moe-router-score-function sigmoid");
+    if (!r.norm_topk && r.top_k > 1)
+      refuse(kMeg, "model: a sigmoid router whose top-k weights are used as they are (norm_topk false); Megatron-LM's "
+                   "sigmoid router always renormalises them");
+  } else if (!r.norm_topk) {
+    out.push_back("--moe-router-pre-softmax");
+  }
+  if (r.routed_scale != 1.0) out.push_back("--moe-router-topk-scaling-factor " + num(r.routed_scale));
+  if (r.group_limited()) {
+    if (r.group_score_top != r.top_k / r.group_top_k)
+      refuse(kMeg, "model: groups scored by their " + S(r.group_score_top) +
+                       " best experts (group_score_top); Megatron-LM scores a group by its top_k / group_top_k = " +
+                       S(r.top_k / r.group_top_k) + " best");
+    if (!sigmoid && r.norm_topk && r.group_score_top > 1)
+      refuse(kMeg, "model: a softmax router choosing groups by the sum of their best scores; Megatron-LM's softmax "
+                   "router with renormalised weights sums logits, not scores (--moe-router-pre-softmax sums scores "
+                   "but does not renormalise)");
+    out.push_back("--moe-router-num-groups " + S(r.groups));
+    out.push_back("--moe-router-group-topk " + S(r.group_top_k));
+  }
+  if (r.expert_bias) {
+    out.push_back("--moe-router-enable-expert-bias");
+    out.push_back("--moe-router-bias-update-rate " + num(r.bias_rate));
+  }
+  if (r.aux_loss_coef > 0) {
+    out.push_back("--moe-aux-loss-coeff " + num(r.aux_loss_coef));
+    notes.push_back("--moe-aux-loss-coeff: Megatron-LM's aux_loss counts each data-parallel rank's tokens per "
+                    "expert; weft's balancing loss counts those of the whole micro-batch on the stage");
+  }
+  out.push_back("--moe-router-dtype fp32");
+}
+
 // Model-shape flags; refuses models Megatron's GPT/BERT flags cannot describe.
 void megatron_model(const Plan& p, std::vector<std::string>& out, std::vector<std::string>& notes) {
   const ModelSpec& m = p.model;
@@ -184,6 +223,7 @@ void megatron_model(const Plan& p, std::vector<std::string>& out, std::vector<st
     out.push_back("--num-experts " + S(moe->moe.experts));
     out.push_back("--moe-router-topk " + S(moe->moe.top_k));
     out.push_back("--moe-ffn-hidden-size " + S(moe->moe.expert_ffn));
+    router_args(moe->moe, out, notes);
     if (moe->moe.shared_experts > 0) {
       out.push_back("--moe-shared-expert-intermediate-size " + S(moe->moe.shared_experts * moe->moe.expert_ffn));
       if (moe->moe.shared_gate) out.push_back("--moe-shared-expert-gate");  // Qwen2-MoE's sigmoid gate

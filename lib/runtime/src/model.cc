@@ -6,6 +6,7 @@
 #include <cmath>
 #include <limits>
 #include <map>
+#include <string_view>
 #include <numeric>
 #include <tuple>
 
@@ -650,6 +651,64 @@ double MoeLayerStats::rank_imbalance(int ep) const {
   return sum > 0 ? static_cast<double>(most) * ep / static_cast<double>(sum) : 1.0;
 }
 
+namespace {
+
+// Where MoE layer unit u keeps its balancing bias: the parameter's place in the flat buffer and
+// its E values.
+std::pair<int64_t, int64_t> bias_place(const Unit& u) {
+  for (const ParamSpec& p : u.spec.params)
+    if (std::string_view(p.name).ends_with(".mlp.expert_bias"))
+      return {p.offset, p.numel()};
+  WEFT_ASSERT(false, "unit " + u.spec.name + " has no mlp.expert_bias");
+  return {0, 0};
+}
+
+}  // namespace
+
+at::Tensor Model::expert_bias(const LayerCtx& L) {
+  at::NoGradGuard no_grad;
+  Unit& u = units_[L.unit];
+  const auto [off, E] = bias_place(u);
+  if (u.spec.zero < 3) return u.flat.narrow(0, off, E).to(at::kFloat);
+  if (u.sync->size() == 1) return u.shard_leaf.narrow(0, off, E).to(at::kFloat);
+  // ZeRO-3: each rank puts in the part its shard holds; the sum is the whole fp32 bias (the
+  // gathered weights are in the compute dtype, too coarse for steps of bias_rate).
+  at::Tensor b = at::zeros({E}, u.shard_leaf.options().dtype(at::kFloat));
+  const int64_t lo = std::max(off, u.owned_begin()), hi = std::min(off + E, u.owned_begin() + u.owned_len());
+  if (hi > lo) b.narrow(0, lo - off, hi - lo).copy_(u.shard_leaf.narrow(0, lo - u.owned_begin(), hi - lo));
+  u.sync->allreduce_sum(b);
+  return b;
+}
+
+void Model::update_expert_bias() {
+  at::NoGradGuard no_grad;
+  for (const LayerCtx& L : layers_) {
+    const MoeSpec& moe = L.shape.moe;
+    if (!moe.enabled() || !moe.expert_bias || moe.bias_rate == 0) continue;
+    const std::vector<int64_t>& tokens = moe_stats_[L.stats].tokens;
+    double mean = 0;
+    for (int64_t t : tokens) mean += static_cast<double>(t);
+    mean /= static_cast<double>(tokens.size());
+    std::vector<float> step(tokens.size());
+    for (size_t e = 0; e < tokens.size(); ++e) {
+      const double gap = mean - static_cast<double>(tokens[e]);
+      step[e] = static_cast<float>(gap > 0 ? moe.bias_rate : gap < 0 ? -moe.bias_rate : 0.0);
+    }
+    Unit& u = units_[L.unit];
+    const auto [off, E] = bias_place(u);
+    const at::Tensor delta = at::tensor(step).to(device_);
+    // The same figures on every rank of the stage, so every copy moves alike: the whole bias in
+    // the full buffer, or the part of it in this rank's ZeRO-3 shard.
+    if (u.spec.zero < 3) {
+      u.flat.narrow(0, off, E).add_(delta.to(u.flat.scalar_type()));
+      continue;
+    }
+    const int64_t lo = std::max(off, u.owned_begin()), hi = std::min(off + E, u.owned_begin() + u.owned_len());
+    if (hi > lo)
+      u.shard_leaf.detach().narrow(0, lo - u.owned_begin(), hi - lo).add_(delta.narrow(0, lo - off, hi - lo).to(u.shard_leaf.scalar_type()));
+  }
+}
+
 void Model::reset_moe_stats() {
   for (MoeLayerStats& s : moe_stats_) {
     std::fill(s.tokens.begin(), s.tokens.end(), 0);
@@ -687,7 +746,8 @@ at::Tensor Model::routed_experts(const LayerCtx& L, const std::vector<at::Tensor
   if (tp) wr = copy_to(wr, *L.tp);
   const at::Tensor logits = at::linear(X.to(at::kFloat), wr.to(at::kFloat));  // [n, E]
   const at::Tensor scores = moe.score == RouterScore::kSigmoid ? logits.sigmoid() : logits.softmax(-1);
-  auto [topv, topi] = scores.topk(k, -1);
+  auto [topv, topi] = route_top_k(scores, moe.expert_bias ? expert_bias(L) : at::Tensor(), k, moe.groups,
+                                  moe.group_top_k, moe.group_score_top);
   at::Tensor gate = topv;
   if (moe.norm_topk) gate = gate / (gate.sum(-1, true) + (moe.score == RouterScore::kSigmoid ? 1e-20 : 0.0));
   if (moe.routed_scale != 1.0) gate = gate * moe.routed_scale;

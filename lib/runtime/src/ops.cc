@@ -828,4 +828,19 @@ at::Tensor vocab_parallel_cross_entropy(const at::Tensor& logits, const at::Tens
   return VocabParallelCE::apply(logits, targets, start, handle(&c));
 }
 
+std::pair<at::Tensor, at::Tensor> route_top_k(const at::Tensor& scores, const at::Tensor& bias, int top_k, int groups,
+                                              int group_top_k, int group_score_top) {
+  at::Tensor choice = bias.defined() ? scores.detach() + bias.to(scores.scalar_type()) : scores.detach();
+  if (groups > 1 && group_top_k < groups) {
+    const int64_t n = scores.size(0), E = scores.size(1);
+    const at::Tensor group_score = std::get<0>(choice.view({n, groups, E / groups}).topk(group_score_top, -1)).sum(-1);
+    const at::Tensor best = std::get<1>(group_score.topk(group_top_k, -1));
+    const at::Tensor kept = at::zeros({n, groups}, scores.options().dtype(at::kBool)).scatter_(1, best, true);
+    choice = choice.masked_fill(~kept.unsqueeze(-1).expand({n, groups, E / groups}).reshape({n, E}),
+                                -std::numeric_limits<double>::infinity());
+  }
+  const at::Tensor idx = std::get<1>(choice.topk(top_k, -1));
+  return {scores.gather(1, idx), idx};
+}
+
 }  // namespace weft::runtime

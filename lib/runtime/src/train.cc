@@ -314,6 +314,7 @@ StepResult optimizer_step(Model& model, Optimizer& opt, Comm& world, double loss
     if (coef < 1.0) scale = coef;
   }
   opt.step(lr, scale);
+  model.update_expert_bias();
   return r;
 }
 

@@ -348,6 +348,25 @@ ModelSpec llama_like(const JsonObj& o, Family fam, const std::string& type) {
       r.norm_topk = bool_or(o, "norm_topk_prob", false);
       r.routed_scale = number_or(o, "routed_scaling_factor", 1.0);
       r.aux_loss_coef = number_or(o, "aux_loss_alpha", 0.001);
+      // The choice of experts (transformers 4.57's DeepseekV2Moe / DeepseekV3TopkRouter):
+      // "greedy" the top_k of all; "group_limited_greedy" (DeepSeek-V2) from the topk_group groups
+      // of n_group with the highest score; "noaux_tc" (DeepSeek-V3, the only one its code knows)
+      // from the groups whose two highest biased scores sum highest, with the balancing bias
+      // (e_score_correction_bias), moved by the paper's 0.001 a step (section 4.2, gamma).
+      const std::string method = str_or(o, "topk_method", type == "deepseek_v3" ? "noaux_tc" : "greedy");
+      if (method != "greedy" && method != "group_limited_greedy" && method != "noaux_tc")
+        o.fail("topk_method", "expected \"greedy\", \"group_limited_greedy\" or \"noaux_tc\", got \"" + method + "\"");
+      if (method != "greedy") {
+        r.groups = static_cast<int>(present(o, "n_group") ? positive(o, "n_group") : 1);
+        r.group_top_k = static_cast<int>(present(o, "topk_group") ? positive(o, "topk_group") : r.groups);
+        r.group_score_top = method == "noaux_tc" ? 2 : 1;
+        if (r.groups == 1) r.group_score_top = 1;
+        if (r.groups > 0 && r.experts % r.groups != 0)
+          o.fail("n_group", std::to_string(r.groups) + " does not divide the " + std::to_string(r.experts) + " experts");
+        if (r.group_top_k > r.groups)
+          o.fail("topk_group", std::to_string(r.group_top_k) + " is more than the " + std::to_string(r.groups) + " groups");
+      }
+      r.expert_bias = method == "noaux_tc";
     } else if (fam == Family::kMixtral || fam == Family::kGptOss || fam == Family::kGeneric) {
       r.norm_topk = true;
       r.aux_loss_coef = number_or(o, "router_aux_loss_coef", fam == Family::kGptOss ? 0.9 : 0.001);

@@ -1,5 +1,6 @@
 #include "weft/spec/model.h"
 
+#include <algorithm>
 #include <string>
 
 #include "weft/core/assert.h"
@@ -124,6 +125,29 @@ Status validate(const ModelSpec& m) {
         return fail(p + ".moe.aux_loss_coef: must be >= 0, got " + std::to_string(s.moe.aux_loss_coef));
       if (s.moe.shared_gate && s.moe.shared_experts == 0)
         return fail(p + ".moe.shared_gate: a gate on the shared experts, and the layer has none (shared_experts 0)");
+      const MoeSpec& r = s.moe;
+      const std::string n = p + ".moe.";
+      if (r.groups < 1 || r.experts % r.groups != 0)
+        return fail(n + "groups: " + std::to_string(r.groups) + " must be positive and divide the " +
+                    std::to_string(r.experts) + " experts");
+      if (r.group_top_k < 1 || r.group_top_k > r.groups)
+        return fail(n + "group_top_k: must be in 1.." + std::to_string(r.groups) + " (the groups), got " +
+                    std::to_string(r.group_top_k));
+      if (r.group_limited()) {
+        const int per = r.experts / r.groups;
+        if (r.top_k > r.group_top_k * per)
+          return fail(n + "top_k: " + std::to_string(r.top_k) + " experts from " + std::to_string(r.group_top_k) +
+                      " groups of " + std::to_string(per) + " (group_top_k x experts / groups = " +
+                      std::to_string(r.group_top_k * per) + ")");
+        if (r.group_score_top < 1 || r.group_score_top > per)
+          return fail(n + "group_score_top: must be in 1.." + std::to_string(per) + " (the experts of a group), got " +
+                      std::to_string(r.group_score_top));
+      }
+      if (r.expert_bias && r.score != RouterScore::kSigmoid)
+        return fail(n + "expert_bias: balancing biases are added to sigmoid scores (DeepSeek-V3; Megatron-LM "
+                    "refuses them with softmax); set \"router\": \"sigmoid\"");
+      if (r.expert_bias && !(r.bias_rate >= 0))
+        return fail(n + "bias_rate: must be >= 0, got " + std::to_string(r.bias_rate));
     }
     if (s.hidden != m.hidden)
       return fail(p + ".hidden: " + std::to_string(s.hidden) + " differs from the model's hidden " +
@@ -181,6 +205,15 @@ Json to_json(const ModelSpec& m) {
       if (g.shape.moe.routed_scale != dflt.routed_scale) o["moe"]["routed_scale"] = g.shape.moe.routed_scale;
       if (g.shape.moe.aux_loss_coef != dflt.aux_loss_coef) o["moe"]["aux_loss_coef"] = g.shape.moe.aux_loss_coef;
       if (g.shape.moe.shared_gate) o["moe"]["shared_gate"] = true;
+      if (g.shape.moe.groups > 1) {
+        o["moe"]["groups"] = g.shape.moe.groups;
+        o["moe"]["group_top_k"] = g.shape.moe.group_top_k;
+        o["moe"]["group_score_top"] = g.shape.moe.group_score_top;
+      }
+      if (g.shape.moe.expert_bias) {
+        o["moe"]["expert_bias"] = true;
+        o["moe"]["bias_rate"] = g.shape.moe.bias_rate;
+      }
     }
     groups.push_back(std::move(o));
   }
@@ -253,7 +286,8 @@ Result<ModelSpec> model_from_json(const Json& j, const std::string& path) {
       if (g.has("moe")) {
         JsonObj mo = g.obj("moe");
         mo.reject_unknown({"experts", "top_k", "expert_ffn", "shared_experts", "router", "norm_topk", "routed_scale",
-                           "aux_loss_coef", "shared_gate"});
+                           "aux_loss_coef", "shared_gate", "groups", "group_top_k", "group_score_top", "expert_bias",
+                           "bias_rate"});
         s.moe.experts = static_cast<int>(mo.integer("experts"));
         s.moe.top_k = static_cast<int>(mo.integer("top_k"));
         s.moe.expert_ffn = mo.integer("expert_ffn");
@@ -266,6 +300,13 @@ Result<ModelSpec> model_from_json(const Json& j, const std::string& path) {
         s.moe.routed_scale = mo.number_or("routed_scale", 1.0);
         s.moe.aux_loss_coef = mo.number_or("aux_loss_coef", 0.0);
         s.moe.shared_gate = mo.boolean_or("shared_gate", false);
+        s.moe.groups = static_cast<int>(mo.integer_or("groups", 1));
+        s.moe.group_top_k = static_cast<int>(mo.integer_or("group_top_k", s.moe.groups));
+        // DeepSeek-V3's and Megatron-LM's group score: the sum of the top_k / group_top_k best.
+        const int score_top = s.moe.groups > 1 ? std::max(1, s.moe.top_k / std::max(1, s.moe.group_top_k)) : 1;
+        s.moe.group_score_top = static_cast<int>(mo.integer_or("group_score_top", score_top));
+        s.moe.expert_bias = mo.boolean_or("expert_bias", false);
+        s.moe.bias_rate = mo.number_or("bias_rate", MoeSpec{}.bias_rate);
         if (s.moe.experts <= 0) mo.fail("experts", "must be positive, got " + std::to_string(s.moe.experts));
       }
       s.ffn = g.has("ffn") ? g.integer("ffn") : (s.moe.enabled() ? 0 : g.integer("ffn"));

@@ -183,6 +183,11 @@ class Model {
   // reset (a recomputed forward is not counted twice).
   const std::vector<MoeLayerStats>& moe_stats() const { return moe_stats_; }
   void reset_moe_stats();
+  // After a step's optimizer update, before reset_moe_stats(): every MoE layer with a balancing
+  // bias (MoeSpec::expert_bias) moves it by bias_rate towards balance from the step's routed
+  // copies per expert (Megatron-LM's get_updated_expert_bias, from the step's tokens of the whole
+  // stage: every rank moves its copy alike).
+  void update_expert_bias();
   // The weight of one micro-batch's load-balancing losses in the objective (the LM loss is the
   // mean over the step's tokens; the balancing loss the mean over its micro-batches, as Megatron
   // scales it): 1 / micro-batches of the step; set by the trainer, 1 / train.micro_batches at first.
@@ -210,6 +215,9 @@ class Model {
   // release: as layer_forward's, for the experts' gathered ZeRO-3 parameters.
   at::Tensor routed_experts(const LayerCtx& L, const std::vector<at::Tensor>& w, const at::Tensor& hn, bool release);
   at::Tensor norm(const at::Tensor& x, const at::Tensor& w, const at::Tensor* b) const;
+  // MoE layer L's balancing bias in fp32 [E] (under ZeRO-3 put together from the shards: an
+  // all-reduce of E values over the unit's ranks).
+  at::Tensor expert_bias(const LayerCtx& L);
   Unit* find_unit(const std::string& name);
   // Strategy s's activation layout on device group `group` (its rows: train.stage_dp_shares).
   ActivationLayout group_layout(const LayerStrategy& s, int group) const;

@@ -103,6 +103,15 @@ void reset_gathered_peak();
 using TensorFn = std::function<at::Tensor(const std::vector<at::Tensor>&)>;
 at::Tensor recompute(const TensorFn& fn, const std::vector<at::Tensor>& inputs);
 
+// A MoE router's choice (Megatron-LM core_v0.19 topk_routing_with_score_function and
+// group_limited_topk; DeepSeek-V2/V3): for each row of scores [n, E] (fp32) the top_k experts by
+// scores + bias (bias [E], undefined: none; it picks, it does not weigh), and with groups > 1 and
+// group_top_k < groups only from the row's group_top_k groups (E / groups consecutive experts)
+// with the highest sum of their group_score_top best biased scores. Returns the chosen experts'
+// unbiased scores [n, top_k] (differentiable through scores) and their indices, highest first.
+std::pair<at::Tensor, at::Tensor> route_top_k(const at::Tensor& scores, const at::Tensor& bias, int top_k, int groups,
+                                              int group_top_k, int group_score_top);
+
 // The runtime's attention core: causal attention, over a band of `window` keys when window > 0
 // (each query attends to itself and the window - 1 keys before it; 0: the whole causal context),
 // with, when `with_sinks`, a learned sink logit per head as one more softmax column that takes

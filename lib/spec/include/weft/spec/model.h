@@ -42,6 +42,22 @@ struct MoeSpec {
   // The shared experts' output scaled per token by sigmoid(hidden . w), w one learned vector
   // (Qwen2-MoE's mlp.shared_expert_gate; Megatron-LM's --moe-shared-expert-gate).
   bool shared_gate = false;
+  // Group-limited routing (DeepSeek-V2/V3's n_group and topk_group; Megatron-LM's
+  // --moe-router-num-groups and --moe-router-group-topk): the experts in `groups` equal groups of
+  // consecutive experts, each group scored per token by the sum of its group_score_top highest
+  // scores (DeepSeek-V3 and Megatron-LM: top_k / group_top_k; DeepSeek-V2's group_limited_greedy: 1,
+  // the highest), a token's top_k chosen from its group_top_k best groups only. groups 1: none.
+  int groups = 1;
+  int group_top_k = 1;
+  int group_score_top = 1;
+  // Auxiliary-loss-free balancing (DeepSeek-V3 section 2.1.2, topk_method noaux_tc; Megatron-LM's
+  // --moe-router-enable-expert-bias): a bias per expert added to the sigmoid scores for choosing
+  // the experts (and their groups), not for the gate weights; after every step each expert's bias
+  // moves by bias_rate towards balance, +bias_rate where the expert took fewer than the mean
+  // tokens of the step, -bias_rate where more (Megatron's --moe-router-bias-update-rate).
+  bool expert_bias = false;
+  double bias_rate = 1e-3;
+  bool group_limited() const { return groups > 1 && group_top_k < groups; }
   bool enabled() const { return experts > 0; }
   bool operator==(const MoeSpec&) const = default;
 };
