@@ -13,6 +13,7 @@
 #include "commands.h"
 #include "inputs.h"
 #include "weft/core/format.h"
+#include "weft/multitask/plan_tasks.h"
 #include "weft/cost/estimate.h"
 #include "weft/plan/plan.h"
 #include "weft/plan/runtime_support.h"
@@ -121,6 +122,8 @@ struct PlanFlags {
   long long max_seq = 0;                             // --max-seq: longer documents dropped
   int steps = 8, first_step = 0;                     // --steps, --first-step: batches sampled
   unsigned long long seed = 0;                       // --seed
+  // A multi-task model instead of --model (docs/multitask.md).
+  std::string tasks;                                 // --tasks FILE
 };
 
 // --dtype as given, else bf16 where the GPU runs it and fp16 where it does not (a V100), as
@@ -320,7 +323,64 @@ void run_plan_mixed(const PlanFlags& f, const Inputs& in, const SearchOptions& o
   if (!f.out.empty()) std::printf("\nplan written to %s\n", f.out.c_str());
 }
 
+// weft plan --tasks FILE: Spindle's waves for a multi-task model, beside the sequential and
+// task-greedy baselines and the continuous bound, on the same curves (docs/multitask.md).
+void run_plan_tasks(const PlanFlags& f) {
+  if (!f.in.model.empty())
+    fail(Error{ErrorKind::kBadInput, "--tasks: the task file names its modules; leave out --model"});
+  if (f.in.cost_model != "weft" || !f.in.hardware_profile.empty() || !f.in.model_profile.empty() ||
+      !f.in.stragglers.empty())
+    fail(Error{ErrorKind::kBadInput, "--tasks plans with weft's analytic model on one kind of GPU only (no "
+                                     "--cost-model galvatron, profiles or --straggler yet)"});
+  if (!f.lengths.empty() || !f.data.empty() || f.seq >= 0 || f.global_batch > 0)
+    fail(Error{ErrorKind::kBadInput, "--tasks: each module's tokens and each task's batch come from the task file; "
+                                     "leave out --seq, --global-batch and --lengths"});
+  const multitask::TaskSpec t = unwrap(multitask::load_tasks(f.tasks));
+  Inputs in = unwrap(load_inputs(f.in, &t.modules.front().model));
+  if (in.mixed) fail(Error{ErrorKind::kBadInput, "--tasks: one kind of GPU only (no node groups yet)"});
+  SearchOptions base;
+  base.top_k = 1;
+  base.dtype = dtype_or_default(f.dtype, in.cluster.gpu);
+  base.optimizer = optimizer_precision(f, base.dtype);
+  const multitask::TasksPlan p = unwrap(multitask::plan_tasks(t, in.cluster, in.cost(), base));
+  if (f.format == "json") {
+    Json j = multitask::to_json(p);
+    j["tasks"] = t.name;
+    j["gpus"] = in.cluster.total_gpus();
+    std::printf("%s\n", j.dump(2).c_str());
+    return;
+  }
+  const int N = in.cluster.total_gpus();
+  std::printf("weft plan: %s on %d x %s (%d per node)\n%zu tasks, %zu operators (task/module)\n\n", t.name.c_str(), N,
+              in.cluster.gpu.name.c_str(), in.cluster.gpus_per_node, t.tasks.size(), p.ops.size());
+  std::printf("%-4s %9s %9s  %-28s %4s %6s %9s\n", "wave", "start s", "time s", "operator", "GPUs", "layers",
+              "piece s");
+  for (size_t w = 0; w < p.allocation.waves.size(); ++w) {
+    const multitask::Wave& wave = p.allocation.waves[w];
+    for (size_t i = 0; i < wave.pieces.size(); ++i) {
+      const multitask::Piece& pc = wave.pieces[i];
+      if (i == 0)
+        std::printf("%-4zu %9.4f %9.4f  ", w + 1, wave.start_s, wave.time_s);
+      else
+        std::printf("%-4s %9s %9s  ", "", "", "");
+      std::printf("%-28s %4d %6d %9.4f\n", p.ops[static_cast<size_t>(pc.op)].name.c_str(), pc.gpus, pc.layers,
+                  pc.time_s);
+    }
+  }
+  const double step = p.allocation.makespan_s;
+  std::printf("\nstep time     %10.4f s\n", step);
+  std::printf("sequential    %10.4f s  each task on all %d GPUs in turn: weft %.2fx faster\n", p.sequential_s, N,
+              p.sequential_s / step);
+  std::printf("task greedy   %10.4f s  whole tasks side by side: weft %.2fx faster\n", p.task_greedy_s,
+              p.task_greedy_s / step);
+  std::printf("bound         %10.4f s  continuous relaxation: weft at %.3fx of it\n", p.allocation.bound_s,
+              step / p.allocation.bound_s);
+  std::printf("planned in %.1f ms from the modules' curves (%.0f ms of searches)\n", p.plan_ms, p.curve_ms);
+}
+
 void run_plan(const PlanFlags& f) {
+  if (!f.tasks.empty()) return run_plan_tasks(f);
+  if (f.global_batch <= 0) fail(Error{ErrorKind::kBadInput, "--global-batch: required (samples per optimizer step)"});
   if (!f.lengths.empty() || !f.data.empty()) return run_plan_lengths(f);
   if (f.seq < 0) fail(Error{ErrorKind::kBadInput, "--seq: required (or give --lengths FILE)"});
   Inputs in = unwrap(load_inputs(f.in));
@@ -703,6 +763,9 @@ void register_plan_commands(CLI::App& app) {
     auto* cmd = app.add_subcommand("plan", "Search the fastest hybrid-parallel plan that fits");
     add_input_flags(cmd, fl->in);
     cmd->add_option("--seq,--seq-length", fl->seq, "Sequence length (tokens per sample); or --lengths");
+    cmd->add_option("--tasks", fl->tasks,
+                    "A multi-task model file (modules, data flow, tasks; docs/multitask.md) instead of --model: "
+                    "Spindle's waves of modules on the GPUs, beside the sequential and task-greedy baselines");
     cmd->add_option("--lengths", fl->lengths,
                     "Plan for a distribution of document lengths (one per line) instead of one --seq: tensor "
                     "parallelism, recompute and the sequence-parallel group sizes (docs/varlen.md)");
@@ -717,8 +780,8 @@ void register_plan_commands(CLI::App& app) {
     cmd->add_option("--steps", fl->steps, "With --lengths: global batches sampled")->capture_default_str();
     cmd->add_option("--first-step", fl->first_step, "With --lengths: batches skipped before the first sampled");
     cmd->add_option("--seed", fl->seed, "With --lengths: shuffle the documents with this seed first (0: file order)");
-    cmd->add_option("--global-batch,--global-batch-size", fl->global_batch, "Samples per optimizer step")
-        ->required();
+    cmd->add_option("--global-batch,--global-batch-size", fl->global_batch,
+                    "Samples per optimizer step (required, except with --tasks, whose tasks have their batches)");
     cmd->add_option("--top", fl->top, "How many plans to list")->capture_default_str();
     cmd->add_option("--dtype", fl->dtype,
                     "Compute dtype (default bf16, fp16 on a GPU without bf16; fp32 master weights and Adam states "

@@ -51,6 +51,53 @@ TEST(CliPlan, TableFitsIn80Columns) {
   }
 }
 
+// weft plan --tasks: the waves and baselines of a multi-task model, as a table within 80 columns
+// and as JSON (step_time_s, waves with their modules, baselines, plan_ms: relied on); --model,
+// --seq or --global-batch beside it are errors naming the flag.
+TEST(CliPlan, TasksWavesAndBaselines) {
+  const std::string file = std::string(WEFT_DATA_DIR) + "/tasks/clip-4-tasks.json";
+  const std::vector<std::string> base{"plan", "--tasks", file, "--cluster", "h100-80gb", "--gpus", "16"};
+  CliRun t = run(base);
+  ASSERT_EQ(t.code, 0) << t.err;
+  EXPECT_NE(t.out.find("vision-text/vision"), std::string::npos) << t.out;
+  EXPECT_NE(t.out.find("sequential"), std::string::npos);
+  for (size_t start = 0; start < t.out.size();) {
+    size_t end = t.out.find('\n', start);
+    if (end == std::string::npos) end = t.out.size();
+    EXPECT_LE(end - start, 80u) << t.out.substr(start, end - start);
+    start = end + 1;
+  }
+  CliRun r = run(with(base, {"--format", "json"}));
+  ASSERT_EQ(r.code, 0) << r.err;
+  const Json j = Json::parse(r.out);
+  const double step = j.at("step_time_s").get<double>();
+  EXPECT_GT(step, 0);
+  EXPECT_LE(j.at("baselines").at("bound_s").get<double>(), step * (1 + 1e-9));
+  EXPECT_LE(step, j.at("baselines").at("sequential_s").get<double>() * (1 + 1e-9));
+  EXPECT_GT(j.at("baselines").at("task_greedy_s").get<double>(), 0);
+  EXPECT_GE(j.at("plan_ms").get<double>(), 0);
+  int vision_layers = 0;
+  for (const Json& w : j.at("waves"))
+    for (const Json& m : w.at("modules")) {
+      EXPECT_GT(m.at("gpus").get<int>(), 0);
+      EXPECT_LE(m.at("gpus").get<int>(), 16);
+      if (m.at("name") == "vision-text/vision") vision_layers += m.at("layers").get<int>();
+    }
+  EXPECT_EQ(vision_layers, 32);  // ViT-H's 32 layers, all run once
+  CliRun m = run(with(base, {"--model", "llama-2-7b"}));
+  EXPECT_NE(m.code, 0);
+  EXPECT_NE(m.err.find("--tasks: the task file names its modules; leave out --model"), std::string::npos) << m.err;
+  CliRun s = run(with(base, {"--seq", "4096"}));
+  EXPECT_NE(s.code, 0);
+  EXPECT_NE(s.err.find("leave out --seq"), std::string::npos) << s.err;
+  CliRun missing = run({"plan", "--tasks", "/nonexistent/tasks.json"});
+  EXPECT_NE(missing.code, 0);
+  EXPECT_NE(missing.err.find("/nonexistent/tasks.json"), std::string::npos) << missing.err;
+  CliRun nobatch = run({"plan", "--model", "llama-2-7b", "--seq", "4096"});
+  EXPECT_NE(nobatch.code, 0);
+  EXPECT_NE(nobatch.err.find("--global-batch: required"), std::string::npos) << nobatch.err;
+}
+
 TEST(CliPlan, DtypeDefaultsToWhatTheGpuRuns) {
   const std::vector<std::string> v100{"--model", "llama-2-7b", "--cluster", "v100-32gb", "--gpus", "32", "--seq",
                                       "2048", "--global-batch", "128", "--format", "json"};

@@ -1,0 +1,104 @@
+// Spindle's allocator (ASPLOS'25; docs/multitask.md): GPUs for the operators of concurrent tasks,
+// on scaling curves given per operator. Torch-free, no dependency above weft/core.
+//
+// An operator ("MetaOp") is a stack of `layers` equal layers that runs on any valid GPU count n of
+// its curve, one layer taking curve.t(n) seconds there (forward and backward of its batch); its
+// dependencies must finish before it starts. Operators are grouped into levels by dependency depth
+// (level 0: no dependencies; level d: the longest chain of dependencies before it is d), each
+// level solved alone and the levels run one after another.
+//
+//   continuous bound (per level): every operator of the level runs from 0 to C on n_m(C) GPUs, a
+//     real number interpolated between the curve's valid counts, with T_m(n_m) x L_m = C and
+//     sum n_m = N; C found by bisection (Spindle's Theorem 1; C between max_m T_m(N) L_m and
+//     sum_m T_m(1) L_m). A curve whose first count is above 1 is extended below it as perfect
+//     scaling (t(n) = t(n0) n0 / n), so that any N can hold every operator.
+//   discretisation: each operator's n_m between its two neighbouring valid counts lo <= n_m <= hi,
+//     its layers split between them (l_hi on hi GPUs, l_lo on lo GPUs, l_hi + l_lo = L_m,
+//     T(hi) l_hi + T(lo) l_lo as close to C as whole layers allow).
+//   waves (a greedy wavefront, Spindle §3): each wave admits at most one piece per operator,
+//     operators with the longest planned time left first, each on the smaller count it still has
+//     layers for (so that every operator can start at once, as in the bound), while the GPUs add
+//     up to <= N; GPUs left over move operators to their larger count, then widen them to a larger
+//     valid count that runs a layer faster; the wave lasts as long as its shortest piece (at least
+//     one layer of each), and every piece runs the whole layers that fit in it. An operator's next
+//     piece is in a later wave. Where running a level's operators one after another, each on its
+//     fastest count <= N, is shorter than its waves, the level runs that way (a plan is never
+//     slower than that).
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "weft/core/error.h"
+
+namespace weft::multitask {
+
+// Time of one layer on n GPUs, for the valid counts n (ascending, distinct, each >= 1).
+struct Curve {
+  std::vector<int> n;
+  std::vector<double> t;
+  // The time at count x: the curve's value where x is a valid count; between two valid counts
+  // linear in 1/n (what dividing the work w / n gives); below the first valid count n0 perfect
+  // scaling from it; above the last, its value.
+  double at(double x) const;
+};
+
+struct Op {
+  std::string name;
+  int layers = 1;
+  Curve curve;
+  std::vector<int> deps;  // indices of operators that must finish before this one starts
+};
+
+// One piece of an operator in a wave.
+struct Piece {
+  int op = 0;
+  int gpus = 0;
+  int layers = 0;
+  double time_s = 0;  // layers x curve.at(gpus)
+};
+
+struct Wave {
+  double start_s = 0;
+  double time_s = 0;  // the longest piece of the wave
+  std::vector<Piece> pieces;
+};
+
+struct Allocation {
+  double makespan_s = 0;         // sum of the waves' times
+  double bound_s = 0;            // sum over levels of the continuous bound
+  std::vector<double> level_bound_s;
+  std::vector<Wave> waves;
+};
+
+// Checks the operators (layers >= 1, curves non-empty with ascending positive counts and positive
+// times, dependencies in range, no cycle) and N >= 1; errors name the operator and the numbers.
+Status check_ops(const std::vector<Op>& ops, int gpus);
+// The levels (operator indices of each level, in index order).
+Result<std::vector<std::vector<int>>> levels(const std::vector<Op>& ops);
+// The continuous bound of one level's operators on N GPUs, and each operator's real GPU count.
+struct Bound {
+  double c_s = 0;
+  std::vector<double> gpus;  // per operator of `level`, in its order
+};
+Result<Bound> continuous_bound(const std::vector<Op>& ops, const std::vector<int>& level, int gpus);
+// The whole plan: levels, bounds, discretisation, waves.
+Result<Allocation> allocate(const std::vector<Op>& ops, int gpus);
+
+// Baselines on the same curves. A task is a set of operators (with their dependencies among them).
+// sequential: each task in turn on all N GPUs (its operators one after another, each on the largest
+//   valid count <= N): how Megatron-LM and DeepSpeed run such models.
+// task_greedy: Spindle's task-level baseline ("Spindle-Optimus"): every task starts with its
+//   smallest valid count; repeatedly the task with the largest (T(n) - T(n')) / (n' - n) takes its
+//   next valid count n' while the sum stays <= N; tasks then run side by side, the step as long as
+//   the slowest. A task's time on n GPUs is its operators' times one after another on the largest
+//   valid count <= n of each. When the tasks' smallest counts add up to more than N, the tasks run
+//   in rounds (in order, each round as many as fit), one round after another.
+struct TaskOps {
+  std::string name;
+  std::vector<int> ops;
+};
+Result<double> sequential_time(const std::vector<Op>& ops, const std::vector<TaskOps>& tasks, int gpus);
+Result<double> task_greedy_time(const std::vector<Op>& ops, const std::vector<TaskOps>& tasks, int gpus);
+
+}  // namespace weft::multitask

@@ -1,0 +1,554 @@
+// Spindle's operator-level allocator (ASPLOS'25): levels by dependency depth, a continuous bound per
+// level found by bisection (Spindle §3, Theorem 1), discretisation onto the two neighbouring valid
+// counts, and a greedy wavefront that packs the pieces into waves of at most N GPUs (or, where it is
+// shorter, the level's operators one after another on all N).
+#include "weft/multitask/allocator.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "weft/core/format.h"
+
+namespace weft::multitask {
+namespace {
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+// Bisection stops at this relative width of [low, high] or after kMaxIterations. 1e-12 rather than
+// 1e-9: the returned C is the feasible end, so it may lie that much above the true bound, and the
+// bound must stay below a makespan that packs exactly (to within 1e-9 seconds).
+constexpr double kRelWidth = 1e-12;
+constexpr int kMaxIterations = 200;
+// A real GPU count this close (relative) to a valid count is taken as that count.
+constexpr double kSnap = 1e-9;
+
+Error bad(const std::string& m) { return Error{ErrorKind::kBadInput, m}; }
+
+std::string op_label(const std::vector<Op>& ops, int i) {
+  return "operator '" + ops[static_cast<size_t>(i)].name + "' (index " + S(i) + ")";
+}
+
+// The curve's valid counts <= gpus, ascending.
+std::vector<int> counts_up_to(const Curve& c, int gpus) {
+  std::vector<int> out;
+  for (int n : c.n)
+    if (n <= gpus) out.push_back(n);
+  return out;
+}
+
+// The largest valid count <= gpus, or 0 when there is none.
+int largest_count_up_to(const Curve& c, int gpus) {
+  int best = 0;
+  for (int n : c.n)
+    if (n <= gpus) best = n;
+  return best;
+}
+
+// n_m(C) of Spindle §3: the smallest real x in (0, gpus] with at(x) x layers <= c, or +inf if none.
+// Between consecutive breakpoints (the valid counts <= gpus, and gpus itself) at() is linear in
+// u = 1/x, hence monotone, so each segment is inverted exactly; the first segment (0, min(n0, gpus)]
+// is the perfect-scaling extension t0 n0 / x. A non-monotone curve is handled by taking the first
+// segment, in ascending x, where the time fits.
+double min_gpus(const Curve& curve, int layers, double c, int gpus) {
+  const double y = c / layers;  // the per-layer time that fits
+  const double n0 = std::min<double>(curve.n.front(), gpus);
+  if (curve.at(n0) <= y) return std::min(n0, curve.t.front() * curve.n.front() / y);
+  std::vector<double> points{n0};
+  for (int n : curve.n)
+    if (n > n0 && n < gpus) points.push_back(n);
+  if (gpus > n0) points.push_back(gpus);
+  for (size_t i = 0; i + 1 < points.size(); ++i) {
+    const double a = points[i], b = points[i + 1];
+    const double ta = curve.at(a), tb = curve.at(b);
+    if (ta <= y) return a;
+    if (tb > y) continue;
+    // ta > y >= tb: solve ta + (tb - ta) (u - ua) / (ub - ua) = y for u = 1/x.
+    const double ua = 1 / a, ub = 1 / b;
+    const double u = ua + (y - ta) * (ub - ua) / (tb - ta);
+    return std::clamp(1 / u, a, b);
+  }
+  return kInf;
+}
+
+// The least per-layer time the curve reaches on (0, gpus]: at a breakpoint, at() being monotone
+// between them (and decreasing below the first count).
+double min_time(const Curve& curve, int gpus) {
+  double best = curve.at(std::min<double>(curve.n.front(), gpus));
+  for (int n : curve.n)
+    if (n <= gpus) best = std::min(best, curve.at(n));
+  return std::min(best, curve.at(gpus));
+}
+
+// Sum of n_m(c) over the level (+inf if an operator cannot make c); fills `gpus_out`.
+double gpus_needed(const std::vector<Op>& ops, const std::vector<int>& level, double c, int gpus,
+                   std::vector<double>* gpus_out) {
+  gpus_out->assign(level.size(), 0);
+  double sum = 0;
+  for (size_t k = 0; k < level.size(); ++k) {
+    const Op& op = ops[static_cast<size_t>(level[k])];
+    (*gpus_out)[k] = min_gpus(op.curve, op.layers, c, gpus);
+    sum += (*gpus_out)[k];
+  }
+  return sum;
+}
+
+// An operator's pieces after discretisation: (gpus, layers), the hi piece first.
+struct Split {
+  int lo = 0, hi = 0;
+  int layers_lo = 0, layers_hi = 0;
+};
+
+// Spindle §3 discretisation: the two valid counts around the real n_m, and the layers split between
+// them so that T(hi) l_hi + T(lo) l_lo is as close to C as whole layers allow.
+Result<Split> discretise(const std::vector<Op>& ops, int i, double real_gpus, double c, int gpus) {
+  const Op& op = ops[static_cast<size_t>(i)];
+  const std::vector<int> valid = counts_up_to(op.curve, gpus);
+  if (valid.empty())
+    return bad(op_label(ops, i) + ": its smallest valid count, " + S(op.curve.n.front()) + " GPUs, is above the " +
+               S(gpus) + " GPUs given");
+  Split s;
+  s.lo = valid.front();
+  s.hi = valid.back();
+  for (int v : valid) {
+    if (std::abs(v - real_gpus) <= kSnap * v) {  // on a valid count: one piece
+      s.lo = s.hi = v;
+      break;
+    }
+    if (v <= real_gpus) s.lo = v;
+  }
+  if (s.lo != s.hi)
+    for (int v : valid)
+      if (v >= real_gpus) {
+        s.hi = v;
+        break;
+      }
+  // Below the first valid count: lo == hi == the first; above the last: both the last.
+  if (s.hi < s.lo) s.hi = s.lo;
+  const int L = op.layers;
+  const double t_lo = op.curve.at(s.lo), t_hi = op.curve.at(s.hi);
+  if (s.lo == s.hi || t_hi == t_lo) {
+    // One count (or two that take the same time: the fewer GPUs).
+    s.layers_lo = L;
+    return s;
+  }
+  // T(hi) l + T(lo) (L - l) = C at l = (C - T(lo) L) / (T(hi) - T(lo)); try its floor and ceiling.
+  const double exact = (c - t_lo * L) / (t_hi - t_lo);
+  int best = -1;
+  double best_gap = kInf, best_total = kInf;
+  for (double cand : {std::floor(exact), std::ceil(exact)}) {
+    const int l = static_cast<int>(std::clamp(cand, 0.0, static_cast<double>(L)));
+    const double total = t_hi * l + t_lo * (L - l);
+    const double gap = std::abs(total - c);
+    // Closest to C; on a tie the split that finishes sooner.
+    if (gap < best_gap || (gap == best_gap && total < best_total)) {
+      best = l;
+      best_gap = gap;
+      best_total = total;
+    }
+  }
+  s.layers_hi = best;
+  s.layers_lo = L - best;
+  return s;
+}
+
+// Whole layers of `per_layer` seconds within `time` (a layer that ends within 1e-9 relative counts).
+int layers_within(double time, double per_layer) {
+  return static_cast<int>(std::floor(time / per_layer * (1 + 1e-9)));
+}
+
+// An operator of a level while its waves are built: its two counts and the layers left on each.
+struct Pending {
+  int op = 0;                // index into ops
+  int lo = 0, hi = 0;        // discretise's counts
+  int left_lo = 0, left_hi = 0;
+  double t_lo = 0, t_hi = 0;  // per-layer times there
+  [[nodiscard]] int left() const { return left_lo + left_hi; }
+  // The time its planned pieces still take.
+  [[nodiscard]] double planned_s() const { return left_lo * t_lo + left_hi * t_hi; }
+};
+
+// The greedy wavefront of one level (Spindle §3 "waves"). Each wave gives every operator it admits
+// one piece on one count:
+//   1. operators by planned time left, longest first (index on a tie), each admitted on the smaller
+//      count it still has layers for (lo before hi: the lo counts of a level add up to at most N
+//      whenever every n_m is at least its first count, so every operator can start at once, as the
+//      continuous bound has them), while the GPUs add up to <= N;
+//   2. in the same order, an admitted operator on lo with hi layers left moves to hi if the GPUs
+//      left allow;
+//   3. GPUs still idle widen admitted operators, same order, to the largest valid count that fits
+//      and runs a layer faster (an idle GPU helps nobody; this is what lets the level's tail, the
+//      last operators, use all N).
+// A piece may run the layers planned for its count (all that are left, once widened). The wave lasts
+// as long as its shortest piece, S, but every admitted operator runs at least one layer, so it really
+// lasts W = max_m min(planned_m, max(1, floor(S / t_m))) t_m; each operator then runs the whole
+// layers of its piece that fit in W. Appends the waves from `start_s` and returns the level's end.
+double wavefront(const std::vector<Op>& ops, std::vector<Pending> level, int gpus, double start_s,
+                 std::vector<Wave>* waves) {
+  double now = start_s;
+  for (;;) {
+    std::vector<size_t> order;
+    for (size_t k = 0; k < level.size(); ++k)
+      if (level[k].left() > 0) order.push_back(k);
+    if (order.empty()) break;
+    std::stable_sort(order.begin(), order.end(),
+                     [&](size_t a, size_t b) { return level[a].planned_s() > level[b].planned_s(); });
+    struct Slot {
+      size_t k;
+      int gpus;
+      int planned;  // layers this piece may run
+      double per_layer;
+      bool widened = false;
+    };
+    std::vector<Slot> slots;
+    int spare = gpus;
+    for (size_t k : order) {  // 1. admit on the smaller count still needed
+      const Pending& p = level[k];
+      const bool on_lo = p.left_lo > 0;
+      const int g = on_lo ? p.lo : p.hi;
+      if (g > spare) continue;
+      slots.push_back({k, g, on_lo ? p.left_lo : p.left_hi, on_lo ? p.t_lo : p.t_hi, false});
+      spare -= g;
+    }
+    // The first operator's count is <= N (discretise), so the wave is never empty.
+    for (Slot& s : slots) {  // 2. lo -> hi where hi layers are left
+      const Pending& p = level[s.k];
+      if (s.gpus == p.lo && p.hi > p.lo && p.left_hi > 0 && p.hi - p.lo <= spare) {
+        spare -= p.hi - p.lo;
+        s = {s.k, p.hi, p.left_hi, p.t_hi, false};
+      }
+    }
+    for (Slot& s : slots) {  // 3. widen into idle GPUs
+      if (spare == 0) break;
+      const Curve& c = ops[static_cast<size_t>(level[s.k].op)].curve;
+      const int wide = largest_count_up_to(c, s.gpus + spare);
+      if (wide > s.gpus && c.at(wide) < s.per_layer) {
+        spare -= wide - s.gpus;
+        s = {s.k, wide, level[s.k].left(), c.at(wide), true};
+      }
+    }
+    double shortest = kInf;
+    for (const Slot& s : slots) shortest = std::min(shortest, s.planned * s.per_layer);
+    double target = 0;
+    for (const Slot& s : slots)
+      target = std::max(target, std::min(s.planned, std::max(1, layers_within(shortest, s.per_layer))) * s.per_layer);
+    Wave w;
+    w.start_s = now;
+    // In level order, so that the same input gives the same wave, piece for piece.
+    std::sort(slots.begin(), slots.end(), [](const Slot& a, const Slot& b) { return a.k < b.k; });
+    for (const Slot& s : slots) {
+      Pending& p = level[s.k];
+      const int run = std::clamp(layers_within(target, s.per_layer), 1, s.planned);
+      // Layers come off the count they were planned for; a widened piece takes the slower lo ones first.
+      const int from_lo = s.widened ? std::min(run, p.left_lo) : s.gpus == p.lo ? run : 0;
+      p.left_lo -= from_lo;
+      p.left_hi -= run - from_lo;
+      Piece piece;
+      piece.op = p.op;
+      piece.gpus = s.gpus;
+      piece.layers = run;
+      piece.time_s = run * s.per_layer;
+      w.time_s = std::max(w.time_s, piece.time_s);
+      w.pieces.push_back(piece);
+    }
+    now += w.time_s;
+    waves->push_back(std::move(w));
+  }
+  return now;
+}
+
+// The level's operators one after another, each alone in a wave on its fastest valid count <= N
+// (the fewer GPUs on a tie). Appends the waves from `start_s` and returns the level's end.
+double one_after_another(const std::vector<Op>& ops, const std::vector<int>& level, int gpus, double start_s,
+                         std::vector<Wave>* waves) {
+  double now = start_s;
+  for (int i : level) {
+    const Op& op = ops[static_cast<size_t>(i)];
+    int best = 0;
+    for (int n : op.curve.n)
+      if (n <= gpus && (best == 0 || op.curve.at(n) < op.curve.at(best))) best = n;
+    WEFT_ASSERT(best > 0, "an operator with no valid count <= N passed discretise");
+    Wave w;
+    w.start_s = now;
+    w.time_s = op.layers * op.curve.at(best);
+    w.pieces.push_back({i, best, op.layers, w.time_s});
+    now += w.time_s;
+    waves->push_back(std::move(w));
+  }
+  return now;
+}
+
+// Task checks shared by the baselines: operator indices in range, at least one operator.
+Status check_tasks(const std::vector<Op>& ops, const std::vector<TaskOps>& tasks) {
+  for (size_t j = 0; j < tasks.size(); ++j) {
+    const TaskOps& task = tasks[j];
+    if (task.ops.empty()) return bad("task '" + task.name + "' has no operators");
+    for (int i : task.ops)
+      if (i < 0 || static_cast<size_t>(i) >= ops.size())
+        return bad("task '" + task.name + "': operator index " + S(i) + " is out of range (" + S(ops.size()) +
+                   " operators)");
+  }
+  return Status::Ok();
+}
+
+// A task's time on n GPUs: its operators one after another, each on its largest valid count <= n.
+// n is at least every operator's first count (task_greedy_time's candidates), so each has one.
+double task_time(const std::vector<Op>& ops, const TaskOps& task, int n) {
+  double t = 0;
+  for (int i : task.ops) {
+    const Op& op = ops[static_cast<size_t>(i)];
+    const int c = largest_count_up_to(op.curve, n);
+    WEFT_ASSERT(c > 0, "a task's count is below one of its operators' first count");
+    t += op.curve.at(c) * op.layers;
+  }
+  return t;
+}
+
+}  // namespace
+
+double Curve::at(double x) const {
+  const size_t k = std::min(n.size(), t.size());
+  if (k == 0 || !(x > 0)) return kInf;
+  if (x <= n[0]) return t[0] * n[0] / x;  // perfect scaling below the first count
+  if (x >= n[k - 1]) return t[k - 1];     // flat above the last
+  // n[i] <= x < n[i + 1]
+  const size_t i = static_cast<size_t>(std::upper_bound(n.begin(), n.begin() + static_cast<long>(k), x) - n.begin()) - 1;
+  if (x == n[i]) return t[i];
+  // Linear in 1/x: what dividing a fixed work w by x GPUs gives.
+  const double u1 = 1.0 / n[i], u2 = 1.0 / n[i + 1];
+  return t[i] + (t[i + 1] - t[i]) * (1 / x - u1) / (u2 - u1);
+}
+
+Status check_ops(const std::vector<Op>& ops, int gpus) {
+  if (gpus < 1) return bad("gpus " + S(gpus) + " is not >= 1");
+  for (size_t i = 0; i < ops.size(); ++i) {
+    const Op& op = ops[i];
+    const std::string who = op_label(ops, static_cast<int>(i));
+    if (op.layers < 1) return bad(who + ": layers " + S(op.layers) + " is not >= 1");
+    const Curve& c = op.curve;
+    if (c.n.empty()) return bad(who + ": the curve has no valid counts");
+    if (c.n.size() != c.t.size())
+      return bad(who + ": the curve has " + S(c.n.size()) + " counts but " + S(c.t.size()) + " times");
+    for (size_t j = 0; j < c.n.size(); ++j) {
+      if (c.n[j] < 1) return bad(who + ": count " + S(c.n[j]) + " is not >= 1");
+      if (j > 0 && c.n[j] <= c.n[j - 1])
+        return bad(who + ": counts " + S(c.n[j - 1]) + " then " + S(c.n[j]) + " are not ascending and distinct");
+      if (!(c.t[j] > 0) || !std::isfinite(c.t[j]))
+        return bad(who + ": time " + num(c.t[j]) + " s on " + S(c.n[j]) + " GPUs is not positive and finite");
+    }
+  }
+  auto lv = levels(ops);  // dependencies in range, no cycle
+  if (!lv.ok()) return lv.error();
+  return Status::Ok();
+}
+
+Result<std::vector<std::vector<int>>> levels(const std::vector<Op>& ops) {
+  const int m = static_cast<int>(ops.size());
+  for (int i = 0; i < m; ++i)
+    for (int d : ops[static_cast<size_t>(i)].deps)
+      if (d < 0 || d >= m)
+        return bad(op_label(ops, i) + ": dependency " + S(d) + " is out of range (" + S(m) + " operators)");
+  // Kahn's algorithm: an operator's level is fixed once all its dependencies are.
+  std::vector<int> missing(static_cast<size_t>(m), 0), level(static_cast<size_t>(m), 0);
+  std::vector<std::vector<int>> users(static_cast<size_t>(m));
+  for (int i = 0; i < m; ++i)
+    for (int d : ops[static_cast<size_t>(i)].deps) {
+      ++missing[static_cast<size_t>(i)];
+      users[static_cast<size_t>(d)].push_back(i);
+    }
+  std::vector<int> ready;
+  for (int i = 0; i < m; ++i)
+    if (missing[static_cast<size_t>(i)] == 0) ready.push_back(i);
+  int done = 0;
+  while (!ready.empty()) {
+    const int i = ready.back();
+    ready.pop_back();
+    ++done;
+    for (int u : users[static_cast<size_t>(i)]) {
+      level[static_cast<size_t>(u)] = std::max(level[static_cast<size_t>(u)], level[static_cast<size_t>(i)] + 1);
+      if (--missing[static_cast<size_t>(u)] == 0) ready.push_back(u);
+    }
+  }
+  if (done < m) {
+    // Walk from the first unfinished operator through unfinished dependencies until one repeats:
+    // that one lies on a cycle.
+    int cur = 0;
+    while (missing[static_cast<size_t>(cur)] == 0) ++cur;
+    std::vector<int> path, seen_at(static_cast<size_t>(m), -1);
+    while (seen_at[static_cast<size_t>(cur)] < 0) {
+      seen_at[static_cast<size_t>(cur)] = static_cast<int>(path.size());
+      path.push_back(cur);
+      for (int d : ops[static_cast<size_t>(cur)].deps)
+        if (missing[static_cast<size_t>(d)] > 0) {
+          cur = d;
+          break;
+        }
+    }
+    std::string cycle;
+    for (size_t k = static_cast<size_t>(seen_at[static_cast<size_t>(cur)]); k < path.size(); ++k)
+      cycle += "'" + ops[static_cast<size_t>(path[k])].name + "' -> ";
+    return bad(op_label(ops, cur) + " depends on itself through a cycle: " + cycle + "'" +
+               ops[static_cast<size_t>(cur)].name + "'");
+  }
+  const int depth = m == 0 ? 0 : *std::max_element(level.begin(), level.end()) + 1;
+  std::vector<std::vector<int>> out(static_cast<size_t>(depth));
+  for (int i = 0; i < m; ++i) out[static_cast<size_t>(level[static_cast<size_t>(i)])].push_back(i);
+  return out;
+}
+
+Result<Bound> continuous_bound(const std::vector<Op>& ops, const std::vector<int>& level, int gpus) {
+  if (Status s = check_ops(ops, gpus); !s.ok()) return s.error();
+  for (int i : level)
+    if (i < 0 || static_cast<size_t>(i) >= ops.size())
+      return bad("level: operator index " + S(i) + " is out of range (" + S(ops.size()) + " operators)");
+  Bound b;
+  if (level.empty()) return b;
+  // Spindle Theorem 1: C* is the least C with sum n_m(C) <= N. Bracket: no operator finishes before
+  // its fastest time on <= N GPUs (max T_m(N) L_m for a decreasing curve), and at sum T_m(1) L_m
+  // every operator fits on a fraction of one GPU. n_m may be below 1 (perfect scaling below the
+  // first count, i.e. time-sharing a GPU), so that a level of more operators than GPUs has a bound.
+  double low = 0, high = 0;
+  for (int i : level) {
+    const Op& op = ops[static_cast<size_t>(i)];
+    low = std::max(low, min_time(op.curve, gpus) * op.layers);
+    high += op.curve.at(1) * op.layers;
+  }
+  const double n = gpus;
+  const double slack = 1e-12 * n;  // rounding in the sum of real counts
+  if (gpus_needed(ops, level, low, gpus, &b.gpus) <= n + slack) {
+    b.c_s = low;
+    return b;
+  }
+  for (int it = 0; it < kMaxIterations && high - low > kRelWidth * high; ++it) {
+    const double mid = 0.5 * (low + high);
+    std::vector<double> g;
+    if (gpus_needed(ops, level, mid, gpus, &g) <= n + slack)
+      high = mid;
+    else
+      low = mid;
+  }
+  b.c_s = high;
+  (void)gpus_needed(ops, level, high, gpus, &b.gpus);
+  return b;
+}
+
+Result<Allocation> allocate(const std::vector<Op>& ops, int gpus) {
+  if (Status s = check_ops(ops, gpus); !s.ok()) return s.error();
+  auto lv = levels(ops);
+  if (!lv.ok()) return lv.error();
+  Allocation a;
+  double now = 0;
+  for (const std::vector<int>& level : *lv) {
+    auto bound = continuous_bound(ops, level, gpus);
+    if (!bound.ok()) return bound.error();
+    a.level_bound_s.push_back(bound->c_s);
+    a.bound_s += bound->c_s;
+    std::vector<Pending> pending;
+    for (size_t k = 0; k < level.size(); ++k) {
+      auto split = discretise(ops, level[k], bound->gpus[k], bound->c_s, gpus);
+      if (!split.ok()) return split.error();
+      const Curve& c = ops[static_cast<size_t>(level[k])].curve;
+      pending.push_back({level[k], split->lo, split->hi, split->layers_lo, split->layers_hi, c.at(split->lo),
+                         c.at(split->hi)});
+    }
+    // Spindle's waves, or the level's operators one after another on their fastest count <= N when
+    // that is shorter (near-perfect scaling leaves the waves nothing to gain and whole layers cost
+    // them some): a plan is never worse than running the level's tasks in turn.
+    std::vector<Wave> waves;
+    const double end = wavefront(ops, std::move(pending), gpus, now, &waves);
+    std::vector<Wave> in_turn;
+    const double end_in_turn = one_after_another(ops, level, gpus, now, &in_turn);
+    if (end_in_turn < end) waves = std::move(in_turn);
+    now = std::min(end, end_in_turn);
+    for (Wave& w : waves) a.waves.push_back(std::move(w));
+  }
+  // The sum of the waves' times, in wave order (the same sum `now` took).
+  a.makespan_s = now;
+  return a;
+}
+
+Result<double> sequential_time(const std::vector<Op>& ops, const std::vector<TaskOps>& tasks, int gpus) {
+  if (Status s = check_ops(ops, gpus); !s.ok()) return s.error();
+  if (Status s = check_tasks(ops, tasks); !s.ok()) return s.error();
+  double total = 0;
+  for (const TaskOps& task : tasks)
+    for (int i : task.ops) {
+      const Op& op = ops[static_cast<size_t>(i)];
+      const int c = largest_count_up_to(op.curve, gpus);
+      if (c == 0)
+        return bad("task '" + task.name + "': " + op_label(ops, i) + " has no valid count <= " + S(gpus) +
+                   " GPUs (its smallest is " + S(op.curve.n.front()) + ")");
+      total += op.curve.at(c) * op.layers;
+    }
+  return total;
+}
+
+Result<double> task_greedy_time(const std::vector<Op>& ops, const std::vector<TaskOps>& tasks, int gpus) {
+  if (Status s = check_ops(ops, gpus); !s.ok()) return s.error();
+  if (Status s = check_tasks(ops, tasks); !s.ok()) return s.error();
+  // A task's candidates: the union of its operators' valid counts <= N, from the least count on
+  // which every one of its operators has a valid count (the header's "smallest valid count").
+  std::vector<std::vector<int>> cands(tasks.size());
+  for (size_t j = 0; j < tasks.size(); ++j) {
+    int floor_count = 0;
+    for (int i : tasks[j].ops) floor_count = std::max(floor_count, ops[static_cast<size_t>(i)].curve.n.front());
+    for (int i : tasks[j].ops)
+      for (int n : ops[static_cast<size_t>(i)].curve.n)
+        if (n >= floor_count && n <= gpus) cands[j].push_back(n);
+    std::sort(cands[j].begin(), cands[j].end());
+    cands[j].erase(std::unique(cands[j].begin(), cands[j].end()), cands[j].end());
+    if (cands[j].empty())
+      return bad("task '" + tasks[j].name + "' needs " + S(floor_count) + " GPUs (the largest first count of its " +
+                 "operators) but only " + S(gpus) + " are given");
+  }
+  // One round: the tasks of `round` side by side, GPUs moved by marginal gain.
+  auto side_by_side = [&](const std::vector<size_t>& round) {
+    std::vector<size_t> at(tasks.size(), 0);
+    std::vector<double> time(tasks.size(), 0.0);
+    int used = 0;
+    for (size_t j : round) used += cands[j][0], time[j] = task_time(ops, tasks[j], cands[j][0]);
+    // Spindle-Optimus: the largest marginal gain (T(n) - T(n')) / (n' - n) moves first (lower task
+    // index on a tie); a task moves only while its next count fits and makes it faster.
+    for (;;) {
+      int best = -1;
+      double best_gain = 0, best_time = 0;
+      for (size_t j : round) {
+        if (at[j] + 1 >= cands[j].size()) continue;
+        const int n = cands[j][at[j]], next = cands[j][at[j] + 1];
+        if (used - n + next > gpus) continue;
+        const double t_next = task_time(ops, tasks[j], next);
+        const double gain = (time[j] - t_next) / (next - n);
+        if (gain > best_gain) {
+          best = static_cast<int>(j);
+          best_gain = gain;
+          best_time = t_next;
+        }
+      }
+      if (best < 0) break;
+      const size_t j = static_cast<size_t>(best);
+      used += cands[j][at[j] + 1] - cands[j][at[j]];
+      ++at[j];
+      time[j] = best_time;
+    }
+    double slowest = 0;
+    for (size_t j : round) slowest = std::max(slowest, time[j]);
+    return slowest;
+  };
+  // More tasks than their smallest counts fit on N: rounds of tasks in order, each as many as fit,
+  // one round after another (the task-level baseline cannot split a task's GPUs finer).
+  double total = 0;
+  std::vector<size_t> round;
+  int used = 0;
+  for (size_t j = 0; j < tasks.size(); ++j) {
+    if (used + cands[j][0] > gpus) {
+      total += side_by_side(round);
+      round.clear();
+      used = 0;
+    }
+    round.push_back(j);
+    used += cands[j][0];
+  }
+  total += side_by_side(round);
+  return total;
+}
+
+}  // namespace weft::multitask

@@ -1,0 +1,155 @@
+#include "weft/multitask/plan_tasks.h"
+
+#include <chrono>
+
+#include "weft/search/search.h"
+
+namespace weft::multitask {
+
+namespace {
+
+double ms_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// The counts a module is searched at: powers of two up to max_gpus, and max_gpus itself.
+std::vector<int> counts_up_to(int max_gpus) {
+  std::vector<int> n;
+  for (int x = 1; x <= max_gpus; x *= 2) n.push_back(x);
+  if (n.back() != max_gpus) n.push_back(max_gpus);
+  return n;
+}
+
+// One layer's share of the best step time of module m on n GPUs (<= 0: nothing fits or divides).
+Result<double> layer_time(const Module& m, int batch, const ClusterSpec& cluster, int n, const CostModel& cm,
+                          const SearchOptions& base) {
+  ClusterOverrides ov;
+  ov.gpus = n;
+  if (n < cluster.gpus_per_node) ov.gpus_per_node = n;
+  Result<ClusterSpec> c = apply_overrides(cluster, ov);
+  if (!c.ok()) return c.error();
+  SearchOptions opt = base;
+  opt.seq = m.tokens;
+  opt.global_batch = batch;
+  Result<SearchResult> r = search(m.model, *c, cm, opt);
+  if (!r.ok()) return -1.0;  // no configuration divides this batch on n GPUs: not a valid count
+  if (r->top.empty()) return -1.0;
+  const Plan& best = r->top.front();
+  return best.predicted.step_time_s / m.model.num_layers();
+}
+
+}  // namespace
+
+Result<Curve> module_curve(const Module& m, int batch, const ClusterSpec& cluster, int max_gpus, const CostModel& cm,
+                           const SearchOptions& base) {
+  Curve c;
+  for (int n : counts_up_to(max_gpus)) {
+    Result<double> t = layer_time(m, batch, cluster, n, cm, base);
+    if (!t.ok()) return t.error();
+    if (*t > 0) c.n.push_back(n), c.t.push_back(*t);
+  }
+  if (c.n.empty())
+    return Error{ErrorKind::kBadInput, "module \"" + m.name + "\": no plan fits or divides its batch of " +
+                                           std::to_string(batch) + " samples on 1 to " + std::to_string(max_gpus) +
+                                           " GPUs of " + cluster.gpu.name};
+  return c;
+}
+
+Result<TasksPlan> plan_tasks(const TaskSpec& t, const ClusterSpec& cluster, const CostModel& cm,
+                             const SearchOptions& base, CurveCache* cache) {
+  if (Status s = validate(t); !s.ok()) return s.error();
+  const int N = cluster.total_gpus();
+  TasksPlan p;
+  const auto t0 = std::chrono::steady_clock::now();
+  CurveCache local;
+  CurveCache& cc = cache ? *cache : local;
+  std::map<std::pair<std::string, int>, Curve> curves;
+  for (const Task& task : t.tasks)
+    for (const std::string& name : task.modules) {
+      const auto key = std::make_pair(name, task.batch);
+      if (curves.count(key)) continue;
+      const Module& m = t.modules[static_cast<size_t>(t.module_index(name))];
+      std::map<int, double>& known = cc[key];
+      Curve c;
+      for (int n : counts_up_to(N)) {
+        auto it = known.find(n);
+        if (it == known.end()) {
+          Result<double> lt = layer_time(m, task.batch, cluster, n, cm, base);
+          if (!lt.ok()) return lt.error().with_context("task \"" + task.name + "\"");
+          it = known.emplace(n, *lt).first;
+        }
+        if (it->second > 0) c.n.push_back(n), c.t.push_back(it->second);
+      }
+      if (c.n.empty())
+        return Error{ErrorKind::kBadInput, "task \"" + task.name + "\": module \"" + name +
+                                               "\" fits on no group of 1 to " + std::to_string(N) + " GPUs of " +
+                                               cluster.gpu.name + " with a batch of " + std::to_string(task.batch) +
+                                               " (or no count divides it)"};
+      curves[key] = std::move(c);
+    }
+  p.curve_ms = ms_since(t0);
+  const auto t1 = std::chrono::steady_clock::now();
+  std::vector<TaskOps> tasks;
+  for (const Task& task : t.tasks) {
+    TaskOps to;
+    to.name = task.name;
+    std::map<int, int> op_of;  // module index -> operator
+    for (int mi : task_order(t, task)) {
+      const Module& m = t.modules[static_cast<size_t>(mi)];
+      Op op;
+      op.name = task.name + "/" + m.name;
+      op.layers = m.model.num_layers();
+      op.curve = curves.at({m.name, task.batch});
+      for (const Flow& f : t.flows)
+        if (f.to == m.name) {
+          auto it = op_of.find(t.module_index(f.from));
+          if (it != op_of.end()) op.deps.push_back(it->second);
+        }
+      op_of[mi] = static_cast<int>(p.ops.size());
+      to.ops.push_back(static_cast<int>(p.ops.size()));
+      p.ops.push_back(std::move(op));
+    }
+    tasks.push_back(std::move(to));
+  }
+  Result<Allocation> a = allocate(p.ops, N);
+  if (!a.ok()) return a.error();
+  p.allocation = std::move(*a);
+  Result<double> seq = sequential_time(p.ops, tasks, N);
+  if (!seq.ok()) return seq.error();
+  p.sequential_s = *seq;
+  Result<double> greedy = task_greedy_time(p.ops, tasks, N);
+  if (!greedy.ok()) return greedy.error();
+  p.task_greedy_s = *greedy;
+  p.plan_ms = ms_since(t1);
+  return p;
+}
+
+Json to_json(const TasksPlan& p) {
+  Json j;
+  j["step_time_s"] = p.allocation.makespan_s;
+  j["waves"] = Json::array();
+  for (const Wave& w : p.allocation.waves) {
+    Json wj{{"start_s", w.start_s}, {"time_s", w.time_s}, {"modules", Json::array()}};
+    for (const Piece& pc : w.pieces) {
+      const std::string& name = p.ops[static_cast<size_t>(pc.op)].name;
+      const auto slash = name.find('/');
+      wj["modules"].push_back({{"name", name},
+                               {"task", name.substr(0, slash)},
+                               {"module", name.substr(slash + 1)},
+                               {"gpus", pc.gpus},
+                               {"layers", pc.layers},
+                               {"time_s", pc.time_s}});
+    }
+    j["waves"].push_back(std::move(wj));
+  }
+  j["baselines"] = {{"sequential_s", p.sequential_s},
+                    {"task_greedy_s", p.task_greedy_s},
+                    {"bound_s", p.allocation.bound_s}};
+  j["plan_ms"] = p.plan_ms;
+  j["curve_ms"] = p.curve_ms;
+  j["curves"] = Json::array();
+  for (const Op& op : p.ops) j["curves"].push_back({{"name", op.name}, {"gpus", op.curve.n}, {"layer_time_s", op.curve.t}});
+  return j;
+}
+
+}  // namespace weft::multitask

@@ -1,0 +1,118 @@
+// Task files planned on clusters: curves from weft's search, Spindle's waves, the baselines, the
+// JSON weft plan --tasks prints, and the errors of a module that fits nowhere.
+#include <gtest/gtest.h>
+
+#include <map>
+
+#include "weft/cost/analytic.h"
+#include "weft/multitask/plan_tasks.h"
+#include "weft/spec/presets.h"
+
+namespace weft::multitask {
+namespace {
+
+const std::string kTasks = std::string(WEFT_DATA_DIR) + "/tasks/";
+
+ClusterSpec cluster(const std::string& preset, int gpus) {
+  ClusterOverrides o;
+  o.gpus = gpus;
+  return apply_overrides(load_cluster(preset).value(), o).value();
+}
+
+Result<TasksPlan> plan(const std::string& file, const ClusterSpec& c, CurveCache* cache = nullptr) {
+  const TaskSpec t = load_tasks(kTasks + file).value();
+  return plan_tasks(t, c, AnalyticCostModel(), SearchOptions{}, cache);
+}
+
+// The plan's invariants: GPUs per wave within the cluster, every operator's layers run once in
+// all, pieces of an operator in later and later waves, dependencies finished first, the bound below
+// the plan and the plan below running the tasks one after another on the whole cluster.
+void expect_valid(const TasksPlan& p, int gpus) {
+  const Allocation& a = p.allocation;
+  std::map<int, int> layers, last_wave;
+  std::map<int, double> end;
+  for (size_t w = 0; w < a.waves.size(); ++w) {
+    int used = 0;
+    for (const Piece& pc : a.waves[w].pieces) {
+      used += pc.gpus;
+      layers[pc.op] += pc.layers;
+      if (last_wave.count(pc.op)) EXPECT_LT(last_wave[pc.op], static_cast<int>(w)) << p.ops[pc.op].name;
+      last_wave[pc.op] = static_cast<int>(w);
+      for (int d : p.ops[pc.op].deps) EXPECT_LE(end[d], a.waves[w].start_s + 1e-12) << p.ops[pc.op].name;
+    }
+    for (const Piece& pc : a.waves[w].pieces) end[pc.op] = a.waves[w].start_s + a.waves[w].time_s;
+    EXPECT_LE(used, gpus) << "wave " << w;
+  }
+  for (size_t o = 0; o < p.ops.size(); ++o) EXPECT_EQ(layers[static_cast<int>(o)], p.ops[o].layers) << p.ops[o].name;
+  EXPECT_LE(a.bound_s, a.makespan_s * (1 + 1e-9));
+  EXPECT_LE(a.makespan_s, p.sequential_s * (1 + 1e-9));
+  EXPECT_LE(a.bound_s, p.task_greedy_s * (1 + 1e-9));
+}
+
+// Multitask-CLIP with 4 tasks on 16 H100: ten operators (two encoders a task), ViT-H's layer faster
+// on 16 GPUs than on one, and a plan between the bound and the sequential baseline.
+TEST(PlanTasks, ClipFourTasksOnSixteenGpus) {
+  const ClusterSpec c = cluster("h100-80gb", 16);
+  Result<TasksPlan> p = plan("clip-4-tasks.json", c);
+  ASSERT_TRUE(p.ok()) << p.error().message;
+  ASSERT_EQ(p->ops.size(), 8u);
+  for (const Op& op : p->ops) {
+    ASSERT_FALSE(op.curve.n.empty()) << op.name;
+    if (op.name == "vision-text/vision") {
+      EXPECT_EQ(op.curve.n.front(), 1);
+      EXPECT_EQ(op.curve.n.back(), 16);
+      EXPECT_GT(op.curve.t.front(), 4 * op.curve.t.back()) << "ViT-H, 256 samples: 1 GPU against 16";
+    }
+  }
+  expect_valid(*p, 16);
+  EXPECT_LT(p->allocation.makespan_s, p->sequential_s);
+  const Json j = to_json(*p);
+  EXPECT_DOUBLE_EQ(j.at("step_time_s").get<double>(), p->allocation.makespan_s);
+  ASSERT_FALSE(j.at("waves").empty());
+  for (const char* k : {"name", "gpus", "layers", "time_s"}) EXPECT_TRUE(j["waves"][0]["modules"][0].contains(k)) << k;
+  for (const char* k : {"sequential_s", "task_greedy_s", "bound_s"}) EXPECT_TRUE(j["baselines"].contains(k)) << k;
+  EXPECT_TRUE(j.contains("plan_ms"));
+}
+
+// Qwen-VL / Qwen-Audio on 32 H100: each task's LLM starts after its encoders have finished.
+TEST(PlanTasks, QwenValEncodersBeforeTheLlm) {
+  Result<TasksPlan> p = plan("qwen-val-3-tasks.json", cluster("h100-80gb", 32));
+  ASSERT_TRUE(p.ok()) << p.error().message;
+  ASSERT_EQ(p->ops.size(), 7u);
+  int with_deps = 0;
+  for (const Op& op : p->ops) with_deps += !op.deps.empty();
+  EXPECT_EQ(with_deps, 3);  // the three tasks' LLM operators
+  expect_valid(*p, 32);
+}
+
+// The curves are searched once per (module, batch): planned again with the cache, the same plan
+// with no search.
+TEST(PlanTasks, CurvesAreCachedAcrossCalls) {
+  CurveCache cache;
+  const ClusterSpec c = cluster("h100-80gb", 8);
+  Result<TasksPlan> a = plan("clip-7-tasks.json", c, &cache);
+  ASSERT_TRUE(a.ok()) << a.error().message;
+  EXPECT_EQ(cache.size(), 6u);  // six encoders, one batch
+  Result<TasksPlan> b = plan("clip-7-tasks.json", c, &cache);
+  ASSERT_TRUE(b.ok());
+  Json ja = to_json(*a), jb = to_json(*b);
+  for (Json* j : {&ja, &jb}) j->erase("plan_ms"), j->erase("curve_ms");
+  EXPECT_EQ(ja.dump(), jb.dump());
+}
+
+// ViT-22B + GPT-175B does not fit on 8 A100-40GB at any count: the error names the task, the
+// module, the counts and the batch.
+TEST(PlanTasks, AModuleThatFitsNowhereIsNamed) {
+  ClusterSpec c = cluster("a100-40gb", 8);
+  Result<TasksPlan> p = plan("vit-3b-gpt-11b.json", c);
+  ASSERT_TRUE(p.ok()) << p.error().message;
+  Result<TasksPlan> q = plan("vit-22b-gpt-175b.json", c);
+  ASSERT_FALSE(q.ok());
+  EXPECT_NE(q.error().message.find("task \"image-text\": module \""), std::string::npos) << q.error().message;
+  EXPECT_NE(q.error().message.find("fits on no group of 1 to 8 GPUs of A100"), std::string::npos)
+      << q.error().message;
+  EXPECT_NE(q.error().message.find("batch of 1536"), std::string::npos) << q.error().message;
+}
+
+}  // namespace
+}  // namespace weft::multitask
