@@ -256,6 +256,101 @@ double wavefront(const std::vector<Op>& ops, std::vector<Pending> level, int gpu
   return now;
 }
 
+// Waves re-planned on what is left: before each wave the continuous bound of the level's remaining
+// layers gives every operator left a real count; each takes the largest valid count at or below it
+// (at least its first), the operators with the most time left first while the GPUs last; GPUs left
+// over go, one valid count at a time, to the operator whose remaining time falls most per GPU. The
+// wave lasts until one of its operators finishes (the one whose end leaves the GPUs least idle),
+// the others running the whole layers that fit (at least one), so every wave ends an operator. Appends the waves from `start_s` and returns the
+// level's end (+inf if a bound cannot be found, which check_ops rules out).
+double replanned_waves(const std::vector<Op>& ops, const std::vector<int>& level, int gpus, double start_s,
+                       std::vector<Wave>* waves) {
+  std::vector<int> left(level.size());
+  for (size_t k = 0; k < level.size(); ++k) left[k] = ops[static_cast<size_t>(level[k])].layers;
+  double now = start_s;
+  for (;;) {
+    std::vector<Op> rest;
+    std::vector<size_t> at;  // position in `level` of each operator of `rest`
+    for (size_t k = 0; k < level.size(); ++k) {
+      if (left[k] == 0) continue;
+      Op o = ops[static_cast<size_t>(level[k])];
+      o.layers = left[k];
+      o.deps.clear();
+      rest.push_back(std::move(o));
+      at.push_back(k);
+    }
+    if (rest.empty()) break;
+    std::vector<int> all(rest.size());
+    for (size_t i = 0; i < rest.size(); ++i) all[i] = static_cast<int>(i);
+    auto b = continuous_bound(rest, all, gpus);
+    if (!b.ok()) return kInf;
+    auto remaining = [&](size_t i, int n) { return rest[i].layers * rest[i].curve.at(n); };
+    std::vector<size_t> order(rest.size());
+    for (size_t i = 0; i < rest.size(); ++i) order[i] = i;
+    std::stable_sort(order.begin(), order.end(), [&](size_t x, size_t y) {
+      return rest[x].layers * rest[x].curve.at(b->gpus[x]) > rest[y].layers * rest[y].curve.at(b->gpus[y]);
+    });
+    std::vector<int> g(rest.size(), 0);
+    int spare = gpus;
+    for (size_t i : order) {
+      const Curve& c = rest[i].curve;
+      int n = largest_count_up_to(c, static_cast<int>(std::floor(b->gpus[i] * (1 + 1e-9))));
+      if (n == 0) n = c.n.front();
+      if (n <= spare) g[i] = n, spare -= n;
+    }
+    for (;;) {  // spare GPUs by the largest fall in remaining time per GPU
+      int best = -1, best_n = 0;
+      double best_gain = 0;
+      for (size_t i : order) {
+        if (g[i] == 0) continue;
+        for (int n : rest[i].curve.n) {
+          if (n <= g[i] || n - g[i] > spare) continue;
+          const double gain = (remaining(i, g[i]) - remaining(i, n)) / (n - g[i]);
+          if (gain > best_gain) best = static_cast<int>(i), best_n = n, best_gain = gain;
+        }
+      }
+      if (best < 0) break;
+      spare -= best_n - g[static_cast<size_t>(best)];
+      g[static_cast<size_t>(best)] = best_n;
+    }
+    // The wave's length: the end of one of its operators, the one whose end leaves the fewest
+    // GPU-seconds idle per GPU-second of the wave (whole layers leave the others short of it), the
+    // earliest on a tie.
+    auto runs = [&](size_t i, double len) {
+      return std::clamp(layers_within(len, rest[i].curve.at(g[i])), 1, rest[i].layers);
+    };
+    double length = kInf, best_use = -1;
+    std::vector<double> ends;
+    for (size_t i = 0; i < rest.size(); ++i)
+      if (g[i] > 0) ends.push_back(remaining(i, g[i]));
+    std::sort(ends.begin(), ends.end());
+    for (double end : ends) {
+      double busy = 0, span = 0;
+      for (size_t i = 0; i < rest.size(); ++i) {
+        if (g[i] == 0) continue;
+        const double piece = runs(i, end) * rest[i].curve.at(g[i]);
+        busy += g[i] * piece;
+        span = std::max(span, piece);
+      }
+      const double use = busy / (gpus * span);
+      if (use > best_use * (1 + 1e-9)) best_use = use, length = end;
+    }
+    Wave w;
+    w.start_s = now;
+    for (size_t i = 0; i < rest.size(); ++i) {
+      if (g[i] == 0) continue;
+      const double t = rest[i].curve.at(g[i]);
+      const int run = runs(i, length);
+      left[at[i]] -= run;
+      w.pieces.push_back({level[at[i]], g[i], run, run * t});
+      w.time_s = std::max(w.time_s, run * t);
+    }
+    now += w.time_s;
+    waves->push_back(std::move(w));
+  }
+  return now;
+}
+
 // The level's operators one after another, each alone in a wave on its fastest valid count <= N
 // (the fewer GPUs on a tie). Appends the waves from `start_s` and returns the level's end.
 double one_after_another(const std::vector<Op>& ops, const std::vector<int>& level, int gpus, double start_s,
@@ -455,10 +550,14 @@ Result<Allocation> allocate(const std::vector<Op>& ops, int gpus) {
     // them some): a plan is never worse than running the level's tasks in turn.
     std::vector<Wave> waves;
     const double end = wavefront(ops, std::move(pending), gpus, now, &waves);
+    std::vector<Wave> again;
+    const double end_again = replanned_waves(ops, level, gpus, now, &again);
     std::vector<Wave> in_turn;
     const double end_in_turn = one_after_another(ops, level, gpus, now, &in_turn);
-    if (end_in_turn < end) waves = std::move(in_turn);
-    now = std::min(end, end_in_turn);
+    double best = end;
+    if (end_again < best) waves = std::move(again), best = end_again;
+    if (end_in_turn < best) waves = std::move(in_turn), best = end_in_turn;
+    now = best;
     for (Wave& w : waves) a.waves.push_back(std::move(w));
   }
   // The sum of the waves' times, in wave order (the same sum `now` took).

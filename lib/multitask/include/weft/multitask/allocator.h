@@ -21,9 +21,11 @@
 //     up to <= N; GPUs left over move operators to their larger count, then widen them to a larger
 //     valid count that runs a layer faster; the wave lasts as long as its shortest piece (at least
 //     one layer of each), and every piece runs the whole layers that fit in it. An operator's next
-//     piece is in a later wave. Where running a level's operators one after another, each on its
-//     fastest count <= N, is shorter than its waves, the level runs that way (a plan is never
-//     slower than that).
+//     piece is in a later wave. Two more plans of the level are tried, the shortest of the three
+//     kept: waves re-planned before each wave on the layers left (the bound of what is left,
+//     counts rounded down to valid ones, spare GPUs by the largest fall in time per GPU, the wave
+//     ending where one operator finishes), and the operators one after another, each on its
+//     fastest count <= N (so a plan is never slower than that).
 #pragma once
 
 #include <string>
