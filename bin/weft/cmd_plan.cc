@@ -14,6 +14,7 @@
 #include "inputs.h"
 #include "weft/core/format.h"
 #include "weft/multitask/plan_tasks.h"
+#include "weft/report/tasks_html.h"
 #include "weft/cost/estimate.h"
 #include "weft/plan/plan.h"
 #include "weft/plan/runtime_support.h"
@@ -343,6 +344,30 @@ void run_plan_tasks(const PlanFlags& f) {
   base.dtype = dtype_or_default(f.dtype, in.cluster.gpu);
   base.optimizer = optimizer_precision(f, base.dtype);
   const multitask::TasksPlan p = unwrap(multitask::plan_tasks(t, in.cluster, in.cost(), base));
+  const int N = in.cluster.total_gpus();
+  const double step = p.allocation.makespan_s;
+  if (!f.report.empty()) {
+    TasksReportInput r;
+    r.title = t.name + " on " + S(N) + " x " + in.cluster.gpu.name;
+    r.gpus = N;
+    r.notes = {"step time " + printf_str("%.4f", step) + " s; sequential (each task on all " + S(N) +
+                   " GPUs in turn) " + printf_str("%.4f", p.sequential_s) + " s; task greedy (whole tasks side by "
+                   "side) " + printf_str("%.4f", p.task_greedy_s) + " s; bound " +
+                   printf_str("%.4f", p.allocation.bound_s) + " s",
+               S(static_cast<long long>(t.tasks.size())) + " tasks, " + S(static_cast<long long>(p.ops.size())) +
+                   " operators, " + S(static_cast<long long>(p.allocation.waves.size())) + " waves; planned in " +
+                   printf_str("%.2f", p.plan_ms) + " ms from the modules' curves"};
+    for (const multitask::Wave& w : p.allocation.waves) {
+      TasksPictureWave pw{w.start_s, w.time_s, {}};
+      for (const multitask::Piece& pc : w.pieces) {
+        const std::string& name = p.ops[static_cast<size_t>(pc.op)].name;
+        const auto slash = name.find('/');
+        pw.pieces.push_back({name.substr(0, slash), name.substr(slash + 1), pc.gpus, pc.layers, pc.time_s});
+      }
+      r.waves.push_back(std::move(pw));
+    }
+    check(write_tasks_html(f.report, r));
+  }
   if (f.format == "json") {
     Json j = multitask::to_json(p);
     j["tasks"] = t.name;
@@ -350,7 +375,6 @@ void run_plan_tasks(const PlanFlags& f) {
     std::printf("%s\n", j.dump(2).c_str());
     return;
   }
-  const int N = in.cluster.total_gpus();
   std::printf("weft plan: %s on %d x %s (%d per node)\n%zu tasks, %zu operators (task/module)\n\n", t.name.c_str(), N,
               in.cluster.gpu.name.c_str(), in.cluster.gpus_per_node, t.tasks.size(), p.ops.size());
   std::printf("%-4s %9s %9s  %-28s %4s %6s %9s\n", "wave", "start s", "time s", "operator", "GPUs", "layers",
@@ -367,7 +391,6 @@ void run_plan_tasks(const PlanFlags& f) {
                   pc.time_s);
     }
   }
-  const double step = p.allocation.makespan_s;
   std::printf("\nstep time     %10.4f s\n", step);
   std::printf("sequential    %10.4f s  each task on all %d GPUs in turn: weft %.2fx faster\n", p.sequential_s, N,
               p.sequential_s / step);

@@ -84,6 +84,20 @@ TEST(CliPlan, TasksWavesAndBaselines) {
       if (m.at("name") == "vision-text/vision") vision_layers += m.at("layers").get<int>();
     }
   EXPECT_EQ(vision_layers, 32);  // ViT-H's 32 layers, all run once
+  // --report: the waves as a Gantt chart, one rectangle per piece.
+  const std::string html = tmp("tasks_report.html");
+  CliRun rep = run(with(base, {"--report", html}));
+  ASSERT_EQ(rep.code, 0) << rep.err;
+  const std::string page = read_text_file(html);
+  EXPECT_NE(page.find("<svg"), std::string::npos);
+  size_t pieces = 0;
+  for (const Json& w : j.at("waves")) pieces += w.at("modules").size();
+  size_t rects = 0;
+  for (size_t at = page.find("<rect"); at != std::string::npos; at = page.find("<rect", at + 1)) ++rects;
+  EXPECT_EQ(rects, pieces);
+  EXPECT_NE(page.find("vision-text / vision"), std::string::npos);
+  EXPECT_NE(page.find("sequential"), std::string::npos);
+  std::filesystem::remove(html);
   CliRun m = run(with(base, {"--model", "llama-2-7b"}));
   EXPECT_NE(m.code, 0);
   EXPECT_NE(m.err.find("--tasks: the task file names its modules; leave out --model"), std::string::npos) << m.err;

@@ -1,0 +1,84 @@
+#include "weft/report/tasks_html.h"
+
+#include <algorithm>
+#include <map>
+
+#include "svg.h"
+
+namespace weft {
+namespace {
+
+// A colour per module, in the order the modules first appear.
+const char* kPalette[] = {"#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f",
+                          "#edc948", "#b07aa1", "#ff9da7", "#9c755f", "#bab0ac"};
+
+}  // namespace
+
+Result<std::string> render_tasks_html(const TasksReportInput& in) {
+  if (in.gpus <= 0) return Error{ErrorKind::kBadInput, "tasks report: no GPUs"};
+  double end = 0;
+  std::map<std::string, std::string> color;
+  std::vector<std::string> modules;
+  for (size_t w = 0; w < in.waves.size(); ++w) {
+    int used = 0;
+    for (const TasksPicturePiece& p : in.waves[w].pieces) {
+      used += p.gpus;
+      if (!color.count(p.module)) {
+        color[p.module] = kPalette[modules.size() % (sizeof kPalette / sizeof *kPalette)];
+        modules.push_back(p.module);
+      }
+    }
+    if (used > in.gpus)
+      return Error{ErrorKind::kBadInput, "tasks report: wave " + std::to_string(w + 1) + " uses " +
+                                             std::to_string(used) + " of " + std::to_string(in.gpus) + " GPUs"};
+    end = std::max(end, in.waves[w].start_s + in.waves[w].time_s);
+  }
+  const double width = 900, left = 60, right = 10, top = 24, row = std::clamp(480.0 / in.gpus, 3.0, 22.0);
+  const double height = top + row * in.gpus + 30;
+  const double xs = end > 0 ? (width - left - right) / end : 1;
+  svg::Writer s("tasks-waves", width, height, "waves: device groups over time");
+  // GPU axis and time ticks.
+  const int gstep = std::max(1, in.gpus / 16);
+  for (int g = 0; g < in.gpus; g += gstep) s.text(left - 6, top + g * row + row * 0.8, "GPU " + std::to_string(g), "end", 9);
+  const double tick = svg::tick_step(end, 8);
+  for (double t = 0; tick > 0 && t <= end * (1 + 1e-9); t += tick) {
+    s.line(left + t * xs, top, left + t * xs, top + row * in.gpus, "#ddd", 0.5);
+    s.text(left + t * xs, top + row * in.gpus + 14, svg::dur(t), "middle", 9, "#555");
+  }
+  for (size_t w = 0; w < in.waves.size(); ++w) {
+    const TasksPictureWave& wave = in.waves[w];
+    const double x = left + wave.start_s * xs;
+    int g = 0;
+    for (const TasksPicturePiece& p : wave.pieces) {
+      const double y = top + g * row, h = p.gpus * row, len = p.time_s * xs;
+      s.rect(x, y, len, h, color[p.module],
+             p.task + " / " + p.module + ": " + std::to_string(p.layers) + " layers on " + std::to_string(p.gpus) +
+                 " GPUs, " + svg::dur(p.time_s),
+             "stroke=\"#fff\" stroke-width=\"0.6\"");
+      if (h >= 10 && len >= 40) s.text(x + 3, y + std::min(h, 12.0) - 2, p.module, "start", 9, "#fff");
+      g += p.gpus;
+    }
+    s.line(x, top, x, top + row * in.gpus, "#333", 0.8);
+    s.text(x + 2, top - 6, std::to_string(w + 1), "start", 9, "#333");
+  }
+  std::string h = "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\n<title>weft plan --tasks: " +
+                  svg::esc(in.title) +
+                  "</title>\n<style>body{font-family:system-ui,sans-serif;margin:24px auto;max-width:960px;color:#222}"
+                  "p{margin:4px 0}.legend{font-size:12px;color:#555}.swatch{display:inline-block;width:10px;"
+                  "height:10px;margin:0 4px 0 12px}</style>\n</head>\n<body>\n<h1>weft plan --tasks: " +
+                  svg::esc(in.title) + "</h1>\n";
+  for (const std::string& n : in.notes) h += "<p>" + svg::esc(n) + "</p>\n";
+  h += "<p class=\"legend\">Time runs across, the GPUs down. Each wave (numbered at its start) runs modules side by "
+       "side, each on a device group as tall as its GPUs and as long as its time (hover for the task, the layers "
+       "and the time); white is idle. Modules:";
+  for (const std::string& m : modules)
+    h += "<span class=\"swatch\" style=\"background:" + color[m] + "\"></span>" + svg::esc(m);
+  h += "</p>\n" + s.finish() + "</body></html>\n";
+  return h;
+}
+
+Status write_tasks_html(const std::string& path, const TasksReportInput& in) {
+  return svg::write_page(path, render_tasks_html(in));
+}
+
+}  // namespace weft
