@@ -345,7 +345,7 @@ void run_plan_tasks(const PlanFlags& f) {
   base.optimizer = optimizer_precision(f, base.dtype);
   const multitask::TasksPlan p = unwrap(multitask::plan_tasks(t, in.cluster, in.cost(), base));
   const int N = in.cluster.total_gpus();
-  const double step = p.allocation.makespan_s;
+  const double step = p.step_time_s();
   if (!f.report.empty()) {
     TasksReportInput r;
     r.title = t.name + " on " + S(N) + " x " + in.cluster.gpu.name;
@@ -391,7 +391,10 @@ void run_plan_tasks(const PlanFlags& f) {
                   pc.time_s);
     }
   }
-  std::printf("\nstep time     %10.4f s\n", step);
+  std::printf("\nstep time     %10.4f s  waves %.4f s + traffic %.4f s\n", step, p.allocation.makespan_s,
+              p.traffic.time_s);
+  std::printf("traffic       %d crossings, %.1f MB (re-shards, flows between modules)\n", p.traffic.crossings,
+              p.traffic.bytes / 1e6);
   std::printf("sequential    %10.4f s  each task on all %d GPUs in turn: weft %.2fx faster\n", p.sequential_s, N,
               p.sequential_s / step);
   std::printf("task greedy   %10.4f s  whole tasks side by side: weft %.2fx faster\n", p.task_greedy_s,

@@ -73,7 +73,8 @@ TEST(CliPlan, TasksWavesAndBaselines) {
   const double step = j.at("step_time_s").get<double>();
   EXPECT_GT(step, 0);
   EXPECT_LE(j.at("baselines").at("bound_s").get<double>(), step * (1 + 1e-9));
-  EXPECT_LE(step, j.at("baselines").at("sequential_s").get<double>() * (1 + 1e-9));
+  EXPECT_LE(j.at("waves_s").get<double>(), j.at("baselines").at("sequential_s").get<double>() * (1 + 1e-9));
+  EXPECT_NEAR(step, j.at("waves_s").get<double>() + j.at("traffic").at("time_s").get<double>(), 1e-12);
   EXPECT_GT(j.at("baselines").at("task_greedy_s").get<double>(), 0);
   EXPECT_GE(j.at("plan_ms").get<double>(), 0);
   int vision_layers = 0;

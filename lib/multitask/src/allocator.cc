@@ -526,7 +526,7 @@ Result<Bound> continuous_bound(const std::vector<Op>& ops, const std::vector<int
   return b;
 }
 
-Result<Allocation> allocate(const std::vector<Op>& ops, int gpus) {
+Result<Allocation> allocate(const std::vector<Op>& ops, int gpus, const WaveCost& extra) {
   if (Status s = check_ops(ops, gpus); !s.ok()) return s.error();
   auto lv = levels(ops);
   if (!lv.ok()) return lv.error();
@@ -554,10 +554,11 @@ Result<Allocation> allocate(const std::vector<Op>& ops, int gpus) {
     const double end_again = replanned_waves(ops, level, gpus, now, &again);
     std::vector<Wave> in_turn;
     const double end_in_turn = one_after_another(ops, level, gpus, now, &in_turn);
-    double best = end;
-    if (end_again < best) waves = std::move(again), best = end_again;
-    if (end_in_turn < best) waves = std::move(in_turn), best = end_in_turn;
-    now = best;
+    auto cost = [&](double level_end, const std::vector<Wave>& w) { return level_end + (extra ? extra(w) : 0.0); };
+    double best = cost(end, waves), best_end = end;
+    if (const double c = cost(end_again, again); c < best) waves = std::move(again), best = c, best_end = end_again;
+    if (const double c = cost(end_in_turn, in_turn); c < best) waves = std::move(in_turn), best = c, best_end = end_in_turn;
+    now = best_end;
     for (Wave& w : waves) a.waves.push_back(std::move(w));
   }
   // The sum of the waves' times, in wave order (the same sum `now` took).

@@ -1,5 +1,6 @@
 #include "weft/multitask/plan_tasks.h"
 
+#include <algorithm>
 #include <chrono>
 
 #include "weft/search/search.h"
@@ -90,6 +91,11 @@ Result<TasksPlan> plan_tasks(const TaskSpec& t, const ClusterSpec& cluster, cons
   p.curve_ms = ms_since(t0);
   const auto t1 = std::chrono::steady_clock::now();
   std::vector<TaskOps> tasks;
+  struct OpShape {
+    double batch = 0, tokens = 0, hidden = 0;
+  };
+  std::vector<OpShape> shape;
+  std::vector<std::pair<int, int>> flows;  // (source operator, target operator)
   for (const Task& task : t.tasks) {
     TaskOps to;
     to.name = task.name;
@@ -103,17 +109,58 @@ Result<TasksPlan> plan_tasks(const TaskSpec& t, const ClusterSpec& cluster, cons
       for (const Flow& f : t.flows)
         if (f.to == m.name) {
           auto it = op_of.find(t.module_index(f.from));
-          if (it != op_of.end()) op.deps.push_back(it->second);
+          if (it != op_of.end()) {
+            op.deps.push_back(it->second);
+            flows.emplace_back(it->second, static_cast<int>(p.ops.size()));
+          }
         }
+      shape.push_back({static_cast<double>(task.batch), static_cast<double>(m.tokens),
+                       static_cast<double>(m.model.hidden)});
       op_of[mi] = static_cast<int>(p.ops.size());
       to.ops.push_back(static_cast<int>(p.ops.size()));
       p.ops.push_back(std::move(op));
     }
     tasks.push_back(std::move(to));
   }
-  Result<Allocation> a = allocate(p.ops, N);
+  // Traffic between waves (TasksPlan::traffic): a re-shard between two groups that each fit in a
+  // node on NVLink, else on the inter-node network; a flow likewise by its two groups.
+  auto link_for = [&](int from_gpus, int to_gpus) -> const LinkSpec& {
+    return std::max(from_gpus, to_gpus) <= cluster.gpus_per_node ? cluster.intra : cluster.inter;
+  };
+  auto crossing_s = [&](const OpShape& s, int from_gpus, int to_gpus) {
+    const LinkSpec& link = link_for(from_gpus, to_gpus);
+    const double bytes = 2.0 * s.batch * s.tokens * s.hidden * 2.0;
+    return bytes / (std::min(from_gpus, to_gpus) * link.gbps * 1e9) + 2 * link.latency_us * 1e-6;
+  };
+  // The re-shards of a level's waves, for the allocator's choice between its plans.
+  const WaveCost reshards = [&](const std::vector<Wave>& waves) {
+    std::map<int, int> last;
+    double t = 0;
+    for (const Wave& w : waves)
+      for (const Piece& pc : w.pieces) {
+        auto it = last.find(pc.op);
+        if (it != last.end() && it->second != pc.gpus) t += crossing_s(shape[static_cast<size_t>(pc.op)], it->second, pc.gpus);
+        last[pc.op] = pc.gpus;
+      }
+    return t;
+  };
+  Result<Allocation> a = allocate(p.ops, N, reshards);
   if (!a.ok()) return a.error();
   p.allocation = std::move(*a);
+  auto move = [&](const OpShape& s, int from_gpus, int to_gpus) {
+    p.traffic.bytes += 2.0 * s.batch * s.tokens * s.hidden * 2.0;
+    p.traffic.time_s += crossing_s(s, from_gpus, to_gpus);
+    ++p.traffic.crossings;
+  };
+  std::vector<std::vector<const Piece*>> pieces(p.ops.size());
+  for (const Wave& w : p.allocation.waves)
+    for (const Piece& pc : w.pieces) pieces[static_cast<size_t>(pc.op)].push_back(&pc);
+  for (size_t o = 0; o < p.ops.size(); ++o)
+    for (size_t k = 1; k < pieces[o].size(); ++k)
+      if (pieces[o][k]->gpus != pieces[o][k - 1]->gpus) move(shape[o], pieces[o][k - 1]->gpus, pieces[o][k]->gpus);
+  for (const auto& [src, dst] : flows)
+    move(shape[static_cast<size_t>(src)], pieces[static_cast<size_t>(src)].back()->gpus,
+         pieces[static_cast<size_t>(dst)].front()->gpus);
   Result<double> seq = sequential_time(p.ops, tasks, N);
   if (!seq.ok()) return seq.error();
   p.sequential_s = *seq;
@@ -126,7 +173,9 @@ Result<TasksPlan> plan_tasks(const TaskSpec& t, const ClusterSpec& cluster, cons
 
 Json to_json(const TasksPlan& p) {
   Json j;
-  j["step_time_s"] = p.allocation.makespan_s;
+  j["step_time_s"] = p.step_time_s();
+  j["waves_s"] = p.allocation.makespan_s;
+  j["traffic"] = {{"bytes", p.traffic.bytes}, {"time_s", p.traffic.time_s}, {"crossings", p.traffic.crossings}};
   j["waves"] = Json::array();
   for (const Wave& w : p.allocation.waves) {
     Json wj{{"start_s", w.start_s}, {"time_s", w.time_s}, {"modules", Json::array()}};

@@ -28,6 +28,7 @@
 //     fastest count <= N (so a plan is never slower than that).
 #pragma once
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -84,8 +85,12 @@ struct Bound {
   std::vector<double> gpus;  // per operator of `level`, in its order
 };
 Result<Bound> continuous_bound(const std::vector<Op>& ops, const std::vector<int>& level, int gpus);
-// The whole plan: levels, bounds, discretisation, waves.
-Result<Allocation> allocate(const std::vector<Op>& ops, int gpus);
+// The whole plan: levels, bounds, discretisation, waves. `extra`, when given, prices what a level's
+// waves cost beyond their time (the traffic of operators re-sharded between waves): of the three
+// plans of a level the one with the least time + extra is kept (Allocation::makespan_s stays the
+// waves' time).
+using WaveCost = std::function<double(const std::vector<Wave>&)>;
+Result<Allocation> allocate(const std::vector<Op>& ops, int gpus, const WaveCost& extra = {});
 
 // Baselines on the same curves. A task is a set of operators (with their dependencies among them).
 // sequential: each task in turn on all N GPUs (its operators one after another, each on the largest
