@@ -360,9 +360,8 @@ void run_plan_tasks(const PlanFlags& f) {
     for (const multitask::Wave& w : p.allocation.waves) {
       TasksPictureWave pw{w.start_s, w.time_s, {}};
       for (const multitask::Piece& pc : w.pieces) {
-        const std::string& name = p.ops[static_cast<size_t>(pc.op)].name;
-        const auto slash = name.find('/');
-        pw.pieces.push_back({name.substr(0, slash), name.substr(slash + 1), pc.gpus, pc.layers, pc.time_s});
+        const multitask::TasksPlan::OpOf& of = p.op_of[static_cast<size_t>(pc.op)];
+        pw.pieces.push_back({of.task, of.module, pc.gpus, pc.layers, pc.time_s});
       }
       r.waves.push_back(std::move(pw));
     }

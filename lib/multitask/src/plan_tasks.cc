@@ -42,17 +42,23 @@ Result<double> layer_time(const Module& m, int batch, const ClusterSpec& cluster
 }  // namespace
 
 Result<Curve> module_curve(const Module& m, int batch, const ClusterSpec& cluster, int max_gpus, const CostModel& cm,
-                           const SearchOptions& base) {
+                           const SearchOptions& base, std::map<int, double>* known) {
+  std::map<int, double> local;
+  std::map<int, double>& times = known ? *known : local;
   Curve c;
   for (int n : counts_up_to(max_gpus)) {
-    Result<double> t = layer_time(m, batch, cluster, n, cm, base);
-    if (!t.ok()) return t.error();
-    if (*t > 0) c.n.push_back(n), c.t.push_back(*t);
+    auto it = times.find(n);
+    if (it == times.end()) {
+      Result<double> t = layer_time(m, batch, cluster, n, cm, base);
+      if (!t.ok()) return t.error();
+      it = times.emplace(n, *t).first;
+    }
+    if (it->second > 0) c.n.push_back(n), c.t.push_back(it->second);
   }
   if (c.n.empty())
-    return Error{ErrorKind::kBadInput, "module \"" + m.name + "\": no plan fits or divides its batch of " +
-                                           std::to_string(batch) + " samples on 1 to " + std::to_string(max_gpus) +
-                                           " GPUs of " + cluster.gpu.name};
+    return Error{ErrorKind::kBadInput, "module \"" + m.name + "\" fits on no group of 1 to " + std::to_string(max_gpus) +
+                                           " GPUs of " + cluster.gpu.name + " with a batch of " +
+                                           std::to_string(batch) + " (or no count divides it)"};
   return c;
 }
 
@@ -70,23 +76,9 @@ Result<TasksPlan> plan_tasks(const TaskSpec& t, const ClusterSpec& cluster, cons
       const auto key = std::make_pair(name, task.batch);
       if (curves.count(key)) continue;
       const Module& m = t.modules[static_cast<size_t>(t.module_index(name))];
-      std::map<int, double>& known = cc[key];
-      Curve c;
-      for (int n : counts_up_to(N)) {
-        auto it = known.find(n);
-        if (it == known.end()) {
-          Result<double> lt = layer_time(m, task.batch, cluster, n, cm, base);
-          if (!lt.ok()) return lt.error().with_context("task \"" + task.name + "\"");
-          it = known.emplace(n, *lt).first;
-        }
-        if (it->second > 0) c.n.push_back(n), c.t.push_back(it->second);
-      }
-      if (c.n.empty())
-        return Error{ErrorKind::kBadInput, "task \"" + task.name + "\": module \"" + name +
-                                               "\" fits on no group of 1 to " + std::to_string(N) + " GPUs of " +
-                                               cluster.gpu.name + " with a batch of " + std::to_string(task.batch) +
-                                               " (or no count divides it)"};
-      curves[key] = std::move(c);
+      Result<Curve> c = module_curve(m, task.batch, cluster, N, cm, base, &cc[key]);
+      if (!c.ok()) return c.error().with_context("task \"" + task.name + "\"");
+      curves[key] = std::move(*c);
     }
   p.curve_ms = ms_since(t0);
   const auto t1 = std::chrono::steady_clock::now();
@@ -104,6 +96,7 @@ Result<TasksPlan> plan_tasks(const TaskSpec& t, const ClusterSpec& cluster, cons
       const Module& m = t.modules[static_cast<size_t>(mi)];
       Op op;
       op.name = task.name + "/" + m.name;
+      p.op_of.push_back({task.name, m.name});
       op.layers = m.model.num_layers();
       op.curve = curves.at({m.name, task.batch});
       for (const Flow& f : t.flows)
@@ -127,10 +120,10 @@ Result<TasksPlan> plan_tasks(const TaskSpec& t, const ClusterSpec& cluster, cons
   auto link_for = [&](int from_gpus, int to_gpus) -> const LinkSpec& {
     return std::max(from_gpus, to_gpus) <= cluster.gpus_per_node ? cluster.intra : cluster.inter;
   };
+  auto crossing_bytes = [](const OpShape& s) { return 2.0 * s.batch * s.tokens * s.hidden * 2.0; };
   auto crossing_s = [&](const OpShape& s, int from_gpus, int to_gpus) {
     const LinkSpec& link = link_for(from_gpus, to_gpus);
-    const double bytes = 2.0 * s.batch * s.tokens * s.hidden * 2.0;
-    return bytes / (std::min(from_gpus, to_gpus) * link.gbps * 1e9) + 2 * link.latency_us * 1e-6;
+    return crossing_bytes(s) / (std::min(from_gpus, to_gpus) * link.gbps * 1e9) + 2 * link.latency_us * 1e-6;
   };
   // The re-shards of a level's waves, for the allocator's choice between its plans.
   const WaveCost reshards = [&](const std::vector<Wave>& waves) {
@@ -148,7 +141,7 @@ Result<TasksPlan> plan_tasks(const TaskSpec& t, const ClusterSpec& cluster, cons
   if (!a.ok()) return a.error();
   p.allocation = std::move(*a);
   auto move = [&](const OpShape& s, int from_gpus, int to_gpus) {
-    p.traffic.bytes += 2.0 * s.batch * s.tokens * s.hidden * 2.0;
+    p.traffic.bytes += crossing_bytes(s);
     p.traffic.time_s += crossing_s(s, from_gpus, to_gpus);
     ++p.traffic.crossings;
   };
@@ -180,11 +173,10 @@ Json to_json(const TasksPlan& p) {
   for (const Wave& w : p.allocation.waves) {
     Json wj{{"start_s", w.start_s}, {"time_s", w.time_s}, {"modules", Json::array()}};
     for (const Piece& pc : w.pieces) {
-      const std::string& name = p.ops[static_cast<size_t>(pc.op)].name;
-      const auto slash = name.find('/');
-      wj["modules"].push_back({{"name", name},
-                               {"task", name.substr(0, slash)},
-                               {"module", name.substr(slash + 1)},
+      const TasksPlan::OpOf& of = p.op_of[static_cast<size_t>(pc.op)];
+      wj["modules"].push_back({{"name", p.ops[static_cast<size_t>(pc.op)].name},
+                               {"task", of.task},
+                               {"module", of.module},
                                {"gpus", pc.gpus},
                                {"layers", pc.layers},
                                {"time_s", pc.time_s}});

@@ -93,6 +93,13 @@ std::string html_legend(const std::vector<LegendItem>& items) {
   return o + "</ul>\n";
 }
 
+std::string page_start(const std::string& heading, const std::string& extra_css) {
+  return "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\n<title>" + esc(heading) +
+         "</title>\n<style>body{font-family:system-ui,sans-serif;margin:24px auto;max-width:960px;color:#222}"
+         "p{margin:4px 0}.legend{font-size:12px;color:#555}" +
+         extra_css + "</style>\n</head>\n<body>\n<h1>" + esc(heading) + "</h1>\n";
+}
+
 Status write_page(const std::string& path, const Result<std::string>& page) {
   if (!page.ok()) return page.error();
   auto w = catch_errors([&]() -> Result<bool> {

@@ -49,6 +49,9 @@ struct LegendItem {
 };
 std::string html_legend(const std::vector<LegendItem>& items);
 
+// The opening of a standalone page (the varlen and multi-task pages): doctype, <title> and <h1>
+// `heading` (escaped), a plain style for body, paragraphs and .legend, and `extra_css` after it.
+std::string page_start(const std::string& heading, const std::string& extra_css = "");
 // Writes a rendered page atomically (weft/core/json.h's write_text_file), or passes its error on.
 Status write_page(const std::string& path, const Result<std::string>& page);
 

@@ -61,12 +61,8 @@ Result<std::string> render_tasks_html(const TasksReportInput& in) {
     s.line(x, top, x, top + row * in.gpus, "#333", 0.8);
     s.text(x + 2, top - 6, std::to_string(w + 1), "start", 9, "#333");
   }
-  std::string h = "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\n<title>weft plan --tasks: " +
-                  svg::esc(in.title) +
-                  "</title>\n<style>body{font-family:system-ui,sans-serif;margin:24px auto;max-width:960px;color:#222}"
-                  "p{margin:4px 0}.legend{font-size:12px;color:#555}.swatch{display:inline-block;width:10px;"
-                  "height:10px;margin:0 4px 0 12px}</style>\n</head>\n<body>\n<h1>weft plan --tasks: " +
-                  svg::esc(in.title) + "</h1>\n";
+  std::string h = svg::page_start("weft plan --tasks: " + in.title,
+                                   ".swatch{display:inline-block;width:10px;height:10px;margin:0 4px 0 12px}");
   for (const std::string& n : in.notes) h += "<p>" + svg::esc(n) + "</p>\n";
   h += "<p class=\"legend\">Time runs across, the GPUs down. Each wave (numbered at its start) runs modules side by "
        "side, each on a device group as tall as its GPUs and as long as its time (hover for the task, the layers "

@@ -90,12 +90,7 @@ Result<std::string> render_varlen_html(const VarlenReportInput& in) {
   }
   // One time scale for every picture: the slowest micro-batch 300 units high.
   const double scale = longest > 0 ? longest / 300 : 1;
-  std::string h = "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\n<title>weft varlen: " +
-                  svg::esc(in.title) +
-                  "</title>\n<style>body{font-family:system-ui,sans-serif;margin:24px auto;max-width:960px;color:#222}"
-                  "h2{font-size:16px;margin:22px 0 4px}p{margin:4px 0}.legend{font-size:12px;color:#555}</style>\n"
-                  "</head>\n<body>\n<h1>weft varlen: " +
-                  svg::esc(in.title) + "</h1>\n";
+  std::string h = svg::page_start("weft varlen: " + in.title, "h2{font-size:16px;margin:22px 0 4px}");
   for (const std::string& n : in.notes) h += "<p>" + svg::esc(n) + "</p>\n";
   h += "<p class=\"legend\">Each band is a micro-batch, as wide as the GPUs and as tall as its time (one scale for "
        "every picture). Each column is a sequence-parallel group, as wide as its GPUs: grey is its fixed time per "

@@ -6,7 +6,6 @@
 #include <cmath>
 #include <limits>
 #include <map>
-#include <string_view>
 #include <numeric>
 #include <tuple>
 
@@ -653,14 +652,15 @@ double MoeLayerStats::rank_imbalance(int ep) const {
 
 namespace {
 
-// Where MoE layer unit u keeps its balancing bias: the parameter's place in the flat buffer and
-// its E values.
-std::pair<int64_t, int64_t> bias_place(const Unit& u) {
-  for (const ParamSpec& p : u.spec.params)
-    if (std::string_view(p.name).ends_with(".mlp.expert_bias"))
-      return {p.offset, p.numel()};
-  WEFT_ASSERT(false, "unit " + u.spec.name + " has no mlp.expert_bias");
-  return {0, 0};
+// Where MoE layer unit u keeps its balancing bias: its place [off, off + E) in the flat buffer, and
+// [lo, hi) of it in this rank's owned range (ZeRO-3's shard; empty when hi <= lo).
+struct BiasPlace {
+  int64_t off = 0, E = 0, lo = 0, hi = 0;
+};
+BiasPlace bias_place(const Unit& u) {
+  const ParamSpec& p = u.spec.params[static_cast<size_t>(Idx(u.spec)["mlp.expert_bias"])];
+  const int64_t off = p.offset, E = p.numel();
+  return {off, E, std::max(off, u.owned_begin()), std::min(off + E, u.owned_begin() + u.owned_len())};
 }
 
 }  // namespace
@@ -668,16 +668,16 @@ std::pair<int64_t, int64_t> bias_place(const Unit& u) {
 at::Tensor Model::expert_bias(const LayerCtx& L) {
   at::NoGradGuard no_grad;
   Unit& u = units_[L.unit];
-  const auto [off, E] = bias_place(u);
-  if (u.spec.zero < 3) return u.flat.narrow(0, off, E).to(at::kFloat);
-  if (u.sync->size() == 1) return u.shard_leaf.narrow(0, off, E).to(at::kFloat);
+  const BiasPlace b = bias_place(u);
+  if (u.spec.zero < 3) return u.flat.narrow(0, b.off, b.E).to(at::kFloat);
+  if (u.sync->size() == 1) return u.shard_leaf.narrow(0, b.off, b.E).to(at::kFloat);
   // ZeRO-3: each rank puts in the part its shard holds; the sum is the whole fp32 bias (the
   // gathered weights are in the compute dtype, too coarse for steps of bias_rate).
-  at::Tensor b = at::zeros({E}, u.shard_leaf.options().dtype(at::kFloat));
-  const int64_t lo = std::max(off, u.owned_begin()), hi = std::min(off + E, u.owned_begin() + u.owned_len());
-  if (hi > lo) b.narrow(0, lo - off, hi - lo).copy_(u.shard_leaf.narrow(0, lo - u.owned_begin(), hi - lo));
-  u.sync->allreduce_sum(b);
-  return b;
+  at::Tensor whole = at::zeros({b.E}, u.shard_leaf.options().dtype(at::kFloat));
+  if (b.hi > b.lo)
+    whole.narrow(0, b.lo - b.off, b.hi - b.lo).copy_(u.shard_leaf.narrow(0, b.lo - u.owned_begin(), b.hi - b.lo));
+  u.sync->allreduce_sum(whole);
+  return whole;
 }
 
 void Model::update_expert_bias() {
@@ -695,17 +695,17 @@ void Model::update_expert_bias() {
       step[e] = static_cast<float>(gap > 0 ? moe.bias_rate : gap < 0 ? -moe.bias_rate : 0.0);
     }
     Unit& u = units_[L.unit];
-    const auto [off, E] = bias_place(u);
+    const BiasPlace b = bias_place(u);
     const at::Tensor delta = at::tensor(step).to(device_);
     // The same figures on every rank of the stage, so every copy moves alike: the whole bias in
     // the full buffer, or the part of it in this rank's ZeRO-3 shard.
     if (u.spec.zero < 3) {
-      u.flat.narrow(0, off, E).add_(delta.to(u.flat.scalar_type()));
-      continue;
+      u.flat.narrow(0, b.off, b.E).add_(delta.to(u.flat.scalar_type()));
+    } else if (b.hi > b.lo) {
+      u.shard_leaf.detach()
+          .narrow(0, b.lo - u.owned_begin(), b.hi - b.lo)
+          .add_(delta.narrow(0, b.lo - b.off, b.hi - b.lo).to(u.shard_leaf.scalar_type()));
     }
-    const int64_t lo = std::max(off, u.owned_begin()), hi = std::min(off + E, u.owned_begin() + u.owned_len());
-    if (hi > lo)
-      u.shard_leaf.detach().narrow(0, lo - u.owned_begin(), hi - lo).add_(delta.narrow(0, lo - off, hi - lo).to(u.shard_leaf.scalar_type()));
   }
 }
 

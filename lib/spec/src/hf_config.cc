@@ -361,7 +361,7 @@ ModelSpec llama_like(const JsonObj& o, Family fam, const std::string& type) {
         r.group_top_k = static_cast<int>(present(o, "topk_group") ? positive(o, "topk_group") : r.groups);
         r.group_score_top = method == "noaux_tc" ? 2 : 1;
         if (r.groups == 1) r.group_score_top = 1;
-        if (r.groups > 0 && r.experts % r.groups != 0)
+        if (r.experts % r.groups != 0)
           o.fail("n_group", std::to_string(r.groups) + " does not divide the " + std::to_string(r.experts) + " experts");
         if (r.group_top_k > r.groups)
           o.fail("topk_group", std::to_string(r.group_top_k) + " is more than the " + std::to_string(r.groups) + " groups");

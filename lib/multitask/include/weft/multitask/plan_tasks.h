@@ -20,9 +20,10 @@ namespace weft::multitask {
 // max_gpus (and max_gpus itself) the step time of the best plan search() finds for the module alone
 // on n GPUs of `cluster` (the cluster's GPU and links, n of them), divided by its layers: one
 // layer's share of the step. Counts where nothing fits or no plan divides the batch are left out;
-// no count at all is an error naming the module, the batch and the largest count tried.
+// no count at all is an error naming the module, the batch and the largest count tried. `known`,
+// when given, holds the counts already searched (<= 0: not a valid count) and receives the new ones.
 Result<Curve> module_curve(const Module& m, int batch, const ClusterSpec& cluster, int max_gpus, const CostModel& cm,
-                           const SearchOptions& base);
+                           const SearchOptions& base, std::map<int, double>* known = nullptr);
 
 // Activations that cross device groups at wave boundaries, forward and their gradients back: an
 // operator whose GPU count changes from one piece to the next (its hidden states at that layer,
@@ -41,6 +42,10 @@ struct Traffic {
 
 struct TasksPlan {
   std::vector<Op> ops;                 // "task/module", in task order then the task's module order
+  struct OpOf {
+    std::string task, module;
+  };
+  std::vector<OpOf> op_of;             // each operator's task and module
   Allocation allocation;
   Traffic traffic;                     // between waves; step_time_s() adds it to the waves' time
   double step_time_s() const { return allocation.makespan_s + traffic.time_s; }
