@@ -4,7 +4,7 @@
 
 #include <cmath>
 
-#include "weft/multitask/tasks.h"
+#include "weft/spec/tasks.h"
 #include "weft/spec/counts.h"
 
 namespace weft::multitask {

@@ -10,7 +10,7 @@
 
 #include "weft/cost/cost_model.h"
 #include "weft/multitask/allocator.h"
-#include "weft/multitask/tasks.h"
+#include "weft/spec/tasks.h"
 #include "weft/search/search_options.h"
 #include "weft/spec/cluster.h"
 

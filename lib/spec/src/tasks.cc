@@ -1,4 +1,4 @@
-#include "weft/multitask/tasks.h"
+#include "weft/spec/tasks.h"
 
 #include <algorithm>
 #include <functional>
