@@ -2,8 +2,11 @@
 
 #include <algorithm>
 #include <chrono>
+#include <set>
+#include <tuple>
 
 #include "weft/search/search.h"
+#include "weft/spec/counts.h"
 
 namespace weft::multitask {
 
@@ -62,6 +65,137 @@ Result<Curve> module_curve(const Module& m, int batch, const ClusterSpec& cluste
   return c;
 }
 
+WavePlan place_waves(const TaskSpec& t, const TasksPlan& p, int gpus, int gpus_per_node) {
+  WavePlan out;
+  out.world = gpus;
+  const int gpn = std::max(1, gpus_per_node);
+  struct Range {
+    int first = 0, gpus = 0;
+  };
+  std::vector<Range> last(p.ops.size(), Range{-1, 0});  // each operator's latest placed piece
+  std::vector<int> layers_done(p.ops.size(), 0);
+  auto batch_of = [&](int op) {
+    for (const Task& task : t.tasks)
+      if (task.name == p.op_of[static_cast<size_t>(op)].task) return task.batch;
+    return 1;
+  };
+  // Samples of a batch that change rank between two placements (runs of equal ranks at a time).
+  auto moved = [](int batch, const Range& a, const Range& b) {
+    long long n = 0;
+    int s = 0;
+    while (s < batch) {
+      const int ra = rank_of_sample(a.first, a.gpus, batch, s), rb = rank_of_sample(b.first, b.gpus, batch, s);
+      // Jump to the end of the shorter of the two shares holding s.
+      auto share_end = [&](const Range& r, int rank) {
+        int lo = s, hi = batch;  // first sample after s on another rank: binary search
+        while (lo + 1 < hi) {
+          const int mid = (lo + hi) / 2;
+          if (rank_of_sample(r.first, r.gpus, batch, mid) == rank) lo = mid;
+          else hi = mid;
+        }
+        return hi;
+      };
+      const int e = std::min(share_end(a, ra), share_end(b, rb));
+      if (ra != rb) n += e - s;
+      s = e;
+    }
+    return n;
+  };
+  for (const Wave& w : p.allocation.waves) {
+    // The anchors of each piece: (range, samples x elements weight) it should stay near.
+    struct Want {
+      size_t piece;
+      std::vector<std::pair<Range, double>> anchors;
+      double weight = 0;
+    };
+    std::vector<Want> wants;
+    for (size_t k = 0; k < w.pieces.size(); ++k) {
+      const Piece& pc = w.pieces[k];
+      const size_t o = static_cast<size_t>(pc.op);
+      Want want{k, {}, 0};
+      // Elements a sample carries out of operator o: its module's tokens x hidden.
+      auto per_sample = [&](size_t op) {
+        const Module& m = t.modules[static_cast<size_t>(t.module_index(p.op_of[op].module))];
+        return static_cast<double>(m.tokens) * static_cast<double>(m.model.hidden);
+      };
+      if (last[o].gpus > 0) {
+        want.anchors.push_back({last[o], per_sample(o)});
+      } else {
+        for (int d : p.ops[o].deps) want.anchors.push_back({last[static_cast<size_t>(d)], per_sample(static_cast<size_t>(d))});
+      }
+      for (const auto& a : want.anchors) want.weight += a.second * batch_of(pc.op);
+      wants.push_back(std::move(want));
+    }
+    std::stable_sort(wants.begin(), wants.end(), [&](const Want& a, const Want& b) {
+      if ((a.weight > 0) != (b.weight > 0)) return a.weight > 0;
+      if (a.weight != b.weight) return a.weight > b.weight;
+      return w.pieces[a.piece].gpus > w.pieces[b.piece].gpus;
+    });
+    std::vector<char> used(static_cast<size_t>(gpus), 0);
+    std::vector<Range> at(w.pieces.size());
+    bool packed = true;
+    for (const Want& want : wants) {
+      const int g = w.pieces[want.piece].gpus;
+      const int batch = batch_of(w.pieces[want.piece].op);
+      std::vector<int> starts;
+      for (int s = 0; s + g <= gpus; s += g) starts.push_back(s);
+      for (const auto& a : want.anchors) starts.push_back(a.first.first);
+      for (const Range& r : at)
+        if (r.gpus > 0) starts.push_back(r.first + r.gpus), starts.push_back(r.first - g);
+      std::sort(starts.begin(), starts.end());
+      starts.erase(std::unique(starts.begin(), starts.end()), starts.end());
+      bool found = false;
+      std::tuple<int, double, int> best{0, 0.0, 0};
+      for (int s : starts) {
+        if (s < 0 || s + g > gpus) continue;
+        bool free = true;
+        for (int r = s; r < s + g && free; ++r) free = !used[static_cast<size_t>(r)];
+        if (!free) continue;
+        // A range that fits in a node stays in one; a wider one starts at a node's first rank.
+        const bool straddles = g <= gpn ? s / gpn != (s + g - 1) / gpn : s % gpn != 0;
+        double cost = 0;
+        for (const auto& a : want.anchors)
+          if (a.first.gpus > 0) cost += a.second * static_cast<double>(moved(batch, a.first, Range{s, g}));
+        const std::tuple<int, double, int> key{straddles ? 1 : 0, cost, s};
+        if (!found || key < best) best = key, found = true;
+      }
+      if (!found) {
+        packed = false;
+        break;
+      }
+      const int s = std::get<2>(best);
+      at[want.piece] = {s, g};
+      for (int r = s; r < s + g; ++r) used[static_cast<size_t>(r)] = 1;
+    }
+    if (!packed) {
+      // Largest first from rank 0: always fits, the pieces' GPUs adding up to at most N.
+      std::vector<size_t> order(w.pieces.size());
+      for (size_t k = 0; k < order.size(); ++k) order[k] = k;
+      std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return w.pieces[a].gpus > w.pieces[b].gpus; });
+      int next = 0;
+      for (size_t k : order) at[k] = {next, w.pieces[k].gpus}, next += w.pieces[k].gpus;
+    }
+    std::vector<WavePiece> placed;
+    for (size_t k = 0; k < w.pieces.size(); ++k) {
+      const Piece& pc = w.pieces[k];
+      const size_t o = static_cast<size_t>(pc.op);
+      WavePiece wp;
+      wp.task = p.op_of[o].task;
+      wp.module = p.op_of[o].module;
+      wp.first_rank = at[k].first;
+      wp.gpus = at[k].gpus;
+      wp.first_layer = layers_done[o];
+      wp.layers = pc.layers;
+      wp.time_s = pc.time_s;
+      layers_done[o] += pc.layers;
+      last[o] = at[k];
+      placed.push_back(std::move(wp));
+    }
+    out.waves.push_back(std::move(placed));
+  }
+  return out;
+}
+
 Result<TasksPlan> plan_tasks(const TaskSpec& t, const ClusterSpec& cluster, const CostModel& cm,
                              const SearchOptions& base, CurveCache* cache) {
   if (Status s = validate(t); !s.ok()) return s.error();
@@ -87,7 +221,6 @@ Result<TasksPlan> plan_tasks(const TaskSpec& t, const ClusterSpec& cluster, cons
     double batch = 0, tokens = 0, hidden = 0;
   };
   std::vector<OpShape> shape;
-  std::vector<std::pair<int, int>> flows;  // (source operator, target operator)
   for (const Task& task : t.tasks) {
     TaskOps to;
     to.name = task.name;
@@ -102,10 +235,7 @@ Result<TasksPlan> plan_tasks(const TaskSpec& t, const ClusterSpec& cluster, cons
       for (const Flow& f : t.flows)
         if (f.to == m.name) {
           auto it = op_of.find(t.module_index(f.from));
-          if (it != op_of.end()) {
-            op.deps.push_back(it->second);
-            flows.emplace_back(it->second, static_cast<int>(p.ops.size()));
-          }
+          if (it != op_of.end()) op.deps.push_back(it->second);
         }
       shape.push_back({static_cast<double>(task.batch), static_cast<double>(m.tokens),
                        static_cast<double>(m.model.hidden)});
@@ -115,8 +245,8 @@ Result<TasksPlan> plan_tasks(const TaskSpec& t, const ClusterSpec& cluster, cons
     }
     tasks.push_back(std::move(to));
   }
-  // Traffic between waves (TasksPlan::traffic): a re-shard between two groups that each fit in a
-  // node on NVLink, else on the inter-node network; a flow likewise by its two groups.
+  // Before placement (the allocator's choice of a level's plan): a re-shard between two groups that
+  // each fit in a node on NVLink, else on the inter-node network, over the smaller group's links.
   auto link_for = [&](int from_gpus, int to_gpus) -> const LinkSpec& {
     return std::max(from_gpus, to_gpus) <= cluster.gpus_per_node ? cluster.intra : cluster.inter;
   };
@@ -140,20 +270,79 @@ Result<TasksPlan> plan_tasks(const TaskSpec& t, const ClusterSpec& cluster, cons
   Result<Allocation> a = allocate(p.ops, N, reshards);
   if (!a.ok()) return a.error();
   p.allocation = std::move(*a);
-  auto move = [&](const OpShape& s, int from_gpus, int to_gpus) {
-    p.traffic.bytes += crossing_bytes(s);
-    p.traffic.time_s += crossing_s(s, from_gpus, to_gpus);
-    ++p.traffic.crossings;
-  };
-  std::vector<std::vector<const Piece*>> pieces(p.ops.size());
-  for (const Wave& w : p.allocation.waves)
-    for (const Piece& pc : w.pieces) pieces[static_cast<size_t>(pc.op)].push_back(&pc);
-  for (size_t o = 0; o < p.ops.size(); ++o)
-    for (size_t k = 1; k < pieces[o].size(); ++k)
-      if (pieces[o][k]->gpus != pieces[o][k - 1]->gpus) move(shape[o], pieces[o][k - 1]->gpus, pieces[o][k]->gpus);
-  for (const auto& [src, dst] : flows)
-    move(shape[static_cast<size_t>(src)], pieces[static_cast<size_t>(src)].back()->gpus,
-         pieces[static_cast<size_t>(dst)].front()->gpus);
+  p.placement = place_waves(t, p, N, cluster.gpus_per_node);
+  // Traffic between waves by crossing (one operator's move, or one flow), on the placed ranks.
+  const int gpn = std::max(1, cluster.gpus_per_node);
+  auto same_node = [&](int a, int b) { return a / gpn == b / gpn; };
+  {
+    const std::vector<WaveTransfer> xs = wave_transfers(p.placement, t);
+    size_t i = 0;
+    while (i < xs.size()) {
+      size_t j = i;
+      std::map<int, double> send_s, recv_s;
+      bool inter = false;
+      while (j < xs.size() && xs[j].wave == xs[i].wave && xs[j].task == xs[i].task && xs[j].from == xs[i].from &&
+             xs[j].to == xs[i].to) {
+        const WaveTransfer& x = xs[j];
+        const bool local = same_node(x.src_rank, x.dst_rank);
+        inter = inter || !local;
+        const double b = 2.0 * static_cast<double>(x.elements);  // 16-bit activations
+        const double s = b / ((local ? cluster.intra.gbps : cluster.inter.gbps) * 1e9);
+        send_s[x.src_rank] += s;
+        recv_s[x.dst_rank] += s;
+        p.traffic.elements += static_cast<double>(x.elements);
+        p.traffic.bytes += 2.0 * b;  // and the gradients back
+        ++j;
+      }
+      double worst = 0;
+      for (const auto& [r, v] : send_s) worst = std::max(worst, v);
+      for (const auto& [r, v] : recv_s) worst = std::max(worst, v);
+      const double lat = (inter ? cluster.inter.latency_us : cluster.intra.latency_us) * 1e-6;
+      p.traffic.time_s += 2.0 * (worst + lat);
+      ++p.traffic.crossings;
+      i = j;
+    }
+  }
+  // Layers that ran on more than one set of ranks: one all-reduce over all of them (SharedSync).
+  {
+    std::map<std::pair<std::string, int>, std::set<std::vector<int>>> sets;  // (holder, layer) -> rank sets
+    for (const std::vector<WavePiece>& w : p.placement.waves)
+      for (const WavePiece& pc : w) {
+        const Module& m = t.modules[static_cast<size_t>(t.module_index(pc.module))];
+        const std::string holder = m.shares.empty() ? m.name : m.shares;
+        std::vector<int> ranks;
+        for (int r = pc.first_rank; r < pc.first_rank + pc.gpus; ++r) ranks.push_back(r);
+        for (int l = pc.first_layer; l < pc.first_layer + pc.layers; ++l) sets[{holder, l}].insert(ranks);
+      }
+    // A ring all-reduce of b bytes over consecutive-or-not ranks (the slowest link of the set).
+    auto ring_s = [&](const std::vector<int>& ranks, double b) {
+      const int n = static_cast<int>(ranks.size());
+      if (n < 2) return 0.0;
+      const LinkSpec& link = same_node(ranks.front(), ranks.back()) ? cluster.intra : cluster.inter;
+      return 2.0 * (n - 1) / n * b / (link.gbps * 1e9) + 2.0 * (n - 1) * link.latency_us * 1e-6;
+    };
+    struct Reduce {
+      double bytes = 0, own_s = 0;  // own_s: the largest member set's own reduction of these layers
+    };
+    std::map<std::vector<int>, Reduce> by_union;
+    for (const auto& [key, s] : sets) {
+      if (s.size() < 2) continue;
+      std::set<int> u;
+      for (const std::vector<int>& r : s) u.insert(r.begin(), r.end());
+      const Module& m = t.modules[static_cast<size_t>(t.module_index(key.first))];
+      const double b = 4.0 * layer_params(m.model.layer(key.second)).total();
+      double own = 0;
+      for (const std::vector<int>& r : s) own = std::max(own, ring_s(r, b));
+      Reduce& r = by_union[std::vector<int>(u.begin(), u.end())];
+      r.bytes += b;
+      r.own_s += own;
+    }
+    for (const auto& [ranks, r] : by_union) {
+      ++p.shared_sync.groups;
+      p.shared_sync.bytes += r.bytes;
+      p.shared_sync.time_s += std::max(0.0, ring_s(ranks, r.bytes) - r.own_s);
+    }
+  }
   Result<double> seq = sequential_time(p.ops, tasks, N);
   if (!seq.ok()) return seq.error();
   p.sequential_s = *seq;
@@ -168,16 +357,25 @@ Json to_json(const TasksPlan& p) {
   Json j;
   j["step_time_s"] = p.step_time_s();
   j["waves_s"] = p.allocation.makespan_s;
-  j["traffic"] = {{"bytes", p.traffic.bytes}, {"time_s", p.traffic.time_s}, {"crossings", p.traffic.crossings}};
+  j["world"] = p.placement.world;
+  j["traffic"] = {{"elements", p.traffic.elements},
+                  {"bytes", p.traffic.bytes},
+                  {"time_s", p.traffic.time_s},
+                  {"crossings", p.traffic.crossings}};
+  j["shared_sync"] = {{"groups", p.shared_sync.groups}, {"bytes", p.shared_sync.bytes}, {"time_s", p.shared_sync.time_s}};
   j["waves"] = Json::array();
-  for (const Wave& w : p.allocation.waves) {
+  for (size_t wi = 0; wi < p.allocation.waves.size(); ++wi) {
+    const Wave& w = p.allocation.waves[wi];
     Json wj{{"start_s", w.start_s}, {"time_s", w.time_s}, {"modules", Json::array()}};
-    for (const Piece& pc : w.pieces) {
-      const TasksPlan::OpOf& of = p.op_of[static_cast<size_t>(pc.op)];
+    for (size_t k = 0; k < w.pieces.size(); ++k) {
+      const Piece& pc = w.pieces[k];
+      const WavePiece& placed = p.placement.waves[wi][k];
       wj["modules"].push_back({{"name", p.ops[static_cast<size_t>(pc.op)].name},
-                               {"task", of.task},
-                               {"module", of.module},
+                               {"task", placed.task},
+                               {"module", placed.module},
                                {"gpus", pc.gpus},
+                               {"first_rank", placed.first_rank},
+                               {"first_layer", placed.first_layer},
                                {"layers", pc.layers},
                                {"time_s", pc.time_s}});
     }

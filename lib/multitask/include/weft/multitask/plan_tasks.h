@@ -10,6 +10,7 @@
 
 #include "weft/cost/cost_model.h"
 #include "weft/multitask/allocator.h"
+#include "weft/plan/wave_plan.h"
 #include "weft/spec/tasks.h"
 #include "weft/search/search_options.h"
 #include "weft/spec/cluster.h"
@@ -25,19 +26,33 @@ namespace weft::multitask {
 Result<Curve> module_curve(const Module& m, int batch, const ClusterSpec& cluster, int max_gpus, const CostModel& cm,
                            const SearchOptions& base, std::map<int, double>* known = nullptr);
 
-// Activations that cross device groups at wave boundaries, forward and their gradients back: an
-// operator whose GPU count changes from one piece to the next (its hidden states at that layer,
-// re-sharded onto the new group), and a flow from one module to another within a task (the
-// source's output, sent to the target's group). Each moves 2 x batch x tokens x hidden x 2 bytes
-// (16-bit activations, forward and backward) over min(sending, receiving) GPUs' links: NVLink when
-// both groups fit in a node, else the inter-node network. Groups are not yet placed on nodes: the
-// NVLink price assumes the placement Spindle makes (an operator's groups in one NVLink island where
-// they fit). The transfers are counted one after another, with no overlap; the allocator's choice
-// of a level's plan counts its re-shards (allocate()'s `extra`).
+// Activations that cross ranks at wave boundaries, forward and their gradients back
+// (weft/plan/wave_plan.h wave_transfers on the placed plan): an operator moved from one piece to
+// the next (its hidden states at that layer) and a flow from one module to another within a task
+// (the source's output), each sample block that changes rank. 16-bit activations, forward and
+// backward: 2 x elements x 2 bytes. A crossing (one operator's move, or one flow) takes, over
+// its ranks, the most any rank sends or receives at its links' rates (NVLink inside a node, the
+// network between nodes) plus a latency per direction; crossings are counted one after another,
+// with no overlap. Before placement the allocator's choice of a level's plan prices a re-shard as
+// batch x tokens x hidden over min(sending, receiving) GPUs (allocate()'s `extra`).
 struct Traffic {
-  double bytes = 0;
+  double elements = 0;   // activation elements crossing, forward (the gradients return as many)
+  double bytes = 0;      // forward and backward, 2 bytes an element
   double time_s = 0;
   int crossings = 0;
+};
+
+// The gradient reduction of layers that ran on more than one set of ranks (a module several tasks
+// run, a module whose operator moved between pieces, a module sharing another's parameters): each
+// such layer's gradients are all-reduced over every rank that ran it, once per step, after the
+// waves (fp32 gradients, a ring over the union: 2 (n - 1) / n x bytes at the slowest link's rate).
+// Each operator's curve already counts a reduction inside its own group, which the wider one
+// replaces: time_s is the wider reduction less, layer by layer, the largest of the member groups'
+// own (an over-estimate by the other members' own reductions, which the curves count as well).
+struct SharedSync {
+  int groups = 0;        // distinct rank sets reduced over
+  double bytes = 0;      // gradient bytes reduced, summed over the sets
+  double time_s = 0;
 };
 
 struct TasksPlan {
@@ -47,12 +62,22 @@ struct TasksPlan {
   };
   std::vector<OpOf> op_of;             // each operator's task and module
   Allocation allocation;
+  WavePlan placement;                  // the waves on ranks: what `weft train --tasks` runs
   Traffic traffic;                     // between waves; step_time_s() adds it to the waves' time
-  double step_time_s() const { return allocation.makespan_s + traffic.time_s; }
+  SharedSync shared_sync;              // and this
+  double step_time_s() const { return allocation.makespan_s + traffic.time_s + shared_sync.time_s; }
   double sequential_s = 0, task_greedy_s = 0;
   double curve_ms = 0;                 // the searches behind the curves
   double plan_ms = 0;                  // operators, allocation and baselines from the curves
 };
+
+// Ranks for each wave's pieces (Spindle's placement, simplified to consecutive ranks): pieces that
+// continue an operator or receive a flow first, each where the fewest of its samples change rank
+// (its previous piece's ranks, or its sources'), then the others by size; a range stays inside a
+// node when it fits in one. A wave that cannot be packed that way is packed largest first from
+// rank 0.
+// p: its ops, op_of and allocation.
+WavePlan place_waves(const TaskSpec& t, const TasksPlan& p, int gpus, int gpus_per_node);
 
 // Curves are cached by (module, batch) in `cache` across calls (a module every task runs with the
 // same batch is searched once; so is a case planned again on more GPUs, whose counts extend it).
@@ -60,10 +85,11 @@ using CurveCache = std::map<std::pair<std::string, int>, std::map<int, double>>;
 Result<TasksPlan> plan_tasks(const TaskSpec& t, const ClusterSpec& cluster, const CostModel& cm,
                              const SearchOptions& base, CurveCache* cache = nullptr);
 
-// The plan as JSON: step_time_s (the waves and the traffic between them), waves_s, traffic
-// {bytes, time_s, crossings}, waves (each: start_s, time_s, modules [{name, task, module, gpus,
-// layers, time_s}]), baselines {sequential_s, task_greedy_s, bound_s}, plan_ms, curve_ms, and the
-// operators' curves.
+// The plan as JSON: step_time_s (the waves, the traffic between them and the shared reduction),
+// waves_s, world, traffic {elements, bytes, time_s, crossings}, shared_sync {groups, bytes,
+// time_s}, waves (each: start_s, time_s, modules [{name, task, module, gpus, first_rank,
+// first_layer, layers, time_s}]), baselines {sequential_s, task_greedy_s, bound_s}, plan_ms,
+// curve_ms, and the operators' curves. wave_plan_from_json (weft/plan/wave_plan.h) reads it back.
 Json to_json(const TasksPlan& p);
 
 }  // namespace weft::multitask
