@@ -122,6 +122,9 @@ void register_train_commands(CLI::App& app) {
       "WORLD_SIZE ranks (one process: a small built-in GPT in seconds).");
   t->add_option("--plan", o->plan, "Plan file (weft plan --out); its model, batch and layout are used");
   t->add_option("--model", o->model, "Model preset, weft model file or HF config.json (with --plan: must match)");
+  t->add_option("--tasks", o->tasks,
+                "A multi-task model file (docs/multitask.md): train its tasks by the waves of --plan (weft plan --tasks "
+                "--format json), or each task's modules in turn on all ranks without it");
   t->add_option("--data", o->data,
                 "Token file (uint16/uint32 ids), Megatron-LM indexed dataset (PREFIX of PREFIX.idx + PREFIX.bin) "
                 "or text file (bytes); default synthetic tokens");

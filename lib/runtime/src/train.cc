@@ -533,6 +533,7 @@ Result<std::unique_ptr<VarlenPlanner>> start_planner(const TrainOptions& o, cons
 }  // namespace
 
 Status train(const TrainOptions& given) {
+  if (!given.tasks.empty()) return train_tasks(given);
   auto env_r = read_dist_env();
   if (!env_r.ok()) return env_r.error();
   const DistEnv env = env_r.value();

@@ -54,6 +54,11 @@ using VarlenPlannerFactory = std::function<Result<std::unique_ptr<VarlenPlanner>
 
 struct TrainOptions {
   std::string plan;            // plan file; empty: a plan of pure data parallelism over WORLD_SIZE
+  // A multi-task model file (weft/spec/tasks.h): train its tasks by the waves of --plan (a
+  // `weft plan --tasks --format json` file), or without --plan each task's modules one after
+  // another on all ranks (train_tasks). Reads plan, steps, lr, seed, the AdamW settings, clip,
+  // save_params, format, threads and the timeouts of these options.
+  std::string tasks;
   std::string model;           // preset, weft model file or HF config.json; with --plan it must match
   std::string data;            // token file; empty: synthetic tokens
   std::string data_format = "auto";  // auto | uint16 | uint32 | text | synthetic
@@ -153,5 +158,11 @@ void set_threads(int n);
 // while training such as a dead peer). Fatal peer failures detected by the watchdog end the
 // process directly with exit code 5 after printing a message naming the rank.
 Status train(const TrainOptions& o);
+// `weft train --tasks FILE [--plan P]` (docs/multitask.md, "Running the waves"): the waves of a
+// multi-task plan, each piece data parallel over its ranks, activations and their gradients sent
+// between pieces, each parameter held and reduced only on the ranks that use it. fp32 on the CPU;
+// a constant learning rate (--lr, default 1e-3). Rank 0 prints each step's loss per task and, at
+// the end, the bytes sent between pieces beside the plan's transfers (weft/plan/wave_plan.h).
+Status train_tasks(const TrainOptions& o);
 
 }  // namespace weft::runtime
