@@ -306,13 +306,17 @@ Result<TasksPlan> plan_tasks(const TaskSpec& t, const ClusterSpec& cluster, cons
   // Layers that ran on more than one set of ranks: one all-reduce over all of them (SharedSync).
   {
     std::map<std::pair<std::string, int>, std::set<std::vector<int>>> sets;  // (holder, layer) -> rank sets
-    for (const std::vector<WavePiece>& w : p.placement.waves)
-      for (const WavePiece& pc : w) {
+    std::map<std::pair<std::string, int>, size_t> first_wave;                 // the first wave it ran in
+    for (size_t wi = 0; wi < p.placement.waves.size(); ++wi)
+      for (const WavePiece& pc : p.placement.waves[wi]) {
         const Module& m = t.modules[static_cast<size_t>(t.module_index(pc.module))];
         const std::string holder = m.shares.empty() ? m.name : m.shares;
         std::vector<int> ranks;
         for (int r = pc.first_rank; r < pc.first_rank + pc.gpus; ++r) ranks.push_back(r);
-        for (int l = pc.first_layer; l < pc.first_layer + pc.layers; ++l) sets[{holder, l}].insert(ranks);
+        for (int l = pc.first_layer; l < pc.first_layer + pc.layers; ++l) {
+          sets[{holder, l}].insert(ranks);
+          first_wave.emplace(std::make_pair(holder, l), wi);
+        }
       }
     // A ring all-reduce of b bytes over consecutive-or-not ranks (the slowest link of the set).
     auto ring_s = [&](const std::vector<int>& ranks, double b) {
@@ -321,27 +325,34 @@ Result<TasksPlan> plan_tasks(const TaskSpec& t, const ClusterSpec& cluster, cons
       const LinkSpec& link = same_node(ranks.front(), ranks.back()) ? cluster.intra : cluster.inter;
       return 2.0 * (n - 1) / n * b / (link.gbps * 1e9) + 2.0 * (n - 1) * link.latency_us * 1e-6;
     };
-    struct Reduce {
-      double bytes = 0, own_s = 0;  // own_s: the largest member set's own reduction of these layers
-    };
-    std::map<std::vector<int>, Reduce> by_union;
+    // The backward pass runs the waves in reverse, each wave's backward two thirds of its time (a
+    // backward costs twice its forward: Narayanan et al., SC'21, §3.2). A layer's gradient is final
+    // when the backward of the first wave it ran in has ended; its reduction runs from then on the
+    // communication stream, one reduction after another, beside the backward of the earlier waves.
+    const std::vector<Wave>& waves = p.allocation.waves;
+    std::vector<double> done(waves.size() + 1, 0.0);  // backward time at which wave w's backward ends
+    for (size_t w = waves.size(); w-- > 0;) done[w] = done[w + 1] + 2.0 / 3.0 * waves[w].time_s;
+    const double bwd_total = done.empty() ? 0.0 : done[0];
+    std::vector<std::pair<double, double>> items;  // (ready, duration)
+    std::set<std::vector<int>> unions;
     for (const auto& [key, s] : sets) {
       if (s.size() < 2) continue;
       std::set<int> u;
       for (const std::vector<int>& r : s) u.insert(r.begin(), r.end());
+      const std::vector<int> ranks(u.begin(), u.end());
       const Module& m = t.modules[static_cast<size_t>(t.module_index(key.first))];
       const double b = 4.0 * layer_params(m.model.layer(key.second)).total();
       double own = 0;
       for (const std::vector<int>& r : s) own = std::max(own, ring_s(r, b));
-      Reduce& r = by_union[std::vector<int>(u.begin(), u.end())];
-      r.bytes += b;
-      r.own_s += own;
+      unions.insert(ranks);
+      p.shared_sync.bytes += b;
+      items.push_back({done[first_wave.at(key)], std::max(0.0, ring_s(ranks, b) - own)});
     }
-    for (const auto& [ranks, r] : by_union) {
-      ++p.shared_sync.groups;
-      p.shared_sync.bytes += r.bytes;
-      p.shared_sync.time_s += std::max(0.0, ring_s(ranks, r.bytes) - r.own_s);
-    }
+    std::sort(items.begin(), items.end());
+    double end = 0;
+    for (const auto& [ready, dur] : items) end = std::max(end, ready) + dur;
+    p.shared_sync.groups = static_cast<int>(unions.size());
+    p.shared_sync.time_s = std::max(0.0, end - bwd_total);
   }
   Result<double> seq = sequential_time(p.ops, tasks, N);
   if (!seq.ok()) return seq.error();

@@ -44,11 +44,15 @@ struct Traffic {
 
 // The gradient reduction of layers that ran on more than one set of ranks (a module several tasks
 // run, a module whose operator moved between pieces, a module sharing another's parameters): each
-// such layer's gradients are all-reduced over every rank that ran it, once per step, after the
-// waves (fp32 gradients, a ring over the union: 2 (n - 1) / n x bytes at the slowest link's rate).
-// Each operator's curve already counts a reduction inside its own group, which the wider one
-// replaces: time_s is the wider reduction less, layer by layer, the largest of the member groups'
-// own (an over-estimate by the other members' own reductions, which the curves count as well).
+// such layer's gradients are all-reduced over every rank that ran it, once per step (fp32
+// gradients, a ring over the union: 2 (n - 1) / n x bytes at the slowest link's rate, a latency
+// per step of the ring). Each operator's curve already counts a reduction inside its own group,
+// which the wider one replaces: a layer's reduction lasts the wider ring less the largest of its
+// groups' own (an over-estimate by the other groups' own reductions, which the curves count too).
+// The reductions run one after another on the communication stream, each from when the layer's
+// gradient is final (the backward of the first wave it ran in has ended; the waves' backward in
+// reverse order, two thirds of each wave's time), beside the backward of the earlier waves;
+// time_s is what they add after the last backward.
 struct SharedSync {
   int groups = 0;        // distinct rank sets reduced over
   double bytes = 0;      // gradient bytes reduced, summed over the sets
