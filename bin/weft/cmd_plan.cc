@@ -13,7 +13,9 @@
 #include "commands.h"
 #include "inputs.h"
 #include "weft/core/format.h"
+#include "weft/multitask/optimus.h"
 #include "weft/multitask/plan_tasks.h"
+#include "weft/report/optimus_html.h"
 #include "weft/report/tasks_html.h"
 #include "weft/cost/estimate.h"
 #include "weft/plan/plan.h"
@@ -324,8 +326,50 @@ void run_plan_mixed(const PlanFlags& f, const Inputs& in, const SearchOptions& o
   if (!f.out.empty()) std::printf("\nplan written to %s\n", f.out.c_str());
 }
 
+// One of Optimus's schedules as a chart of the report's records (the LLM's rows and lane 0's).
+OptimusChart optimus_chart(const std::string& title, const multitask::BubbleSchedule& s, int groups) {
+  OptimusChart c;
+  c.title = title;
+  c.groups = groups;
+  c.llm_start_s = s.delay_s;
+  c.llm_end_s = s.delay_s + s.llm_step_s;
+  for (const multitask::OptimusEvent& e : s.events) {
+    OptimusPictureEvent pe;
+    pe.group = e.device_group;
+    pe.start_s = e.start_s;
+    pe.end_s = e.end_s;
+    pe.micro_batch = e.micro_batch;
+    pe.in_bubble = e.in_bubble;
+    if (e.kind == multitask::OptimusEventKind::kLlm)
+      pe.kind = e.llm_kind == EventKind::kForward ? "llm-forward"
+                : e.llm_kind == EventKind::kBackward || e.llm_kind == EventKind::kRecompute ||
+                        e.llm_kind == EventKind::kWeightGrad
+                    ? "llm-backward"
+                    : "llm-other";
+    else
+      pe.kind = multitask::to_string(e.kind);
+    c.events.push_back(std::move(pe));
+  }
+  return c;
+}
+
+// The LLM's layout and the encoder's, as the Optimus table and report print them.
+std::string optimus_llm_label(const multitask::OptimusPlan& o) {
+  const TrainSettings& tr = o.llm_plan.train;
+  return "pp" + S(tr.pp) + (tr.vp > 1 ? " vp" + S(tr.vp) : "") + " tp" + S(o.llm_mp) + " dp" +
+         S(o.llm_plan.stages.front().layers.front().dp) + ", " + S(tr.micro_batches) + " micro-batches, " +
+         to_string(tr.schedule);
+}
+std::string optimus_encoder_label(const multitask::OptimusPlan& o) {
+  return "dp" + S(o.layout.dp) + " pp" + S(o.layout.pp) + " tp" + S(o.layout.tp) +
+         (o.layout.recompute == Recompute::kNone ? "" : std::string(", recompute ") + to_string(o.layout.recompute));
+}
+
 // weft plan --tasks FILE: Spindle's waves for a multi-task model, beside the sequential and
-// task-greedy baselines and the continuous bound, on the same curves (docs/multitask.md).
+// task-greedy baselines and the continuous bound, on the same curves (docs/multitask.md). A file
+// whose one task runs an encoder feeding an LLM also gets Optimus's schedule (the encoder in the
+// LLM's bubbles, beside the encoder in its first stage): a table after the waves, an "optimus"
+// object in the JSON, and the report draws its timeline instead of the waves.
 void run_plan_tasks(const PlanFlags& f) {
   if (!f.in.model.empty())
     fail(Error{ErrorKind::kBadInput, "--tasks: the task file names its modules; leave out --model"});
@@ -346,7 +390,25 @@ void run_plan_tasks(const PlanFlags& f) {
   const multitask::TasksPlan p = unwrap(multitask::plan_tasks(t, in.cluster, in.cost(), base));
   const int N = in.cluster.total_gpus();
   const double step = p.step_time_s();
-  if (!f.report.empty()) {
+  std::optional<Result<multitask::OptimusPlan>> optimus;
+  if (t.tasks.size() == 1 && multitask::find_encoder_llm(t).ok())
+    optimus = multitask::plan_optimus(t, in.cluster, in.cost(), base);
+  if (!f.report.empty() && optimus && optimus->ok()) {
+    const multitask::OptimusPlan& o = **optimus;
+    OptimusReportInput r;
+    r.title = t.name + " on " + S(N) + " x " + in.cluster.gpu.name;
+    r.notes = {"LLM \"" + o.llm + "\": " + optimus_llm_label(o) + "; encoder \"" + o.encoder + "\": " +
+                   optimus_encoder_label(o) + " (the lanes of a group run alike; one is drawn)",
+               "step " + printf_str("%.4f", o.fine.step_time_s) + " s fine (Eff " + printf_str("%.1f", 100 * o.fine.eff()) +
+                   " %), " + printf_str("%.4f", o.coarse.step_time_s) + " s coarse (Eff " +
+                   printf_str("%.1f", 100 * o.coarse.eff()) + " %); encoder in the first stage " +
+                   printf_str("%.4f", o.first_stage_s) + " s; LLM alone " + printf_str("%.4f", o.fine.llm_step_s) +
+                   " s; Spindle's waves " + printf_str("%.4f", step) + " s"};
+    const int groups = o.llm_plan.train.pp;
+    r.charts = {optimus_chart("fine: every gap, kernel chunks", o.fine, groups),
+                optimus_chart("coarse: warm-up and cool-down, whole layers", o.coarse, groups)};
+    check(write_optimus_html(f.report, r));
+  } else if (!f.report.empty()) {
     TasksReportInput r;
     r.title = t.name + " on " + S(N) + " x " + in.cluster.gpu.name;
     r.gpus = N;
@@ -371,6 +433,7 @@ void run_plan_tasks(const PlanFlags& f) {
     Json j = multitask::to_json(p);
     j["tasks"] = t.name;
     j["gpus"] = in.cluster.total_gpus();
+    if (optimus) j["optimus"] = optimus->ok() ? multitask::to_json(**optimus) : Json{{"error", optimus->error().message}};
     std::printf("%s\n", j.dump(2).c_str());
     return;
   }
@@ -401,6 +464,26 @@ void run_plan_tasks(const PlanFlags& f) {
   std::printf("bound         %10.4f s  continuous relaxation: weft at %.3fx of it\n", p.allocation.bound_s,
               step / p.allocation.bound_s);
   std::printf("planned in %.1f ms from the modules' curves (%.0f ms of searches)\n", p.plan_ms, p.curve_ms);
+  if (!optimus) return;
+  std::printf("\nOptimus: the encoder's work in the LLM's bubbles (docs/multitask.md)\n");
+  if (!optimus->ok()) {
+    std::printf("not planned: %s\n", optimus->error().message.c_str());
+    return;
+  }
+  const multitask::OptimusPlan& o = **optimus;
+  std::printf("LLM %-10s %s\n", o.llm.c_str(), optimus_llm_label(o).c_str());
+  std::printf("encoder %-6s %s\n", o.encoder.c_str(), optimus_encoder_label(o).c_str());
+  std::printf("%-16s %10s %8s\n", "", "step s", "Eff");
+  std::printf("%-16s %10.4f %6.1f %%  every gap, kernel chunks\n", "bubbles, fine", o.fine.step_time_s,
+              100 * o.fine.eff());
+  std::printf("%-16s %10.4f %6.1f %%  warm-up and cool-down only\n", "bubbles, coarse", o.coarse.step_time_s,
+              100 * o.coarse.eff());
+  std::printf("%-16s %10.4f %8s  the encoder's layers on the LLM's stage 0\n", "first stage", o.first_stage_s, "");
+  std::printf("%-16s %10.4f\n", "LLM alone", o.fine.llm_step_s);
+  std::printf("%.2fx the first stage's speed; %.1f GiB per device of %.1f (first stage: %.1f)\n",
+              o.first_stage_s / o.step_time_s(), o.llm_memory_gib + o.encoder_memory_gib, o.memory_budget_gib,
+              o.first_stage_memory_gib);
+  std::printf("planned in %.1f ms (%.0f ms of the LLM's searches)\n", o.plan_ms, o.search_ms);
 }
 
 void run_plan(const PlanFlags& f) {

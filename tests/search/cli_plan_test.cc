@@ -113,6 +113,49 @@ TEST(CliPlan, TasksWavesAndBaselines) {
   EXPECT_NE(nobatch.err.find("--global-batch: required"), std::string::npos) << nobatch.err;
 }
 
+// weft plan --tasks on an encoder feeding an LLM (one task): Optimus's schedule after the waves,
+// an "optimus" object beside the waves' keys in the JSON, and --report drawing its timeline; a file
+// of encoders only has no "optimus".
+TEST(CliPlan, TasksOptimusSchedule) {
+  const std::string file = std::string(WEFT_DATA_DIR) + "/tasks/vit-3b-gpt-11b.json";
+  const std::vector<std::string> base{"plan", "--tasks", file, "--cluster", "h100-80gb", "--gpus", "8"};
+  CliRun t = run(base);
+  ASSERT_EQ(t.code, 0) << t.err;
+  EXPECT_NE(t.out.find("Optimus: the encoder's work in the LLM's bubbles"), std::string::npos) << t.out;
+  EXPECT_NE(t.out.find("bubbles, fine"), std::string::npos);
+  EXPECT_NE(t.out.find("first stage"), std::string::npos);
+  for (size_t start = 0; start < t.out.size();) {
+    size_t end = t.out.find('\n', start);
+    if (end == std::string::npos) end = t.out.size();
+    EXPECT_LE(end - start, 80u) << t.out.substr(start, end - start);
+    start = end + 1;
+  }
+  CliRun r = run(with(base, {"--format", "json"}));
+  ASSERT_EQ(r.code, 0) << r.err;
+  const Json j = Json::parse(r.out);
+  for (const char* k : {"step_time_s", "waves", "baselines", "plan_ms"}) EXPECT_TRUE(j.contains(k)) << k;
+  const Json& o = j.at("optimus");
+  EXPECT_GE(o.at("step_time_s").get<double>(), o.at("llm_step_s").get<double>());
+  EXPECT_GT(o.at("first_stage_s").get<double>(), 0);
+  for (const char* k : {"eff_coarse", "eff_fine"}) {
+    EXPECT_GE(o.at(k).get<double>(), 0) << k;
+    EXPECT_LE(o.at(k).get<double>(), 1) << k;
+  }
+  const Json& e = o.at("encoder");
+  EXPECT_EQ(e.at("dp").get<int>() * e.at("pp").get<int>() * e.at("tp").get<int>(), 8);
+  const std::string html = tmp("optimus_report.html");
+  CliRun rep = run(with(base, {"--report", html}));
+  ASSERT_EQ(rep.code, 0) << rep.err;
+  const std::string page = read_text_file(html);
+  EXPECT_NE(page.find("<svg"), std::string::npos);
+  EXPECT_NE(page.find("encoder forward"), std::string::npos);
+  std::filesystem::remove(html);
+  CliRun clip = run({"plan", "--tasks", std::string(WEFT_DATA_DIR) + "/tasks/clip-4-tasks.json", "--cluster",
+                     "h100-80gb", "--gpus", "8", "--format", "json"});
+  ASSERT_EQ(clip.code, 0) << clip.err;
+  EXPECT_FALSE(Json::parse(clip.out).contains("optimus"));
+}
+
 TEST(CliPlan, DtypeDefaultsToWhatTheGpuRuns) {
   const std::vector<std::string> v100{"--model", "llama-2-7b", "--cluster", "v100-32gb", "--gpus", "32", "--seq",
                                       "2048", "--global-batch", "128", "--format", "json"};
