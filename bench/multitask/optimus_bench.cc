@@ -48,8 +48,8 @@ int main(int argc, char** argv) {
   SearchOptions opt;
   opt.top_k = 1;
   std::printf("Optimus's cases on weft's analytic model (seconds per step)\n\n");
-  std::printf("%-17s %-15s %5s  %-24s %-12s %9s %9s %7s %6s %6s %9s %8s %8s %8s %8s\n", "case", "GPU", "GPUs", "LLM plan", "encoder",
-              "1st stage", "bubbles", "speedup", "Eff c", "Eff f", "LLM alone", "mem GiB", "1st mem", "plan ms", "search");
+  std::printf("%-17s %-15s %5s  %-24s %-12s %9s %9s %7s %6s %6s %9s %8s %8s %8s %8s\n", "case", "GPU", "GPUs",
+              "LLM plan", "encoder", "1st stage", "bubbles", "speedup", "Eff c", "Eff f", "LLM alone", "mem GiB", "1st mem", "plan ms", "search");
   for (const Case& c : cases) {
     Result<TaskSpec> t = load_tasks(std::string(WEFT_DATA_DIR) + "/tasks/" + c.file);
     if (!t.ok()) {

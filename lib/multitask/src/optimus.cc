@@ -165,13 +165,15 @@ Status check_problem(const BubbleProblem& p) {
   if (p.flow_s < 0) return bad("flow_s: must be >= 0, got " + printf_str("%g", p.flow_s));
   if (static_cast<int>(p.fwd_comm_share.size()) != stages || static_cast<int>(p.bwd_comm_share.size()) != stages ||
       static_cast<int>(p.comm_gaps.size()) != stages)
-    return bad("comm shares: one per LLM stage (" + S(stages) + "), got " + S(static_cast<long long>(p.fwd_comm_share.size())) +
+    return bad("comm shares: one per LLM stage (" + S(stages) + "), got " +
+               S(static_cast<long long>(p.fwd_comm_share.size())) +
                " / " + S(static_cast<long long>(p.bwd_comm_share.size())) + " / " +
                S(static_cast<long long>(p.comm_gaps.size())));
   for (int s = 0; s < stages; ++s) {
     const double f = p.fwd_comm_share[static_cast<size_t>(s)], b = p.bwd_comm_share[static_cast<size_t>(s)];
     if (f < 0 || f > 1 || b < 0 || b > 1)
-      return bad("comm shares of stage " + S(s) + ": must be in [0, 1], got " + printf_str("%g", f) + " / " + printf_str("%g", b));
+      return bad("comm shares of stage " + S(s) + ": must be in [0, 1], got " + printf_str("%g", f) + " / " +
+                 printf_str("%g", b));
   }
   for (int j = 0; j < pe; ++j) {
     const EncoderStage& e = p.encoder[static_cast<size_t>(j)];
@@ -315,7 +317,8 @@ Result<BubbleSchedule> pack_encoder(const BubbleProblem& p, Granularity gran) {
   std::vector<double> llm_sync_end(static_cast<size_t>(pp), 0);
   for (const ScheduleEvent& e : sim.events)
     if (e.kind == EventKind::kGradSync)
-      llm_sync_end[static_cast<size_t>(e.device_group)] = std::max(llm_sync_end[static_cast<size_t>(e.device_group)], e.end_s);
+      llm_sync_end[static_cast<size_t>(e.device_group)] =
+          std::max(llm_sync_end[static_cast<size_t>(e.device_group)], e.end_s);
   double end = sim.makespan_s, earliest = 0;
   for (int k = 0; k < blocks; ++k)
     for (int l = 0; l < lanes; ++l)
@@ -585,7 +588,8 @@ Result<OptimusPlan> plan_optimus(const TaskSpec& t, const ClusterSpec& cluster, 
             cand.problem.encoder.push_back(st);
             const double e_gib = layers * gib(lc.mem());
             enc_worst = std::max(enc_worst, e_gib);
-            for (int k = 0; k < pp / pe; ++k) worst = std::max(worst, llm_group_gib[static_cast<size_t>(k * pe + j)] + e_gib);
+            for (int k = 0; k < pp / pe; ++k)
+              worst = std::max(worst, llm_group_gib[static_cast<size_t>(k * pe + j)] + e_gib);
             first += layers;
           }
           cand.encoder_gib = enc_worst;

@@ -81,7 +81,8 @@ Result<std::string> chart_svg(const OptimusChart& c, size_t index) {
 }  // namespace
 
 Result<std::string> render_optimus_html(const OptimusReportInput& in) {
-  std::string h = svg::page_start("weft plan --tasks: " + in.title, "h2{font-size:15px;margin:18px 0 4px}ul.legend{list-style:none;padding:0;margin:6px 0}"
+  std::string h = svg::page_start("weft plan --tasks: " + in.title,
+                                   "h2{font-size:15px;margin:18px 0 4px}ul.legend{list-style:none;padding:0;margin:6px 0}"
                                    "ul.legend li{display:inline-block;margin-right:14px}"
                                    ".swatch{display:inline-block;width:10px;height:10px;margin-right:4px}");
   for (const std::string& n : in.notes) h += "<p>" + svg::esc(n) + "</p>\n";
