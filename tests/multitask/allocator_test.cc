@@ -443,6 +443,18 @@ TEST(Baselines, TaskGreedyTimeByHand) {
   auto t = task_greedy_time(baseline_ops(), kTasks, 6);
   ASSERT_TRUE(t.ok()) << t.error().message;
   EXPECT_DOUBLE_EQ(*t, 6);
+  // Where they ran: A on ranks 0-3, B on 4-5, side by side from 0.
+  std::vector<TaskRun> runs;
+  ASSERT_TRUE(task_greedy_time(baseline_ops(), kTasks, 6, &runs).ok());
+  ASSERT_EQ(runs.size(), 2u);
+  EXPECT_EQ(runs[0].first_rank, 0);
+  EXPECT_EQ(runs[0].gpus, 4);
+  EXPECT_DOUBLE_EQ(runs[0].time_s, 5);
+  EXPECT_EQ(runs[1].first_rank, 4);
+  EXPECT_EQ(runs[1].gpus, 2);
+  EXPECT_DOUBLE_EQ(runs[1].time_s, 6);
+  EXPECT_EQ(runs[0].start_s, 0);
+  EXPECT_EQ(runs[1].start_s, 0);
   // N = 8: after step 2 B -> 4 fits (8 GPUs): max(5, 4) = 5.
   auto t8 = task_greedy_time(baseline_ops(), kTasks, 8);
   ASSERT_TRUE(t8.ok());
@@ -461,9 +473,14 @@ TEST(Baselines, TaskGreedyTimeByHand) {
 TEST(Baselines, TaskGreedyRunsInRoundsWhenTheTasksDoNotFitAtOnce) {
   // A starts on 1, B on 2: 3 GPUs > 2, so A runs alone first (on 1, then moved to 2: T_A(2) = 5 +
   // 2 x 2 = 9, op2 still on 1), then B on 2 (6): 15.
-  auto t = task_greedy_time(baseline_ops(), kTasks, 2);
+  std::vector<TaskRun> runs;
+  auto t = task_greedy_time(baseline_ops(), kTasks, 2, &runs);
   ASSERT_TRUE(t.ok()) << t.error().message;
   EXPECT_DOUBLE_EQ(*t, 15);
+  // The second round starts when the first ends, from rank 0 again.
+  ASSERT_EQ(runs.size(), 2u);
+  EXPECT_DOUBLE_EQ(runs[1].start_s, 9);
+  EXPECT_EQ(runs[1].first_rank, 0);
   // B's operator needs 2 GPUs: on 1 GPU the task is named.
   auto one = task_greedy_time(baseline_ops(), kTasks, 1);
   ASSERT_FALSE(one.ok());

@@ -526,7 +526,7 @@ Result<Bound> continuous_bound(const std::vector<Op>& ops, const std::vector<int
   return b;
 }
 
-Result<Allocation> allocate(const std::vector<Op>& ops, int gpus, const WaveCost& extra) {
+Result<Allocation> allocate(const std::vector<Op>& ops, int gpus, const WaveCost& extra, AllocateMode mode) {
   if (Status s = check_ops(ops, gpus); !s.ok()) return s.error();
   auto lv = levels(ops);
   if (!lv.ok()) return lv.error();
@@ -557,7 +557,8 @@ Result<Allocation> allocate(const std::vector<Op>& ops, int gpus, const WaveCost
     auto cost = [&](double level_end, const std::vector<Wave>& w) { return level_end + (extra ? extra(w) : 0.0); };
     double best = cost(end, waves), best_end = end;
     if (const double c = cost(end_again, again); c < best) waves = std::move(again), best = c, best_end = end_again;
-    if (const double c = cost(end_in_turn, in_turn); c < best) waves = std::move(in_turn), best = c, best_end = end_in_turn;
+    if (const double c = cost(end_in_turn, in_turn); c < best || mode == AllocateMode::kInTurn)
+      waves = std::move(in_turn), best = c, best_end = end_in_turn;
     now = best_end;
     for (Wave& w : waves) a.waves.push_back(std::move(w));
   }
@@ -566,11 +567,16 @@ Result<Allocation> allocate(const std::vector<Op>& ops, int gpus, const WaveCost
   return a;
 }
 
-Result<double> sequential_time(const std::vector<Op>& ops, const std::vector<TaskOps>& tasks, int gpus) {
+Result<double> sequential_time(const std::vector<Op>& ops, const std::vector<TaskOps>& tasks, int gpus,
+                               std::vector<TaskRun>* runs) {
   if (Status s = check_ops(ops, gpus); !s.ok()) return s.error();
   if (Status s = check_tasks(ops, tasks); !s.ok()) return s.error();
   double total = 0;
-  for (const TaskOps& task : tasks)
+  if (runs) runs->clear();
+  for (const TaskOps& task : tasks) {
+    TaskRun run;
+    run.gpus = gpus;
+    run.start_s = total;
     for (int i : task.ops) {
       const Op& op = ops[static_cast<size_t>(i)];
       const int c = largest_count_up_to(op.curve, gpus);
@@ -578,11 +584,17 @@ Result<double> sequential_time(const std::vector<Op>& ops, const std::vector<Tas
         return bad("task '" + task.name + "': " + op_label(ops, i) + " has no valid count <= " + S(gpus) +
                    " GPUs (its smallest is " + S(op.curve.n.front()) + ")");
       total += op.curve.at(c) * op.layers;
+      run.op_gpus.push_back(c);
     }
+    run.time_s = total - run.start_s;
+    if (runs) runs->push_back(std::move(run));
+  }
   return total;
 }
 
-Result<double> task_greedy_time(const std::vector<Op>& ops, const std::vector<TaskOps>& tasks, int gpus) {
+Result<double> task_greedy_time(const std::vector<Op>& ops, const std::vector<TaskOps>& tasks, int gpus,
+                                std::vector<TaskRun>* runs) {
+  if (runs) runs->assign(tasks.size(), TaskRun{});
   if (Status s = check_ops(ops, gpus); !s.ok()) return s.error();
   if (Status s = check_tasks(ops, tasks); !s.ok()) return s.error();
   // A task's candidates: the union of its operators' valid counts <= N, from the least count on
@@ -601,7 +613,7 @@ Result<double> task_greedy_time(const std::vector<Op>& ops, const std::vector<Ta
                  "operators) but only " + S(gpus) + " are given");
   }
   // One round: the tasks of `round` side by side, GPUs moved by marginal gain.
-  auto side_by_side = [&](const std::vector<size_t>& round) {
+  auto side_by_side = [&](const std::vector<size_t>& round, double start_s) {
     std::vector<size_t> at(tasks.size(), 0);
     std::vector<double> time(tasks.size(), 0.0);
     int used = 0;
@@ -630,7 +642,18 @@ Result<double> task_greedy_time(const std::vector<Op>& ops, const std::vector<Ta
       time[j] = best_time;
     }
     double slowest = 0;
-    for (size_t j : round) slowest = std::max(slowest, time[j]);
+    int first = 0;
+    for (size_t j : round) {
+      slowest = std::max(slowest, time[j]);
+      if (!runs) continue;
+      TaskRun& r = (*runs)[j];
+      r.first_rank = first;
+      r.gpus = cands[j][at[j]];
+      r.start_s = start_s;
+      r.time_s = time[j];
+      for (int i : tasks[j].ops) r.op_gpus.push_back(largest_count_up_to(ops[static_cast<size_t>(i)].curve, r.gpus));
+      first += r.gpus;
+    }
     return slowest;
   };
   // More tasks than their smallest counts fit on N: rounds of tasks in order, each as many as fit,
@@ -640,14 +663,14 @@ Result<double> task_greedy_time(const std::vector<Op>& ops, const std::vector<Ta
   int used = 0;
   for (size_t j = 0; j < tasks.size(); ++j) {
     if (used + cands[j][0] > gpus) {
-      total += side_by_side(round);
+      total += side_by_side(round, total);
       round.clear();
       used = 0;
     }
     round.push_back(j);
     used += cands[j][0];
   }
-  total += side_by_side(round);
+  total += side_by_side(round, total);
   return total;
 }
 

@@ -196,6 +196,67 @@ WavePlan place_waves(const TaskSpec& t, const TasksPlan& p, int gpus, int gpus_p
   return out;
 }
 
+namespace {
+
+// One module layer run on ranks [first_rank, first_rank + gpus), its gradient final at ready_s.
+struct LayerRun {
+  std::string module;
+  int layer = 0;
+  int first_rank = 0, gpus = 0;
+  double ready_s = 0;
+};
+
+// The wider reductions of layers run on more than one set of ranks (SharedSync): per layer of a
+// parameter holder, a ring over the union of its sets less the largest set's own ring, from when
+// its last run made it final, one after another on the communication stream; what runs past end_s.
+SharedSync shared_reduction(const TaskSpec& t, const std::vector<LayerRun>& runs, double end_s,
+                            const ClusterSpec& cluster) {
+  const int gpn = std::max(1, cluster.gpus_per_node);
+  auto ring_s = [&](const std::vector<int>& ranks, double b) {
+    const int n = static_cast<int>(ranks.size());
+    if (n < 2) return 0.0;
+    const LinkSpec& link = ranks.front() / gpn == ranks.back() / gpn ? cluster.intra : cluster.inter;
+    return 2.0 * (n - 1) / n * b / (link.gbps * 1e9) + 2.0 * (n - 1) * link.latency_us * 1e-6;
+  };
+  struct Layer {
+    std::set<std::vector<int>> sets;
+    double ready_s = 0;
+  };
+  std::map<std::pair<std::string, int>, Layer> layers;  // (holder, layer)
+  for (const LayerRun& r : runs) {
+    const Module& m = t.modules[static_cast<size_t>(t.module_index(r.module))];
+    Layer& L = layers[{m.shares.empty() ? m.name : m.shares, r.layer}];
+    std::vector<int> ranks;
+    for (int x = r.first_rank; x < r.first_rank + r.gpus; ++x) ranks.push_back(x);
+    L.sets.insert(std::move(ranks));
+    L.ready_s = std::max(L.ready_s, r.ready_s);
+  }
+  SharedSync out;
+  std::vector<std::pair<double, double>> items;  // (ready, duration)
+  std::set<std::vector<int>> unions;
+  for (const auto& [key, L] : layers) {
+    if (L.sets.size() < 2) continue;
+    std::set<int> u;
+    for (const std::vector<int>& r : L.sets) u.insert(r.begin(), r.end());
+    const std::vector<int> ranks(u.begin(), u.end());
+    const Module& m = t.modules[static_cast<size_t>(t.module_index(key.first))];
+    const double b = 4.0 * layer_params(m.model.layer(key.second)).total();
+    double own = 0;
+    for (const std::vector<int>& r : L.sets) own = std::max(own, ring_s(r, b));
+    unions.insert(ranks);
+    out.bytes += b;
+    items.push_back({L.ready_s, std::max(0.0, ring_s(ranks, b) - own)});
+  }
+  std::sort(items.begin(), items.end());
+  double end = 0;
+  for (const auto& [ready, dur] : items) end = std::max(end, ready) + dur;
+  out.groups = static_cast<int>(unions.size());
+  out.time_s = std::max(0.0, end - end_s);
+  return out;
+}
+
+}  // namespace
+
 Result<TasksPlan> plan_tasks(const TaskSpec& t, const ClusterSpec& cluster, const CostModel& cm,
                              const SearchOptions& base, CurveCache* cache) {
   if (Status s = validate(t); !s.ok()) return s.error();
@@ -267,99 +328,101 @@ Result<TasksPlan> plan_tasks(const TaskSpec& t, const ClusterSpec& cluster, cons
       }
     return t;
   };
-  Result<Allocation> a = allocate(p.ops, N, reshards);
+  Result<Allocation> a = allocate(p.ops, N, reshards, AllocateMode::kBest);
   if (!a.ok()) return a.error();
   p.allocation = std::move(*a);
-  p.placement = place_waves(t, p, N, cluster.gpus_per_node);
-  // Traffic between waves by crossing (one operator's move, or one flow), on the placed ranks.
-  const int gpn = std::max(1, cluster.gpus_per_node);
-  auto same_node = [&](int a, int b) { return a / gpn == b / gpn; };
-  {
-    const std::vector<WaveTransfer> xs = wave_transfers(p.placement, t);
-    size_t i = 0;
-    while (i < xs.size()) {
-      size_t j = i;
-      std::map<int, double> send_s, recv_s;
-      bool inter = false;
-      while (j < xs.size() && xs[j].wave == xs[i].wave && xs[j].task == xs[i].task && xs[j].from == xs[i].from &&
-             xs[j].to == xs[i].to) {
-        const WaveTransfer& x = xs[j];
-        const bool local = same_node(x.src_rank, x.dst_rank);
-        inter = inter || !local;
-        const double b = 2.0 * static_cast<double>(x.elements);  // 16-bit activations
-        const double s = b / ((local ? cluster.intra.gbps : cluster.inter.gbps) * 1e9);
-        send_s[x.src_rank] += s;
-        recv_s[x.dst_rank] += s;
-        p.traffic.elements += static_cast<double>(x.elements);
-        p.traffic.bytes += 2.0 * b;  // and the gradients back
-        ++j;
-      }
-      double worst = 0;
-      for (const auto& [r, v] : send_s) worst = std::max(worst, v);
-      for (const auto& [r, v] : recv_s) worst = std::max(worst, v);
-      const double lat = (inter ? cluster.inter.latency_us : cluster.intra.latency_us) * 1e-6;
-      p.traffic.time_s += 2.0 * (worst + lat);
-      ++p.traffic.crossings;
-      i = j;
-    }
-  }
-  // Layers that ran on more than one set of ranks: one all-reduce over all of them (SharedSync).
-  {
-    std::map<std::pair<std::string, int>, std::set<std::vector<int>>> sets;  // (holder, layer) -> rank sets
-    std::map<std::pair<std::string, int>, size_t> first_wave;                 // the first wave it ran in
-    for (size_t wi = 0; wi < p.placement.waves.size(); ++wi)
-      for (const WavePiece& pc : p.placement.waves[wi]) {
-        const Module& m = t.modules[static_cast<size_t>(t.module_index(pc.module))];
-        const std::string holder = m.shares.empty() ? m.name : m.shares;
-        std::vector<int> ranks;
-        for (int r = pc.first_rank; r < pc.first_rank + pc.gpus; ++r) ranks.push_back(r);
-        for (int l = pc.first_layer; l < pc.first_layer + pc.layers; ++l) {
-          sets[{holder, l}].insert(ranks);
-          first_wave.emplace(std::make_pair(holder, l), wi);
+  // Places a plan's waves and prices what crosses between them and the wider reductions.
+  auto price = [&](TasksPlan& q) {
+    q.placement = place_waves(t, q, N, cluster.gpus_per_node);
+    // Traffic between waves by crossing (one operator's move, or one flow), on the placed ranks.
+    const int gpn = std::max(1, cluster.gpus_per_node);
+    auto same_node = [&](int a, int b) { return a / gpn == b / gpn; };
+    {
+      const std::vector<WaveTransfer> xs = wave_transfers(q.placement, t);
+      size_t i = 0;
+      while (i < xs.size()) {
+        size_t j = i;
+        std::map<int, double> send_s, recv_s;
+        bool inter = false;
+        while (j < xs.size() && xs[j].wave == xs[i].wave && xs[j].task == xs[i].task && xs[j].from == xs[i].from &&
+               xs[j].to == xs[i].to) {
+          const WaveTransfer& x = xs[j];
+          const bool local = same_node(x.src_rank, x.dst_rank);
+          inter = inter || !local;
+          const double b = 2.0 * static_cast<double>(x.elements);  // 16-bit activations
+          const double s = b / ((local ? cluster.intra.gbps : cluster.inter.gbps) * 1e9);
+          send_s[x.src_rank] += s;
+          recv_s[x.dst_rank] += s;
+          q.traffic.elements += static_cast<double>(x.elements);
+          q.traffic.bytes += 2.0 * b;  // and the gradients back
+          ++j;
         }
+        double worst = 0;
+        for (const auto& [r, v] : send_s) worst = std::max(worst, v);
+        for (const auto& [r, v] : recv_s) worst = std::max(worst, v);
+        const double lat = (inter ? cluster.inter.latency_us : cluster.intra.latency_us) * 1e-6;
+        q.traffic.time_s += 2.0 * (worst + lat);
+        ++q.traffic.crossings;
+        i = j;
       }
-    // A ring all-reduce of b bytes over consecutive-or-not ranks (the slowest link of the set).
-    auto ring_s = [&](const std::vector<int>& ranks, double b) {
-      const int n = static_cast<int>(ranks.size());
-      if (n < 2) return 0.0;
-      const LinkSpec& link = same_node(ranks.front(), ranks.back()) ? cluster.intra : cluster.inter;
-      return 2.0 * (n - 1) / n * b / (link.gbps * 1e9) + 2.0 * (n - 1) * link.latency_us * 1e-6;
-    };
-    // The backward pass runs the waves in reverse, each wave's backward two thirds of its time (a
-    // backward costs twice its forward: Narayanan et al., SC'21, §3.2). A layer's gradient is final
-    // when the backward of the first wave it ran in has ended; its reduction runs from then on the
-    // communication stream, one reduction after another, beside the backward of the earlier waves.
-    const std::vector<Wave>& waves = p.allocation.waves;
-    std::vector<double> done(waves.size() + 1, 0.0);  // backward time at which wave w's backward ends
-    for (size_t w = waves.size(); w-- > 0;) done[w] = done[w + 1] + 2.0 / 3.0 * waves[w].time_s;
-    const double bwd_total = done.empty() ? 0.0 : done[0];
-    std::vector<std::pair<double, double>> items;  // (ready, duration)
-    std::set<std::vector<int>> unions;
-    for (const auto& [key, s] : sets) {
-      if (s.size() < 2) continue;
-      std::set<int> u;
-      for (const std::vector<int>& r : s) u.insert(r.begin(), r.end());
-      const std::vector<int> ranks(u.begin(), u.end());
-      const Module& m = t.modules[static_cast<size_t>(t.module_index(key.first))];
-      const double b = 4.0 * layer_params(m.model.layer(key.second)).total();
-      double own = 0;
-      for (const std::vector<int>& r : s) own = std::max(own, ring_s(r, b));
-      unions.insert(ranks);
-      p.shared_sync.bytes += b;
-      items.push_back({done[first_wave.at(key)], std::max(0.0, ring_s(ranks, b) - own)});
     }
-    std::sort(items.begin(), items.end());
-    double end = 0;
-    for (const auto& [ready, dur] : items) end = std::max(end, ready) + dur;
-    p.shared_sync.groups = static_cast<int>(unions.size());
-    p.shared_sync.time_s = std::max(0.0, end - bwd_total);
+    // Layers that ran on more than one set of ranks (SharedSync). The backward pass runs the waves
+    // in reverse, each wave's backward two thirds of its time (a backward costs twice its forward:
+    // Narayanan et al., SC'21, §3.2); a layer's gradient is final when the backward of the first
+    // wave it ran in has ended, on the step's time axis at M - (2/3) x the waves before it.
+    const std::vector<Wave>& waves = q.allocation.waves;
+    std::vector<double> before(waves.size() + 1, 0.0);  // (2/3) x the time of the waves before w
+    for (size_t w = 0; w < waves.size(); ++w) before[w + 1] = before[w] + 2.0 / 3.0 * waves[w].time_s;
+    const double M = q.allocation.makespan_s;
+    std::vector<LayerRun> runs;
+    for (size_t wi = 0; wi < q.placement.waves.size(); ++wi)
+      for (const WavePiece& pc : q.placement.waves[wi])
+        for (int l = pc.first_layer; l < pc.first_layer + pc.layers; ++l)
+          runs.push_back({pc.module, l, pc.first_rank, pc.gpus, M - before[wi]});
+    q.shared_sync = shared_reduction(t, runs, M, cluster);
+  };
+  price(p);
+  // The operators one after another (each on its fastest count) on every level, placed and priced
+  // alike: kept when the waves' traffic and wider reductions cost more than they gain.
+  Result<Allocation> in_turn = allocate(p.ops, N, reshards, AllocateMode::kInTurn);
+  if (!in_turn.ok()) return in_turn.error();
+  TasksPlan q = p;
+  q.allocation = std::move(*in_turn);
+  q.traffic = {};
+  q.shared_sync = {};
+  price(q);
+  p.waves_step_s = p.step_time_s();
+  p.waves_makespan_s = p.allocation.makespan_s;
+  if (q.step_time_s() < p.step_time_s()) {
+    q.waves_step_s = p.waves_step_s;
+    q.waves_makespan_s = p.waves_makespan_s;
+    q.in_turn = true;
+    p = std::move(q);
   }
-  Result<double> seq = sequential_time(p.ops, tasks, N);
+  // The baselines on the same curves, with the wider reductions their placements need too (a
+  // module several tasks run on different GPU counts or side by side), each task's layers final at
+  // the end of its run.
+  auto baseline_shared = [&](const std::vector<TaskRun>& task_runs, double end_s) {
+    std::vector<LayerRun> runs;
+    for (size_t k = 0; k < tasks.size(); ++k) {
+      const TaskRun& tr = task_runs[k];
+      for (size_t i = 0; i < tasks[k].ops.size(); ++i) {
+        const TasksPlan::OpOf& of = p.op_of[static_cast<size_t>(tasks[k].ops[i])];
+        const int L = p.ops[static_cast<size_t>(tasks[k].ops[i])].layers;
+        for (int l = 0; l < L; ++l) runs.push_back({of.module, l, tr.first_rank, tr.op_gpus[i], tr.start_s + tr.time_s});
+      }
+    }
+    return shared_reduction(t, runs, end_s, cluster).time_s;
+  };
+  std::vector<TaskRun> task_runs;
+  Result<double> seq = sequential_time(p.ops, tasks, N, &task_runs);
   if (!seq.ok()) return seq.error();
-  p.sequential_s = *seq;
-  Result<double> greedy = task_greedy_time(p.ops, tasks, N);
+  p.sequential_shared_s = baseline_shared(task_runs, *seq);
+  p.sequential_s = *seq + p.sequential_shared_s;
+  Result<double> greedy = task_greedy_time(p.ops, tasks, N, &task_runs);
   if (!greedy.ok()) return greedy.error();
-  p.task_greedy_s = *greedy;
+  p.task_greedy_shared_s = baseline_shared(task_runs, *greedy);
+  p.task_greedy_s = *greedy + p.task_greedy_shared_s;
   p.plan_ms = ms_since(t1);
   return p;
 }
@@ -368,6 +431,8 @@ Json to_json(const TasksPlan& p) {
   Json j;
   j["step_time_s"] = p.step_time_s();
   j["waves_s"] = p.allocation.makespan_s;
+  j["allocation"] = p.in_turn ? "in_turn" : "waves";
+  j["waves_step_s"] = p.waves_step_s;
   j["world"] = p.placement.world;
   j["traffic"] = {{"elements", p.traffic.elements},
                   {"bytes", p.traffic.bytes},
@@ -394,6 +459,9 @@ Json to_json(const TasksPlan& p) {
   }
   j["baselines"] = {{"sequential_s", p.sequential_s},
                     {"task_greedy_s", p.task_greedy_s},
+                    {"sequential_shared_s", p.sequential_shared_s},
+                    {"task_greedy_shared_s", p.task_greedy_shared_s},
+                    {"waves_makespan_s", p.waves_makespan_s},
                     {"bound_s", p.allocation.bound_s}};
   j["plan_ms"] = p.plan_ms;
   j["curve_ms"] = p.curve_ms;

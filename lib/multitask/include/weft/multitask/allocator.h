@@ -89,8 +89,11 @@ Result<Bound> continuous_bound(const std::vector<Op>& ops, const std::vector<int
 // waves cost beyond their time (the traffic of operators re-sharded between waves): of the three
 // plans of a level the one with the least time + extra is kept (Allocation::makespan_s stays the
 // waves' time).
+// kInTurn: every level's operators one after another (the third plan alone).
 using WaveCost = std::function<double(const std::vector<Wave>&)>;
-Result<Allocation> allocate(const std::vector<Op>& ops, int gpus, const WaveCost& extra = {});
+enum class AllocateMode { kBest, kInTurn };
+Result<Allocation> allocate(const std::vector<Op>& ops, int gpus, const WaveCost& extra = {},
+                            AllocateMode mode = AllocateMode::kBest);
 
 // Baselines on the same curves. A task is a set of operators (with their dependencies among them).
 // sequential: each task in turn on all N GPUs (its operators one after another, each on the largest
@@ -105,7 +108,17 @@ struct TaskOps {
   std::string name;
   std::vector<int> ops;
 };
-Result<double> sequential_time(const std::vector<Op>& ops, const std::vector<TaskOps>& tasks, int gpus);
-Result<double> task_greedy_time(const std::vector<Op>& ops, const std::vector<TaskOps>& tasks, int gpus);
+// `runs`, when given, receives where and when each task ran (in the tasks' order): its ranks
+// [first_rank, first_rank + gpus) (sequential: all N; task_greedy: consecutive ranges in each round),
+// its start and its time, and the GPUs each of its operators ran on (the largest valid count <= gpus).
+struct TaskRun {
+  int first_rank = 0, gpus = 0;
+  double start_s = 0, time_s = 0;
+  std::vector<int> op_gpus;  // per operator of the task, in its order
+};
+Result<double> sequential_time(const std::vector<Op>& ops, const std::vector<TaskOps>& tasks, int gpus,
+                               std::vector<TaskRun>* runs = nullptr);
+Result<double> task_greedy_time(const std::vector<Op>& ops, const std::vector<TaskOps>& tasks, int gpus,
+                                std::vector<TaskRun>* runs = nullptr);
 
 }  // namespace weft::multitask

@@ -70,7 +70,16 @@ struct TasksPlan {
   Traffic traffic;                     // between waves; step_time_s() adds it to the waves' time
   SharedSync shared_sync;              // and this
   double step_time_s() const { return allocation.makespan_s + traffic.time_s + shared_sync.time_s; }
+  // Whether the plan is every level's operators one after another (each on its fastest count),
+  // kept because Spindle's waves cost more once placed and priced (their traffic and the wider
+  // reductions of shared layers); waves_step_s: the waves' step time, placed and priced.
+  bool in_turn = false;
+  double waves_step_s = 0;
+  double waves_makespan_s = 0;         // the waves' compute alone (against the bound)
+  // The baselines' step times include the wider reductions their own placements need (*_shared_s:
+  // a module several tasks run on different GPUs), priced as SharedSync.
   double sequential_s = 0, task_greedy_s = 0;
+  double sequential_shared_s = 0, task_greedy_shared_s = 0;
   double curve_ms = 0;                 // the searches behind the curves
   double plan_ms = 0;                  // operators, allocation and baselines from the curves
 };
@@ -90,7 +99,7 @@ Result<TasksPlan> plan_tasks(const TaskSpec& t, const ClusterSpec& cluster, cons
                              const SearchOptions& base, CurveCache* cache = nullptr);
 
 // The plan as JSON: step_time_s (the waves, the traffic between them and the shared reduction),
-// waves_s, world, traffic {elements, bytes, time_s, crossings}, shared_sync {groups, bytes,
+// waves_s, allocation ("waves" or "in_turn"), waves_step_s, world, traffic {elements, bytes, time_s, crossings}, shared_sync {groups, bytes,
 // time_s}, waves (each: start_s, time_s, modules [{name, task, module, gpus, first_rank,
 // first_layer, layers, time_s}]), baselines {sequential_s, task_greedy_s, bound_s}, plan_ms,
 // curve_ms, and the operators' curves. wave_plan_from_json (weft/plan/wave_plan.h) reads it back.
