@@ -255,5 +255,19 @@ TEST(OptimusPlan, ErrorsNameTheModuleAndNumbers) {
       << r.error().message;
 }
 
+// A task of three modules with an encoder feeding an LLM: Optimus's schedule here takes two.
+TEST(OptimusPlan, OneEncoderAndOneLlmPerTask) {
+  const Json j = Json::parse(R"({"name": "three", "modules": [
+      {"name": "vit", "kind": "encoder", "tokens": 16, "layers": 2, "hidden": 64, "heads": 4},
+      {"name": "audio", "kind": "encoder", "tokens": 16, "layers": 2, "hidden": 64, "heads": 4},
+      {"name": "lm", "kind": "decoder", "tokens": 32, "layers": 2, "hidden": 64, "heads": 4, "vocab": 128}],
+    "flows": [{"from": "vit", "to": "lm"}, {"from": "audio", "to": "lm"}],
+    "tasks": [{"name": "av", "modules": ["vit", "audio", "lm"], "batch": 8}]})");
+  const TaskSpec t = tasks_from_json(j).value();
+  const Result<EncoderLlm> r = find_encoder_llm(t);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.error().message.find("task \"av\" runs 3 modules"), std::string::npos) << r.error().message;
+}
+
 }  // namespace
 }  // namespace weft::multitask
