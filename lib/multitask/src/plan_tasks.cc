@@ -2,9 +2,12 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
+#include <cstdio>
 #include <set>
 #include <tuple>
 
+#include "weft/multitask/module_search.h"
 #include "weft/search/search.h"
 #include "weft/spec/counts.h"
 
@@ -24,22 +27,28 @@ std::vector<int> counts_up_to(int max_gpus) {
   return n;
 }
 
-// One layer's share of the best step time of module m on n GPUs (<= 0: nothing fits or divides).
+// One layer's share of the best step time of module m on n GPUs (<= 0: nothing fits or divides;
+// `why` then says which, with the numbers).
 Result<double> layer_time(const Module& m, int batch, const ClusterSpec& cluster, int n, const CostModel& cm,
-                          const SearchOptions& base) {
-  ClusterOverrides ov;
-  ov.gpus = n;
-  if (n < cluster.gpus_per_node) ov.gpus_per_node = n;
-  Result<ClusterSpec> c = apply_overrides(cluster, ov);
-  if (!c.ok()) return c.error();
-  SearchOptions opt = base;
-  opt.seq = m.tokens;
-  opt.global_batch = batch;
-  Result<SearchResult> r = search(m.model, *c, cm, opt);
-  if (!r.ok()) return -1.0;  // no configuration divides this batch on n GPUs: not a valid count
-  if (r->top.empty()) return -1.0;
-  const Plan& best = r->top.front();
-  return best.predicted.step_time_s / m.model.num_layers();
+                          const SearchOptions& base, std::string* why) {
+  Result<SearchResult> r = search_module(m, batch, cluster, n, cm, base);
+  if (!r.ok()) {
+    if (r.error().kind != ErrorKind::kBadInput) return r.error();
+    // No configuration divides this batch on n GPUs: not a valid count.
+    *why = "no configuration on " + std::to_string(n) + " GPU" + (n == 1 ? "" : "s") + " divides the batch of " +
+           std::to_string(batch);
+    return -1.0;
+  }
+  if (r->top.empty()) {
+    char b[160];
+    std::snprintf(b, sizeof b, "on %d GPU%s nothing fits in %.0f GiB (%s)", n, n == 1 ? "" : "s", cluster.gpu.memory_gib,
+                  r->min_memory_gib > 0 ? ("the least needs " + std::to_string(static_cast<int>(std::ceil(r->min_memory_gib))) +
+                                           " GiB").c_str()
+                                        : "no device size would do");
+    *why = b;
+    return -1.0;
+  }
+  return r->top.front().predicted.step_time_s / m.model.num_layers();
 }
 
 }  // namespace
@@ -49,19 +58,25 @@ Result<Curve> module_curve(const Module& m, int batch, const ClusterSpec& cluste
   std::map<int, double> local;
   std::map<int, double>& times = known ? *known : local;
   Curve c;
+  std::vector<std::string> why;  // per count left out, when it was searched here
   for (int n : counts_up_to(max_gpus)) {
     auto it = times.find(n);
     if (it == times.end()) {
-      Result<double> t = layer_time(m, batch, cluster, n, cm, base);
+      std::string reason;
+      Result<double> t = layer_time(m, batch, cluster, n, cm, base, &reason);
       if (!t.ok()) return t.error();
       it = times.emplace(n, *t).first;
+      if (!reason.empty()) why.push_back(reason);
     }
     if (it->second > 0) c.n.push_back(n), c.t.push_back(it->second);
   }
-  if (c.n.empty())
+  if (c.n.empty()) {
+    std::string reasons;
+    for (const std::string& w : why) reasons += (reasons.empty() ? ": " : "; ") + w;
     return Error{ErrorKind::kBadInput, "module \"" + m.name + "\" fits on no group of 1 to " + std::to_string(max_gpus) +
                                            " GPUs of " + cluster.gpu.name + " with a batch of " +
-                                           std::to_string(batch) + " (or no count divides it)"};
+                                           std::to_string(batch) + reasons};
+  }
   return c;
 }
 
