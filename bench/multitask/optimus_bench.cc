@@ -48,7 +48,7 @@ int main(int argc, char** argv) {
   SearchOptions opt;
   opt.top_k = 1;
   std::printf("Optimus's cases on weft's analytic model (seconds per step)\n\n");
-  std::printf("%-17s %-15s %5s  %-24s %-12s %9s %9s %7s %6s %6s %9s %8s %8s %8s %8s\n", "case", "GPU", "GPUs",
+  std::printf("%-17s %-15s %5s  %-32s %-12s %9s %9s %7s %6s %6s %9s %8s %8s %8s %8s\n", "case", "GPU", "GPUs",
               "LLM plan", "encoder", "1st stage", "bubbles", "speedup", "Eff c", "Eff f", "LLM alone", "mem GiB", "1st mem", "plan ms", "search");
   for (const Case& c : cases) {
     Result<TaskSpec> t = load_tasks(std::string(WEFT_DATA_DIR) + "/tasks/" + c.file);
@@ -80,7 +80,7 @@ int main(int argc, char** argv) {
     const std::string enc = "dp" + std::to_string(p->layout.dp) + " pp" + std::to_string(p->layout.pp) + " tp" +
                             std::to_string(p->layout.tp) +
                             (p->layout.recompute == Recompute::kNone ? "" : " rc");
-    std::printf("%-17s %-15s %5d  %-24s %-12s %9.3f %9.3f %6.3fx %5.1f%% %5.1f%% %9.3f %8.1f %7.1f%s %8.1f %8.0f\n",
+    std::printf("%-17s %-15s %5d  %-32s %-12s %9.3f %9.3f %6.3fx %5.1f%% %5.1f%% %9.3f %8.1f %7.1f%s %8.1f %8.0f\n",
                 t->name.c_str(), base.gpu.name.c_str(), c.gpus, llm.c_str(), enc.c_str(), p->first_stage_s, p->step_time_s(),
                 p->first_stage_s / p->step_time_s(), 100 * p->coarse.eff(), 100 * p->fine.eff(), p->fine.llm_step_s,
                 p->llm_memory_gib + p->encoder_memory_gib, p->first_stage_memory_gib,
