@@ -23,6 +23,11 @@ Result<std::string> render_tasks_html(const TasksReportInput& in) {
     int used = 0;
     for (const TasksPicturePiece& p : in.waves[w].pieces) {
       used += p.gpus;
+      if (p.first_rank + p.gpus > in.gpus)
+        return Error{ErrorKind::kBadInput, "tasks report: wave " + std::to_string(w + 1) + ": " + p.task + "/" +
+                                               p.module + " on ranks " + std::to_string(p.first_rank) + " to " +
+                                               std::to_string(p.first_rank + p.gpus - 1) + " of " +
+                                               std::to_string(in.gpus) + " GPUs"};
       if (!color.count(p.module)) {
         color[p.module] = kPalette[modules.size() % (sizeof kPalette / sizeof *kPalette)];
         modules.push_back(p.module);
@@ -50,10 +55,11 @@ Result<std::string> render_tasks_html(const TasksReportInput& in) {
     const double x = left + wave.start_s * xs;
     int g = 0;
     for (const TasksPicturePiece& p : wave.pieces) {
+      if (p.first_rank >= 0) g = p.first_rank;
       const double y = top + g * row, h = p.gpus * row, len = p.time_s * xs;
       s.rect(x, y, len, h, color[p.module],
              p.task + " / " + p.module + ": " + std::to_string(p.layers) + " layers on " + std::to_string(p.gpus) +
-                 " GPUs, " + svg::dur(p.time_s),
+                 " GPUs (from GPU " + std::to_string(g) + "), " + svg::dur(p.time_s),
              "stroke=\"#fff\" stroke-width=\"0.6\"");
       if (h >= 10 && len >= 40) s.text(x + 3, y + std::min(h, 12.0) - 2, p.module, "start", 9, "#fff");
       g += p.gpus;

@@ -15,6 +15,7 @@ struct TasksPicturePiece {
   std::string task, module;
   int gpus = 0, layers = 0;
   double time_s = 0;
+  int first_rank = -1;  // its ranks [first_rank, first_rank + gpus); < 0: after the wave's previous piece
 };
 
 struct TasksPictureWave {
@@ -29,7 +30,8 @@ struct TasksReportInput {
   std::vector<TasksPictureWave> waves;
 };
 
-// The whole page; an error naming the wave for one whose pieces use more GPUs than there are.
+// The whole page; an error naming the wave for one whose pieces use more GPUs than there are, or
+// ranks outside them.
 Result<std::string> render_tasks_html(const TasksReportInput& in);
 // Written atomically (weft/core/json.h's write_text_file).
 Status write_tasks_html(const std::string& path, const TasksReportInput& in);
