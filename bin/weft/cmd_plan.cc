@@ -441,41 +441,40 @@ void run_plan_tasks(const PlanFlags& f) {
   }
   std::printf("weft plan: %s on %d x %s (%d per node)\n%zu tasks, %zu operators (task/module)\n\n", t.name.c_str(), N,
               in.cluster.gpu.name.c_str(), in.cluster.gpus_per_node, t.tasks.size(), p.ops.size());
-  std::printf("%-4s %9s %9s  %-28s %4s %9s %9s %9s\n", "wave", "start s", "time s", "operator", "GPUs", "ranks",
+  std::printf("%-4s %8s %8s  %-24s %4s %7s %7s %8s\n", "wave", "start s", "time s", "operator", "GPUs", "ranks",
               "layers", "piece s");
   for (size_t w = 0; w < p.allocation.waves.size(); ++w) {
     const multitask::Wave& wave = p.allocation.waves[w];
     for (size_t i = 0; i < wave.pieces.size(); ++i) {
       const multitask::Piece& pc = wave.pieces[i];
       if (i == 0)
-        std::printf("%-4zu %9.4f %9.4f  ", w + 1, wave.start_s, wave.time_s);
+        std::printf("%-4zu %8.4f %8.4f  ", w + 1, wave.start_s, wave.time_s);
       else
-        std::printf("%-4s %9s %9s  ", "", "", "");
+        std::printf("%-4s %8s %8s  ", "", "", "");
       const WavePiece& at = p.placement.waves[w][i];
       const std::string ranks = at.gpus == 1 ? S(at.first_rank) : S(at.first_rank) + "-" + S(at.first_rank + at.gpus - 1);
       const std::string layers = S(at.first_layer) + "-" + S(at.first_layer + at.layers - 1);
-      std::printf("%-28s %4d %9s %9s %9.4f\n", p.ops[static_cast<size_t>(pc.op)].name.c_str(), pc.gpus, ranks.c_str(),
+      std::printf("%-24s %4d %7s %7s %8.4f\n", p.ops[static_cast<size_t>(pc.op)].name.c_str(), pc.gpus, ranks.c_str(),
                   layers.c_str(), pc.time_s);
     }
   }
-  std::printf("\nstep time     %10.4f s  waves %.4f s + traffic %.4f s + wider reductions %.4f s\n", step,
+  std::printf("\nstep time     %10.4f s  waves %.4f + traffic %.4f + reductions %.4f\n", step,
               p.allocation.makespan_s, p.traffic.time_s, p.shared_sync.time_s);
   if (p.in_turn)
-    std::printf("plan kept     operators in turn: Spindle's waves take %.4f s once placed (their compute %.4f s)\n",
-                p.waves_step_s, p.waves_makespan_s);
-  std::printf("traffic       %d crossings, %.1f MB (operators moved between pieces, flows between modules)\n",
-              p.traffic.crossings, p.traffic.bytes / 1e6);
-  std::printf("reductions    %d rank sets, %.1f MB of gradients of layers run on more than one set\n",
+    std::printf("plan kept     operators in turn: Spindle's waves, placed, take %.4f s\n", p.waves_step_s);
+  std::printf("traffic       %d crossings, %.1f MB (operators moved, flows between modules)\n", p.traffic.crossings,
+              p.traffic.bytes / 1e6);
+  std::printf("reductions    %d rank sets, %.1f MB of gradients of layers run on several sets\n",
               p.shared_sync.groups, p.shared_sync.bytes / 1e6);
   std::printf("sequential    %10.4f s  each task on all %d GPUs in turn: weft %.2fx faster\n", p.sequential_s, N,
               p.sequential_s / step);
   std::printf("task greedy   %10.4f s  whole tasks side by side: weft %.2fx faster\n", p.task_greedy_s,
               p.task_greedy_s / step);
-  std::printf("bound         %10.4f s  continuous relaxation: weft at %.3fx of it, Spindle's waves' compute at %.3fx\n",
-              p.allocation.bound_s, step / p.allocation.bound_s, p.waves_makespan_s / p.allocation.bound_s);
-  std::printf("run it        weft plan ... --format json > plan.json; weft launch -n %d -- weft train --tasks %s "
-              "--plan plan.json\n",
-              N, f.tasks.c_str());
+  std::printf("bound         %10.4f s  continuous relaxation: weft at %.3fx of it\n", p.allocation.bound_s,
+              step / p.allocation.bound_s);
+  std::printf("              the waves' compute alone at %.3fx\n", p.waves_makespan_s / p.allocation.bound_s);
+  std::printf("run it        --format json > plan.json, then\n"
+              "              weft launch -n %d -- weft train --tasks FILE --plan plan.json\n", N);
   std::printf("planned in %.1f ms from the modules' curves (%.0f ms of searches)\n", p.plan_ms, p.curve_ms);
   if (!optimus) return;
   std::printf("\nOptimus: the encoder's work in the LLM's bubbles (docs/multitask.md)\n");
