@@ -62,7 +62,7 @@ int main(int argc, char** argv) {
         std::printf("%-18s %5d  %s\n", t->name.c_str(), n, p.error().message.c_str());
         continue;
       }
-      const double step = p->step_time_s(), waves = p->waves_makespan_s, bound = p->allocation.bound_s;
+      const double step = p->step_time_s(), waves = p->waves_compute_s, bound = p->allocation.bound_s;
       std::printf("%-18s %5d %10.4f %10.4f %10.4f %8s %9.4f %9.4f %10.4f %8.3f %7.2fx %8.2f %9.0f\n", t->name.c_str(), n,
                   p->sequential_s, p->task_greedy_s, step, p->in_turn ? "in turn" : "waves", p->traffic.time_s, p->shared_sync.time_s, bound, waves / bound,
                   p->sequential_s / step, p->plan_ms, p->curve_ms);

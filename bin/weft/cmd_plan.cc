@@ -458,8 +458,10 @@ void run_plan_tasks(const PlanFlags& f) {
                   layers.c_str(), pc.time_s);
     }
   }
-  std::printf("\nstep time     %10.4f s  waves %.4f + traffic %.4f + reductions %.4f\n", step,
-              p.allocation.makespan_s, p.traffic.time_s, p.shared_sync.time_s);
+  std::printf("\nstep time     %10.4f s  run %.4f + wider reductions %.4f\n", step, p.compute_s,
+              p.shared_sync.time_s);
+  std::printf("              (waves one after another %.4f, crossings in series %.4f)\n", p.allocation.makespan_s,
+              p.traffic.time_s);
   if (p.in_turn)
     std::printf("plan kept     operators in turn: Spindle's waves, placed, take %.4f s\n", p.waves_step_s);
   std::printf("traffic       %d crossings, %.1f MB (operators moved, flows between modules)\n", p.traffic.crossings,
@@ -472,7 +474,7 @@ void run_plan_tasks(const PlanFlags& f) {
               p.task_greedy_s / step);
   std::printf("bound         %10.4f s  continuous relaxation: weft at %.3fx of it\n", p.allocation.bound_s,
               step / p.allocation.bound_s);
-  std::printf("              the waves' compute alone at %.3fx\n", p.waves_makespan_s / p.allocation.bound_s);
+  std::printf("              Spindle's waves' run alone at %.3fx\n", p.waves_compute_s / p.allocation.bound_s);
   std::printf("run it        --format json > plan.json, then\n"
               "              weft launch -n %d -- weft train --tasks FILE --plan plan.json\n", N);
   std::printf("planned in %.1f ms from the modules' curves (%.0f ms of searches)\n", p.plan_ms, p.curve_ms);

@@ -97,8 +97,14 @@ TEST(PlanTasks, ClipFourTasksOnSixtyFourGpusRunsWaves) {
   EXPECT_GT(p->shared_sync.groups, 0);
   EXPECT_GT(p->shared_sync.time_s, 0);
   const Json j = to_json(*p);
-  EXPECT_DOUBLE_EQ(j.at("step_time_s").get<double>(),
-                   p->allocation.makespan_s + p->traffic.time_s + p->shared_sync.time_s);
+  EXPECT_DOUBLE_EQ(j.at("step_time_s").get<double>(), p->compute_s + p->shared_sync.time_s);
+  // Without barriers between waves the ranks run ahead: no longer than the waves one after
+  // another with every crossing in series, and no shorter than the longest piece.
+  EXPECT_LE(p->compute_s, p->allocation.makespan_s + p->traffic.time_s + 1e-12);
+  double longest = 0;
+  for (const Wave& w : p->allocation.waves)
+    for (const Piece& pc : w.pieces) longest = std::max(longest, pc.time_s);
+  EXPECT_GE(p->compute_s, longest);
   Result<WavePlan> back = wave_plan_from_json(j);
   ASSERT_TRUE(back.ok()) << back.error().message;
   Result<TaskSpec> t = load_tasks(std::string(WEFT_DATA_DIR) + "/tasks/clip-4-tasks.json");
@@ -156,6 +162,50 @@ TEST(PlanTasks, CurvesAreCachedAcrossCalls) {
   Json ja = to_json(*a), jb = to_json(*b);
   for (Json* j : {&ja, &jb}) j->erase("plan_ms"), j->erase("curve_ms");
   EXPECT_EQ(ja.dump(), jb.dump());
+}
+
+// A placed plan run without barriers, by hand: two tasks sharing a backbone on 4 ranks (the
+// encoders side by side, a's backbone on all four, b's in two pieces on ranks 0-1 and 1-3).
+TEST(PlanTasks, WavesRunWithoutBarriersByHand) {
+  Result<TaskSpec> t = tasks_from_json(Json::parse(R"({"name": "two",
+    "modules": [
+      {"name": "enc_a", "tokens": 4, "layers": 2, "hidden": 8, "heads": 2},
+      {"name": "enc_b", "tokens": 4, "layers": 1, "hidden": 4, "heads": 1},
+      {"name": "backbone", "kind": "decoder", "tokens": 6, "layers": 2, "hidden": 8, "heads": 2}],
+    "flows": [{"from": "enc_a", "to": "backbone"}, {"from": "enc_b", "to": "backbone"}],
+    "tasks": [{"name": "a", "modules": ["enc_a", "backbone"], "batch": 8},
+              {"name": "b", "modules": ["enc_b", "backbone"], "batch": 8}]})"));
+  ASSERT_TRUE(t.ok()) << t.error().message;
+  auto piece = [](const char* task, const char* module, int first, int gpus, int layer0, int layers, double time) {
+    WavePiece p;
+    p.task = task, p.module = module, p.first_rank = first, p.gpus = gpus, p.first_layer = layer0, p.layers = layers;
+    p.time_s = time;
+    return p;
+  };
+  WavePlan p;
+  p.world = 4;
+  p.waves = {{piece("a", "enc_a", 0, 2, 0, 2, 3), piece("b", "enc_b", 2, 2, 0, 1, 6)},
+             {piece("a", "backbone", 0, 4, 0, 2, 3)},
+             {piece("b", "backbone", 0, 2, 0, 1, 3)},
+             {piece("b", "backbone", 1, 3, 1, 1, 3)}};
+  ASSERT_TRUE(validate(p, *t).ok());
+  // Forwards (a third): enc_a 0-1, enc_b 0-2; a's backbone waits for ranks 2-3: 2-3; b's first
+  // piece 3-4, its second 4-5. Backwards (two thirds), waves reversed: b's second 5-7, its first
+  // (after it) 7-9, a's backbone (ranks 0-1 free at 9) 9-11, enc_a after it 11-13, enc_b after
+  // b's first piece but on ranks 2-3 free at 11: 11-15.
+  WavesRun r = run_waves(*t, p);
+  EXPECT_DOUBLE_EQ(r.fwd_end[1][0], 3);
+  EXPECT_DOUBLE_EQ(r.fwd_end[3][0], 5);
+  EXPECT_DOUBLE_EQ(r.bwd_end[2][0], 9);
+  EXPECT_DOUBLE_EQ(r.bwd_end[1][0], 11);
+  EXPECT_DOUBLE_EQ(r.bwd_end[0][0], 13);
+  EXPECT_DOUBLE_EQ(r.bwd_end[0][1], 15);
+  EXPECT_DOUBLE_EQ(r.end_s, 15);
+  // A crossing of 1 s into b's second piece delays it both ways: forward 5-6, backward 6-8, b's
+  // first piece from 9 (8 + 1) to 11, a's backbone 11-13, enc_a 13-15, enc_b 13-17.
+  r = run_waves(*t, p, {{{3, "b", "backbone", "backbone"}, 1.0}});
+  EXPECT_DOUBLE_EQ(r.bwd_end[2][0], 11);
+  EXPECT_DOUBLE_EQ(r.end_s, 17);
 }
 
 // ViT-22B + GPT-175B does not fit on 8 A100-40GB at any count: the error names the task, the

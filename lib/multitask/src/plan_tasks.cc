@@ -272,6 +272,81 @@ SharedSync shared_reduction(const TaskSpec& t, const std::vector<LayerRun>& runs
 
 }  // namespace
 
+// A forward is a third of a piece's time, its backward two thirds (a backward costs twice its
+// forward: Narayanan et al., SC'21, §3.2).
+WavesRun run_waves(const TaskSpec& t, const WavePlan& p, const CrossingTimes& x) {
+  const std::vector<std::vector<WavePiece>>& W = p.waves;
+  const int N = p.world;
+  std::map<std::pair<std::string, std::string>, std::vector<std::pair<size_t, size_t>>> pieces_of;
+  for (size_t w = 0; w < W.size(); ++w)
+    for (size_t k = 0; k < W[w].size(); ++k) pieces_of[{W[w][k].task, W[w][k].module}].push_back({w, k});
+  WavesRun out;
+  std::vector<std::vector<double>>& fwd_end = out.fwd_end;
+  std::vector<std::vector<double>>& bwd_end = out.bwd_end;
+  fwd_end.resize(W.size());
+  bwd_end.resize(W.size());
+  for (size_t w = 0; w < W.size(); ++w) fwd_end[w].assign(W[w].size(), 0.0), bwd_end[w].assign(W[w].size(), 0.0);
+  std::vector<double> free_at(static_cast<size_t>(N), 0.0);
+  auto cross = [&](size_t to_wave, const std::string& task, const std::string& from, const std::string& to) {
+    auto it = x.find({static_cast<int>(to_wave), task, from, to});
+    return it == x.end() ? 0.0 : it->second;
+  };
+  auto flows_of = [&](const std::string& task_name) -> const Task& {
+    for (const Task& tk : t.tasks)
+      if (tk.name == task_name) return tk;
+    return t.tasks.front();  // validated: not reached
+  };
+  auto in_task = [](const Task& task, const std::string& m) {
+    return std::find(task.modules.begin(), task.modules.end(), m) != task.modules.end();
+  };
+  auto run = [&](const WavePiece& pc, double ready, double len) {
+    double start = ready;
+    for (int r = pc.first_rank; r < pc.first_rank + pc.gpus; ++r) start = std::max(start, free_at[static_cast<size_t>(r)]);
+    for (int r = pc.first_rank; r < pc.first_rank + pc.gpus; ++r) free_at[static_cast<size_t>(r)] = start + len;
+    return start + len;
+  };
+  for (size_t w = 0; w < W.size(); ++w)
+    for (size_t k = 0; k < W[w].size(); ++k) {
+      const WavePiece& pc = W[w][k];
+      const Task& task = flows_of(pc.task);
+      double ready = 0;
+      const auto& mine = pieces_of.at({pc.task, pc.module});
+      const size_t at = static_cast<size_t>(std::find(mine.begin(), mine.end(), std::make_pair(w, k)) - mine.begin());
+      if (at > 0) {
+        ready = fwd_end[mine[at - 1].first][mine[at - 1].second] + cross(w, pc.task, pc.module, pc.module);
+      } else {
+        for (const Flow& f : t.flows)
+          if (f.to == pc.module && in_task(task, f.from)) {
+            const auto& src = pieces_of.at({pc.task, f.from}).back();
+            ready = std::max(ready, fwd_end[src.first][src.second] + cross(w, pc.task, f.from, pc.module));
+          }
+      }
+      fwd_end[w][k] = run(pc, ready, pc.time_s / 3.0);
+    }
+  for (size_t w = W.size(); w-- > 0;)
+    for (size_t k = 0; k < W[w].size(); ++k) {
+      const WavePiece& pc = W[w][k];
+      const Task& task = flows_of(pc.task);
+      double ready = fwd_end[w][k];
+      const auto& mine = pieces_of.at({pc.task, pc.module});
+      const size_t at = static_cast<size_t>(std::find(mine.begin(), mine.end(), std::make_pair(w, k)) - mine.begin());
+      if (at + 1 < mine.size()) {
+        const auto& nx = mine[at + 1];
+        ready = std::max(ready, bwd_end[nx.first][nx.second] + cross(nx.first, pc.task, pc.module, pc.module));
+      } else {
+        for (const Flow& f : t.flows)
+          if (f.from == pc.module && in_task(task, f.to)) {
+            const auto& dst = pieces_of.at({pc.task, f.to}).front();
+            ready = std::max(ready, bwd_end[dst.first][dst.second] + cross(dst.first, pc.task, pc.module, f.to));
+          }
+      }
+      bwd_end[w][k] = run(pc, ready, pc.time_s * 2.0 / 3.0);
+    }
+  out.end_s = 0;
+  for (double f : free_at) out.end_s = std::max(out.end_s, f);
+  return out;
+}
+
 Result<TasksPlan> plan_tasks(const TaskSpec& t, const ClusterSpec& cluster, const CostModel& cm,
                              const SearchOptions& base, CurveCache* cache) {
   if (Status s = validate(t); !s.ok()) return s.error();
@@ -352,6 +427,8 @@ Result<TasksPlan> plan_tasks(const TaskSpec& t, const ClusterSpec& cluster, cons
     // Traffic between waves by crossing (one operator's move, or one flow), on the placed ranks.
     const int gpn = std::max(1, cluster.gpus_per_node);
     auto same_node = [&](int a, int b) { return a / gpn == b / gpn; };
+    // One direction's time of each crossing, by (receiving wave, task, from, to).
+    CrossingTimes crossing_s;
     {
       const std::vector<WaveTransfer> xs = wave_transfers(q.placement, t);
       size_t i = 0;
@@ -378,23 +455,24 @@ Result<TasksPlan> plan_tasks(const TaskSpec& t, const ClusterSpec& cluster, cons
         const double lat = (inter ? cluster.inter.latency_us : cluster.intra.latency_us) * 1e-6;
         q.traffic.time_s += 2.0 * (worst + lat);
         ++q.traffic.crossings;
+        crossing_s[{xs[i].wave, xs[i].task, xs[i].from, xs[i].to}] = worst + lat;
         i = j;
       }
     }
-    // Layers that ran on more than one set of ranks (SharedSync). The backward pass runs the waves
-    // in reverse, each wave's backward two thirds of its time (a backward costs twice its forward:
-    // Narayanan et al., SC'21, §3.2); a layer's gradient is final when the backward of the first
-    // wave it ran in has ended, on the step's time axis at M - (2/3) x the waves before it.
-    const std::vector<Wave>& waves = q.allocation.waves;
-    std::vector<double> before(waves.size() + 1, 0.0);  // (2/3) x the time of the waves before w
-    for (size_t w = 0; w < waves.size(); ++w) before[w + 1] = before[w] + 2.0 / 3.0 * waves[w].time_s;
-    const double M = q.allocation.makespan_s;
+    const WavesRun ran = run_waves(t, q.placement, crossing_s);
+    q.compute_s = ran.end_s;
+    const std::vector<std::vector<WavePiece>>& W = q.placement.waves;
+    const std::vector<std::vector<double>>& bwd_end = ran.bwd_end;
+    // Layers that ran on more than one set of ranks (SharedSync): each final when the last backward
+    // of a piece that ran it has ended.
     std::vector<LayerRun> runs;
-    for (size_t wi = 0; wi < q.placement.waves.size(); ++wi)
-      for (const WavePiece& pc : q.placement.waves[wi])
+    for (size_t w = 0; w < W.size(); ++w)
+      for (size_t k = 0; k < W[w].size(); ++k) {
+        const WavePiece& pc = W[w][k];
         for (int l = pc.first_layer; l < pc.first_layer + pc.layers; ++l)
-          runs.push_back({pc.module, l, pc.first_rank, pc.gpus, M - before[wi]});
-    q.shared_sync = shared_reduction(t, runs, M, cluster);
+          runs.push_back({pc.module, l, pc.first_rank, pc.gpus, bwd_end[w][k]});
+      }
+    q.shared_sync = shared_reduction(t, runs, q.compute_s, cluster);
   };
   price(p);
   // The operators one after another (each on its fastest count) on every level, placed and priced
@@ -408,9 +486,11 @@ Result<TasksPlan> plan_tasks(const TaskSpec& t, const ClusterSpec& cluster, cons
   price(q);
   p.waves_step_s = p.step_time_s();
   p.waves_makespan_s = p.allocation.makespan_s;
+  p.waves_compute_s = p.compute_s;
   if (q.step_time_s() < p.step_time_s()) {
     q.waves_step_s = p.waves_step_s;
     q.waves_makespan_s = p.waves_makespan_s;
+    q.waves_compute_s = p.waves_compute_s;
     q.in_turn = true;
     p = std::move(q);
   }
@@ -446,6 +526,7 @@ Json to_json(const TasksPlan& p) {
   Json j;
   j["step_time_s"] = p.step_time_s();
   j["waves_s"] = p.allocation.makespan_s;
+  j["compute_s"] = p.compute_s;
   j["allocation"] = p.in_turn ? "in_turn" : "waves";
   j["waves_step_s"] = p.waves_step_s;
   j["world"] = p.placement.world;

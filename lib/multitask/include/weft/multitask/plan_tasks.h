@@ -5,6 +5,7 @@
 #pragma once
 
 #include <map>
+#include <tuple>
 #include <string>
 #include <vector>
 
@@ -67,15 +68,22 @@ struct TasksPlan {
   std::vector<OpOf> op_of;             // each operator's task and module
   Allocation allocation;
   WavePlan placement;                  // the waves on ranks: what `weft train --tasks` runs
-  Traffic traffic;                     // between waves; step_time_s() adds it to the waves' time
-  SharedSync shared_sync;              // and this
-  double step_time_s() const { return allocation.makespan_s + traffic.time_s + shared_sync.time_s; }
+  Traffic traffic;                     // between waves (time_s: the crossings one after another)
+  SharedSync shared_sync;
+  // The step as the runtime runs it: every rank runs its pieces' forwards in wave order, then their
+  // backwards in reverse (a third and two thirds of a piece's time), each as soon as its ranks are
+  // free and its input has crossed from the piece that makes it; no barrier between waves, so at
+  // most allocation.makespan_s (the waves one after another) plus the crossings. Then what the
+  // wider reductions add after the last backward.
+  double compute_s = 0;
+  double step_time_s() const { return compute_s + shared_sync.time_s; }
   // Whether the plan is every level's operators one after another (each on its fastest count),
   // kept because Spindle's waves cost more once placed and priced (their traffic and the wider
   // reductions of shared layers); waves_step_s: the waves' step time, placed and priced.
   bool in_turn = false;
   double waves_step_s = 0;
-  double waves_makespan_s = 0;         // the waves' compute alone (against the bound)
+  double waves_makespan_s = 0;         // the waves' compute alone, one after another (against the bound)
+  double waves_compute_s = 0;          // the waves' compute_s
   // The baselines' step times include the wider reductions their own placements need (*_shared_s:
   // a module several tasks run on different GPUs), priced as SharedSync.
   double sequential_s = 0, task_greedy_s = 0;
@@ -92,14 +100,26 @@ struct TasksPlan {
 // p: its ops, op_of and allocation.
 WavePlan place_waves(const TaskSpec& t, const TasksPlan& p, int gpus, int gpus_per_node);
 
+// A placed plan run as the runtime runs it (TasksPlan::compute_s): every rank runs its pieces'
+// forwards in wave order, then their backwards in reverse, a third and two thirds of each piece's
+// time_s, each as soon as its ranks are free and its input has arrived: the piece that makes it
+// has ended and the crossing (one direction's time, by receiving wave, task, from and to module)
+// has passed. Returns each piece's forward and backward end, and the last end.
+using CrossingTimes = std::map<std::tuple<int, std::string, std::string, std::string>, double>;
+struct WavesRun {
+  double end_s = 0;
+  std::vector<std::vector<double>> fwd_end, bwd_end;  // per wave, per piece
+};
+WavesRun run_waves(const TaskSpec& t, const WavePlan& p, const CrossingTimes& x = {});
+
 // Curves are cached by (module, batch) in `cache` across calls (a module every task runs with the
 // same batch is searched once; so is a case planned again on more GPUs, whose counts extend it).
 using CurveCache = std::map<std::pair<std::string, int>, std::map<int, double>>;
 Result<TasksPlan> plan_tasks(const TaskSpec& t, const ClusterSpec& cluster, const CostModel& cm,
                              const SearchOptions& base, CurveCache* cache = nullptr);
 
-// The plan as JSON: step_time_s (the waves, the traffic between them and the shared reduction),
-// waves_s, allocation ("waves" or "in_turn"), waves_step_s, world, traffic {elements, bytes, time_s, crossings}, shared_sync {groups, bytes,
+// The plan as JSON: step_time_s (compute_s and the wider reductions), compute_s, waves_s (the
+// waves one after another), allocation ("waves" or "in_turn"), waves_step_s, world, traffic {elements, bytes, time_s, crossings}, shared_sync {groups, bytes,
 // time_s}, waves (each: start_s, time_s, modules [{name, task, module, gpus, first_rank,
 // first_layer, layers, time_s}]), baselines {sequential_s, task_greedy_s, bound_s}, plan_ms,
 // curve_ms, and the operators' curves. wave_plan_from_json (weft/plan/wave_plan.h) reads it back.
