@@ -7,6 +7,7 @@
 #include <set>
 #include <tuple>
 
+#include "weft/cost/collectives.h"
 #include "weft/multitask/module_search.h"
 #include "weft/search/search.h"
 #include "weft/spec/counts.h"
@@ -227,11 +228,17 @@ struct LayerRun {
 SharedSync shared_reduction(const TaskSpec& t, const std::vector<LayerRun>& runs, double end_s,
                             const ClusterSpec& cluster) {
   const int gpn = std::max(1, cluster.gpus_per_node);
+  // An all-reduce over a set of ranks as the cost model prices one (weft/cost/collectives.h): a ring
+  // whose node-crossing hops share the adapters of the fewest members any of its nodes holds.
   auto ring_s = [&](const std::vector<int>& ranks, double b) {
-    const int n = static_cast<int>(ranks.size());
-    if (n < 2) return 0.0;
-    const LinkSpec& link = ranks.front() / gpn == ranks.back() / gpn ? cluster.intra : cluster.inter;
-    return 2.0 * (n - 1) / n * b / (link.gbps * 1e9) + 2.0 * (n - 1) * link.latency_us * 1e-6;
+    if (ranks.size() < 2) return 0.0;
+    std::map<int, int> per_node;
+    for (int r : ranks) ++per_node[r / gpn];
+    CommGroup g;
+    g.size = static_cast<int>(ranks.size());
+    g.ranks_per_node = g.size;
+    for (const auto& [node, k] : per_node) g.ranks_per_node = std::min(g.ranks_per_node, per_node.size() > 1 ? k : g.size);
+    return collective_time(Collective::kAllReduce, Bytes(b), g, cluster).value();
   };
   struct Layer {
     std::set<std::vector<int>> sets;
@@ -434,28 +441,32 @@ Result<TasksPlan> plan_tasks(const TaskSpec& t, const ClusterSpec& cluster, cons
       size_t i = 0;
       while (i < xs.size()) {
         size_t j = i;
-        std::map<int, double> send_s, recv_s;
-        bool inter = false;
+        // Bytes each rank sends and receives, inside its node and across nodes.
+        std::map<int, std::pair<double, double>> sent, received;
         while (j < xs.size() && xs[j].wave == xs[i].wave && xs[j].task == xs[i].task && xs[j].from == xs[i].from &&
                xs[j].to == xs[i].to) {
           const WaveTransfer& x = xs[j];
           const bool local = same_node(x.src_rank, x.dst_rank);
-          inter = inter || !local;
           const double b = 2.0 * static_cast<double>(x.elements);  // 16-bit activations
-          const double s = b / ((local ? cluster.intra.gbps : cluster.inter.gbps) * 1e9);
-          send_s[x.src_rank] += s;
-          recv_s[x.dst_rank] += s;
+          (local ? sent[x.src_rank].first : sent[x.src_rank].second) += b;
+          (local ? received[x.dst_rank].first : received[x.dst_rank].second) += b;
           q.traffic.elements += static_cast<double>(x.elements);
           q.traffic.bytes += 2.0 * b;  // and the gradients back
           ++j;
         }
+        // A rank's messages as the cost model prices point-to-point transfers (p2p_time), its
+        // in-node and cross-node parts one after the other; the crossing lasts as long as the
+        // busiest rank, sending or receiving.
+        auto busy = [&](const std::pair<double, double>& b) {
+          return (b.first > 0 ? p2p_time(Bytes(b.first), false, cluster).value() : 0.0) +
+                 (b.second > 0 ? p2p_time(Bytes(b.second), true, cluster).value() : 0.0);
+        };
         double worst = 0;
-        for (const auto& [r, v] : send_s) worst = std::max(worst, v);
-        for (const auto& [r, v] : recv_s) worst = std::max(worst, v);
-        const double lat = (inter ? cluster.inter.latency_us : cluster.intra.latency_us) * 1e-6;
-        q.traffic.time_s += 2.0 * (worst + lat);
+        for (const auto& [r, b] : sent) worst = std::max(worst, busy(b));
+        for (const auto& [r, b] : received) worst = std::max(worst, busy(b));
+        q.traffic.time_s += 2.0 * worst;
         ++q.traffic.crossings;
-        crossing_s[{xs[i].wave, xs[i].task, xs[i].from, xs[i].to}] = worst + lat;
+        crossing_s[{xs[i].wave, xs[i].task, xs[i].from, xs[i].to}] = worst;
         i = j;
       }
     }

@@ -32,9 +32,9 @@ Result<Curve> module_curve(const Module& m, int batch, const ClusterSpec& cluste
 // the next (its hidden states at that layer) and a flow from one module to another within a task
 // (the source's output), each sample block that changes rank. 16-bit activations, forward and
 // backward: 2 x elements x 2 bytes. A crossing (one operator's move, or one flow) takes, over
-// its ranks, the most any rank sends or receives at its links' rates (NVLink inside a node, the
-// network between nodes) plus a latency per direction; crossings are counted one after another,
-// with no overlap. Before placement the allocator's choice of a level's plan prices a re-shard as
+// its ranks, the most any rank sends or receives, priced as the cost model prices point-to-point
+// messages (weft/cost/collectives.h p2p_time: its part inside the node on NVLink, its part across
+// nodes on the network); time_s counts the crossings one after another, both directions. Before placement the allocator's choice of a level's plan prices a re-shard as
 // batch x tokens x hidden over min(sending, receiving) GPUs (allocate()'s `extra`).
 struct Traffic {
   double elements = 0;   // activation elements crossing, forward (the gradients return as many)
@@ -46,8 +46,8 @@ struct Traffic {
 // The gradient reduction of layers that ran on more than one set of ranks (a module several tasks
 // run, a module whose operator moved between pieces, a module sharing another's parameters): each
 // such layer's gradients are all-reduced over every rank that ran it, once per step (fp32
-// gradients, a ring over the union: 2 (n - 1) / n x bytes at the slowest link's rate, a latency
-// per step of the ring). Each operator's curve already counts a reduction inside its own group,
+// gradients, an all-reduce over the union as the cost model prices one, weft/cost/collectives.h:
+// across nodes a ring whose node-crossing hops share the adapters of the members on each node). Each operator's curve already counts a reduction inside its own group,
 // which the wider one replaces: a layer's reduction lasts the wider ring less the largest of its
 // groups' own (an over-estimate by the other groups' own reductions, which the curves count too).
 // The reductions run one after another on the communication stream, each from when the layer's
