@@ -104,7 +104,7 @@ TEST(WavePlan, SequentialPlanRunsEachModuleOnAllRanks) {
 
 TEST(WavePlan, RoundTripThroughJson) {
   const WavePlan p = four_ranks();
-  Json j{{"world", p.world}, {"waves", Json::array()}};
+  Json j{{"kind", "tasks"}, {"format_version", 1}, {"world", p.world}, {"waves", Json::array()}};
   for (const auto& w : p.waves) {
     Json wj{{"modules", Json::array()}};
     for (const WavePiece& pc : w)
@@ -117,8 +117,20 @@ TEST(WavePlan, RoundTripThroughJson) {
   ASSERT_EQ(back->waves.size(), p.waves.size());
   EXPECT_EQ(back->waves[3][0].first_rank, 1);
   EXPECT_EQ(back->waves[3][0].first_layer, 1);
+  Json later = j;
+  later["format_version"] = 2;
+  Result<WavePlan> bad = wave_plan_from_json(later, "p.json");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.error().message.find("p.json.format_version: unsupported version 2 (this weft reads 1)"),
+            std::string::npos)
+      << bad.error().message;
+  // A one-model plan (weft plan --out) where a multi-task one belongs.
+  bad = wave_plan_from_json(Json{{"format_version", 1}, {"model", "llama-7b"}}, "p.json");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.error().message.find("p.json.kind: missing: this is the plan of one model"), std::string::npos)
+      << bad.error().message;
   j["waves"][0]["modules"][0].erase("first_rank");
-  Result<WavePlan> bad = wave_plan_from_json(j, "p.json");
+  bad = wave_plan_from_json(j, "p.json");
   ASSERT_FALSE(bad.ok());
   EXPECT_NE(bad.error().message.find("first_rank"), std::string::npos) << bad.error().message;
 }

@@ -28,7 +28,7 @@ const char* kTwoTasks = R"({"name": "two",
 // Wave 0: the two encoders side by side (enc_a on ranks 0-1, enc_b on 2-3); wave 1: a's backbone
 // on all four; wave 2: b's backbone's first layer on ranks 0-1; wave 3: its second on ranks 1-3
 // (shares of 3, 3 and 2 samples).
-const char* kFourRanks = R"({"world": 4, "waves": [
+const char* kFourRanks = R"({"kind": "tasks", "format_version": 1, "world": 4, "waves": [
  {"modules": [{"task": "a", "module": "enc_a", "first_rank": 0, "gpus": 2, "first_layer": 0, "layers": 4},
               {"task": "b", "module": "enc_b", "first_rank": 2, "gpus": 2, "first_layer": 0, "layers": 1}]},
  {"modules": [{"task": "a", "module": "backbone", "first_rank": 0, "gpus": 4, "first_layer": 0, "layers": 2}]},
@@ -45,7 +45,7 @@ const char* kVitGpt = R"({"name": "vit-gpt",
  ],
  "flows": [{"from": "vit", "to": "gpt"}],
  "tasks": [{"name": "caption", "modules": ["vit", "gpt"], "batch": 8, "loss": "lm"}]})";
-const char* kColocated = R"({"world": 4, "waves": [
+const char* kColocated = R"({"kind": "tasks", "format_version": 1, "world": 4, "waves": [
  {"modules": [{"task": "caption", "module": "vit", "first_rank": 0, "gpus": 4, "first_layer": 0, "layers": 2}]},
  {"modules": [{"task": "caption", "module": "gpt", "first_rank": 0, "gpus": 2, "first_layer": 0, "layers": 2}]},
  {"modules": [{"task": "caption", "module": "gpt", "first_rank": 2, "gpus": 2, "first_layer": 2, "layers": 2}]}

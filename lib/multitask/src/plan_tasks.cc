@@ -535,6 +535,8 @@ Result<TasksPlan> plan_tasks(const TaskSpec& t, const ClusterSpec& cluster, cons
 
 Json to_json(const TasksPlan& p) {
   Json j;
+  j["kind"] = "tasks";
+  j["format_version"] = kWavePlanFormatVersion;
   j["step_time_s"] = p.step_time_s();
   j["waves_s"] = p.allocation.makespan_s;
   j["compute_s"] = p.compute_s;

@@ -13,6 +13,15 @@ using multitask::TaskSpec;
 Result<WavePlan> wave_plan_from_json(const Json& j, const std::string& path) {
   return catch_errors([&]() -> Result<WavePlan> {
     JsonObj o(j, path);
+    if (!o.has("kind") || o.str("kind") != "tasks")
+      o.fail("kind", o.has("format_version") && !o.has("kind")
+                         ? "missing: this is the plan of one model (weft plan --out), not of a multi-task model "
+                           "(weft plan --tasks FILE --format json)"
+                         : "expected \"tasks\" (the plan of a multi-task model, weft plan --tasks FILE --format json)");
+    const long long version = o.integer("format_version");
+    if (version != kWavePlanFormatVersion)
+      o.fail("format_version", "unsupported version " + std::to_string(version) + " (this weft reads " +
+                                   std::to_string(kWavePlanFormatVersion) + ")");
     WavePlan p;
     p.world = static_cast<int>(o.integer("world"));
     const std::vector<JsonObj> waves = o.array_of_obj("waves");

@@ -118,7 +118,8 @@ using CurveCache = std::map<std::pair<std::string, int>, std::map<int, double>>;
 Result<TasksPlan> plan_tasks(const TaskSpec& t, const ClusterSpec& cluster, const CostModel& cm,
                              const SearchOptions& base, CurveCache* cache = nullptr);
 
-// The plan as JSON: step_time_s (compute_s and the wider reductions), compute_s, waves_s (the
+// The plan as JSON: kind "tasks", format_version (weft/plan/wave_plan.h), step_time_s (compute_s
+// and the wider reductions), compute_s, waves_s (the
 // waves one after another), allocation ("waves" or "in_turn"), waves_step_s, world, traffic {elements, bytes, time_s, crossings}, shared_sync {groups, bytes,
 // time_s}, waves (each: start_s, time_s, modules [{name, task, module, gpus, first_rank,
 // first_layer, layers, time_s}]), baselines {sequential_s, task_greedy_s, bound_s}, plan_ms,

@@ -28,8 +28,13 @@ struct WavePlan {
   std::vector<std::vector<WavePiece>> waves;
 };
 
+// The version of the multi-task plan file ("kind": "tasks", "format_version": 1).
+constexpr int kWavePlanFormatVersion = 1;
+
 // Reads the `world` and `waves` of a `weft plan --tasks --format json` file (each wave's
-// `modules`: task, module, first_rank, gpus, first_layer, layers; other keys are ignored).
+// `modules`: task, module, first_rank, gpus, first_layer, layers; the planner's other keys, its
+// times, baselines and curves, are not read). `kind` must be "tasks" and `format_version` 1; the
+// errors name the field (a one-model plan given for a multi-task one is named as such).
 Result<WavePlan> wave_plan_from_json(const Json& j, const std::string& path = "plan");
 Result<WavePlan> load_wave_plan(const std::string& path);
 
