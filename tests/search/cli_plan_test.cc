@@ -33,6 +33,16 @@ std::vector<std::string> with(std::vector<std::string> a, const std::vector<std:
 
 std::string tmp(const std::string& name) { return std::string(WEFT_BINARY_DIR) + "/" + name; }
 
+// Every line of a terminal table fits 80 columns.
+void expect_within_80_columns(const std::string& out) {
+  for (size_t start = 0; start < out.size();) {
+    size_t end = out.find('\n', start);
+    if (end == std::string::npos) end = out.size();
+    EXPECT_LE(end - start, 80u) << out.substr(start, end - start);
+    start = end + 1;
+  }
+}
+
 TEST(CliPlan, TableFitsIn80Columns) {
   auto args = with({"plan"}, k7b);
   CliRun r = run(args);
@@ -61,12 +71,7 @@ TEST(CliPlan, TasksWavesAndBaselines) {
   ASSERT_EQ(t.code, 0) << t.err;
   EXPECT_NE(t.out.find("vision-text/vision"), std::string::npos) << t.out;
   EXPECT_NE(t.out.find("sequential"), std::string::npos);
-  for (size_t start = 0; start < t.out.size();) {
-    size_t end = t.out.find('\n', start);
-    if (end == std::string::npos) end = t.out.size();
-    EXPECT_LE(end - start, 80u) << t.out.substr(start, end - start);
-    start = end + 1;
-  }
+  expect_within_80_columns(t.out);
   CliRun r = run(with(base, {"--format", "json"}));
   ASSERT_EQ(r.code, 0) << r.err;
   const Json j = Json::parse(r.out);
@@ -128,13 +133,7 @@ TEST(CliPlan, TasksOptimusSchedule) {
   EXPECT_NE(t.out.find("Optimus: the encoder's work in the LLM's bubbles"), std::string::npos) << t.out;
   EXPECT_NE(t.out.find("bubbles, fine"), std::string::npos);
   EXPECT_NE(t.out.find("first stage"), std::string::npos);
-  // Optimus's table within 80 columns (the waves' table above it is TasksWavesAndBaselines's).
-  for (size_t start = t.out.find("Optimus:"); start < t.out.size();) {
-    size_t end = t.out.find('\n', start);
-    if (end == std::string::npos) end = t.out.size();
-    EXPECT_LE(end - start, 80u) << t.out.substr(start, end - start);
-    start = end + 1;
-  }
+  expect_within_80_columns(t.out);
   CliRun r = run(with(base, {"--format", "json"}));
   ASSERT_EQ(r.code, 0) << r.err;
   const Json j = Json::parse(r.out);
