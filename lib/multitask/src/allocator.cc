@@ -556,9 +556,15 @@ Result<Allocation> allocate(const std::vector<Op>& ops, int gpus, const WaveCost
     const double end_in_turn = one_after_another(ops, level, gpus, now, &in_turn);
     auto cost = [&](double level_end, const std::vector<Wave>& w) { return level_end + (extra ? extra(w) : 0.0); };
     double best = cost(end, waves), best_end = end;
-    if (const double c = cost(end_again, again); c < best) waves = std::move(again), best = c, best_end = end_again;
-    if (const double c = cost(end_in_turn, in_turn); c < best || mode == AllocateMode::kInTurn)
-      waves = std::move(in_turn), best = c, best_end = end_in_turn;
+    if (mode == AllocateMode::kWavefront) {
+    } else if (mode == AllocateMode::kReplanned) {
+      waves = std::move(again), best_end = end_again;
+    } else if (mode == AllocateMode::kInTurn) {
+      waves = std::move(in_turn), best_end = end_in_turn;
+    } else {
+      if (const double c = cost(end_again, again); c < best) waves = std::move(again), best = c, best_end = end_again;
+      if (const double c = cost(end_in_turn, in_turn); c < best) waves = std::move(in_turn), best = c, best_end = end_in_turn;
+    }
     now = best_end;
     for (Wave& w : waves) a.waves.push_back(std::move(w));
   }

@@ -486,6 +486,18 @@ Result<TasksPlan> plan_tasks(const TaskSpec& t, const ClusterSpec& cluster, cons
     q.shared_sync = shared_reduction(t, runs, q.compute_s, cluster);
   };
   price(p);
+  // The same plan on every level (the greedy wavefront, the re-planned waves), placed and priced
+  // whole: the per-level choice counts each level's waves one after another, the run overlaps them.
+  for (AllocateMode mode : {AllocateMode::kWavefront, AllocateMode::kReplanned}) {
+    Result<Allocation> other = allocate(p.ops, N, reshards, mode);
+    if (!other.ok()) return other.error();
+    TasksPlan q = p;
+    q.allocation = std::move(*other);
+    q.traffic = {};
+    q.shared_sync = {};
+    price(q);
+    if (q.step_time_s() < p.step_time_s()) p = std::move(q);
+  }
   // The operators one after another (each on its fastest count) on every level, placed and priced
   // alike: kept when the waves' traffic and wider reductions cost more than they gain.
   Result<Allocation> in_turn = allocate(p.ops, N, reshards, AllocateMode::kInTurn);

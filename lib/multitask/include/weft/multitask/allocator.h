@@ -89,9 +89,11 @@ Result<Bound> continuous_bound(const std::vector<Op>& ops, const std::vector<int
 // waves cost beyond their time (the traffic of operators re-sharded between waves): of the three
 // plans of a level the one with the least time + extra is kept (Allocation::makespan_s stays the
 // waves' time).
-// kInTurn: every level's operators one after another (the third plan alone).
+// kBest keeps, per level, the plan of least time + extra; the other modes take one plan on every
+// level: kWavefront the greedy wavefront, kReplanned the re-planned waves, kInTurn the operators
+// one after another.
 using WaveCost = std::function<double(const std::vector<Wave>&)>;
-enum class AllocateMode { kBest, kInTurn };
+enum class AllocateMode { kBest, kWavefront, kReplanned, kInTurn };
 Result<Allocation> allocate(const std::vector<Op>& ops, int gpus, const WaveCost& extra = {},
                             AllocateMode mode = AllocateMode::kBest);
 

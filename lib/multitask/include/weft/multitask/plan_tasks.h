@@ -77,9 +77,11 @@ struct TasksPlan {
   // wider reductions add after the last backward.
   double compute_s = 0;
   double step_time_s() const { return compute_s + shared_sync.time_s; }
-  // Whether the plan is every level's operators one after another (each on its fastest count),
-  // kept because Spindle's waves cost more once placed and priced (their traffic and the wider
-  // reductions of shared layers); waves_step_s: the waves' step time, placed and priced.
+  // The plan is priced whole four ways, each placed and run: the allocator's per-level choice, the
+  // greedy wavefront on every level, the re-planned waves on every level, and the operators one
+  // after another (each on its fastest count); the fastest is kept. in_turn: the last was, the
+  // waves costing more once placed and priced (their crossings and wider reductions);
+  // waves_step_s: the fastest waves' step time.
   bool in_turn = false;
   double waves_step_s = 0;
   double waves_makespan_s = 0;         // the waves' compute alone, one after another (against the bound)
