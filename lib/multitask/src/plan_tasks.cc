@@ -486,9 +486,8 @@ Result<TasksPlan> plan_tasks(const TaskSpec& t, const ClusterSpec& cluster, cons
     q.shared_sync = shared_reduction(t, runs, q.compute_s, cluster);
   };
   price(p);
-  // The same plan on every level (the greedy wavefront, the re-planned waves), placed and priced
-  // whole: the per-level choice counts each level's waves one after another, the run overlaps them.
-  for (AllocateMode mode : {AllocateMode::kWavefront, AllocateMode::kReplanned}) {
+  // Another allocation of the same operators, placed and priced.
+  auto priced = [&](AllocateMode mode) -> Result<TasksPlan> {
     Result<Allocation> other = allocate(p.ops, N, reshards, mode);
     if (!other.ok()) return other.error();
     TasksPlan q = p;
@@ -496,17 +495,20 @@ Result<TasksPlan> plan_tasks(const TaskSpec& t, const ClusterSpec& cluster, cons
     q.traffic = {};
     q.shared_sync = {};
     price(q);
-    if (q.step_time_s() < p.step_time_s()) p = std::move(q);
+    return q;
+  };
+  // The same plan on every level (the greedy wavefront, the re-planned waves), placed and priced
+  // whole: the per-level choice counts each level's waves one after another, the run overlaps them.
+  for (AllocateMode mode : {AllocateMode::kWavefront, AllocateMode::kReplanned}) {
+    Result<TasksPlan> q = priced(mode);
+    if (!q.ok()) return q.error();
+    if (q->step_time_s() < p.step_time_s()) p = std::move(*q);
   }
   // The operators one after another (each on its fastest count) on every level, placed and priced
   // alike: kept when the waves' traffic and wider reductions cost more than they gain.
-  Result<Allocation> in_turn = allocate(p.ops, N, reshards, AllocateMode::kInTurn);
+  Result<TasksPlan> in_turn = priced(AllocateMode::kInTurn);
   if (!in_turn.ok()) return in_turn.error();
-  TasksPlan q = p;
-  q.allocation = std::move(*in_turn);
-  q.traffic = {};
-  q.shared_sync = {};
-  price(q);
+  TasksPlan& q = *in_turn;
   p.waves_step_s = p.step_time_s();
   p.waves_makespan_s = p.allocation.makespan_s;
   p.waves_compute_s = p.compute_s;
