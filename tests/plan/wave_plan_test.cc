@@ -2,6 +2,8 @@
 // piece's ranks hold, and the activations that cross between pieces, by hand.
 #include <gtest/gtest.h>
 
+#include <array>
+
 #include "weft/plan/wave_plan.h"
 
 namespace weft {
@@ -53,6 +55,23 @@ TEST(WavePlan, SamplesInConsecutiveShares) {
   // 7 on 3: 3, 2, 2.
   const int want[7] = {0, 0, 0, 1, 1, 2, 2};
   for (int s = 0; s < 7; ++s) EXPECT_EQ(rank_of_sample(0, 3, 7, s), want[s]) << s;
+  EXPECT_EQ(samples_of_rank(0, 3, 7, 0), std::make_pair(0, 3));
+  EXPECT_EQ(samples_of_rank(0, 3, 7, 2), std::make_pair(5, 2));
+  EXPECT_EQ(samples_of_rank(0, 3, 7, 3), std::make_pair(0, 0));  // not in the piece
+  EXPECT_EQ(samples_of_rank(4, 4, 2, 7), std::make_pair(2, 0));   // more ranks than samples: none left
+  // 7 samples from ranks 0-2 (shares 3, 2, 2) to ranks 1-2 (shares 4, 3): samples 0-2 go 0 -> 1,
+  // 3 stays on 1, 4 goes 1 -> 2, 5-6 stay on 2.
+  WavePiece a, b;
+  a.first_rank = 0, a.gpus = 3, b.first_rank = 1, b.gpus = 2;
+  const std::vector<SampleBlock> x = sample_blocks(7, a, b);
+  const std::vector<std::array<int, 4>> want_blocks = {{0, 1, 0, 3}, {1, 1, 3, 1}, {1, 2, 4, 1}, {2, 2, 5, 2}};
+  ASSERT_EQ(x.size(), want_blocks.size());
+  for (size_t i = 0; i < x.size(); ++i) {
+    EXPECT_EQ(x[i].src, want_blocks[i][0]) << i;
+    EXPECT_EQ(x[i].dst, want_blocks[i][1]) << i;
+    EXPECT_EQ(x[i].first, want_blocks[i][2]) << i;
+    EXPECT_EQ(x[i].n, want_blocks[i][3]) << i;
+  }
 }
 
 TEST(WavePlan, TransfersByHand) {

@@ -90,31 +90,14 @@ WavePlan place_waves(const TaskSpec& t, const TasksPlan& p, int gpus, int gpus_p
   };
   std::vector<Range> last(p.ops.size(), Range{-1, 0});  // each operator's latest placed piece
   std::vector<int> layers_done(p.ops.size(), 0);
-  auto batch_of = [&](int op) {
-    for (const Task& task : t.tasks)
-      if (task.name == p.op_of[static_cast<size_t>(op)].task) return task.batch;
-    return 1;
-  };
-  // Samples of a batch that change rank between two placements (runs of equal ranks at a time).
+  auto batch_of = [&](int op) { return t.task(p.op_of[static_cast<size_t>(op)].task)->batch; };
+  // Samples of a batch that change rank between two placements.
   auto moved = [](int batch, const Range& a, const Range& b) {
+    WavePiece from, to;
+    from.first_rank = a.first, from.gpus = a.gpus, to.first_rank = b.first, to.gpus = b.gpus;
     long long n = 0;
-    int s = 0;
-    while (s < batch) {
-      const int ra = rank_of_sample(a.first, a.gpus, batch, s), rb = rank_of_sample(b.first, b.gpus, batch, s);
-      // Jump to the end of the shorter of the two shares holding s.
-      auto share_end = [&](const Range& r, int rank) {
-        int lo = s, hi = batch;  // first sample after s on another rank: binary search
-        while (lo + 1 < hi) {
-          const int mid = (lo + hi) / 2;
-          if (rank_of_sample(r.first, r.gpus, batch, mid) == rank) lo = mid;
-          else hi = mid;
-        }
-        return hi;
-      };
-      const int e = std::min(share_end(a, ra), share_end(b, rb));
-      if (ra != rb) n += e - s;
-      s = e;
-    }
+    for (const SampleBlock& x : sample_blocks(batch, from, to))
+      if (x.src != x.dst) n += x.n;
     return n;
   };
   for (const Wave& w : p.allocation.waves) {
@@ -131,7 +114,7 @@ WavePlan place_waves(const TaskSpec& t, const TasksPlan& p, int gpus, int gpus_p
       Want want{k, {}, 0};
       // Elements a sample carries out of operator o: its module's tokens x hidden.
       auto per_sample = [&](size_t op) {
-        const Module& m = t.modules[static_cast<size_t>(t.module_index(p.op_of[op].module))];
+        const Module& m = t.module(p.op_of[op].module);
         return static_cast<double>(m.tokens) * static_cast<double>(m.model.hidden);
       };
       if (last[o].gpus > 0) {
@@ -246,8 +229,7 @@ SharedSync shared_reduction(const TaskSpec& t, const std::vector<LayerRun>& runs
   };
   std::map<std::pair<std::string, int>, Layer> layers;  // (holder, layer)
   for (const LayerRun& r : runs) {
-    const Module& m = t.modules[static_cast<size_t>(t.module_index(r.module))];
-    Layer& L = layers[{m.shares.empty() ? m.name : m.shares, r.layer}];
+    Layer& L = layers[{t.module(r.module).holder(), r.layer}];
     std::vector<int> ranks;
     for (int x = r.first_rank; x < r.first_rank + r.gpus; ++x) ranks.push_back(x);
     L.sets.insert(std::move(ranks));
@@ -261,8 +243,7 @@ SharedSync shared_reduction(const TaskSpec& t, const std::vector<LayerRun>& runs
     std::set<int> u;
     for (const std::vector<int>& r : L.sets) u.insert(r.begin(), r.end());
     const std::vector<int> ranks(u.begin(), u.end());
-    const Module& m = t.modules[static_cast<size_t>(t.module_index(key.first))];
-    const double b = 4.0 * layer_params(m.model.layer(key.second)).total();
+    const double b = 4.0 * layer_params(t.module(key.first).model.layer(key.second)).total();
     double own = 0;
     for (const std::vector<int>& r : L.sets) own = std::max(own, ring_s(r, b));
     unions.insert(ranks);
@@ -298,14 +279,6 @@ WavesRun run_waves(const TaskSpec& t, const WavePlan& p, const CrossingTimes& x)
     auto it = x.find({static_cast<int>(to_wave), task, from, to});
     return it == x.end() ? 0.0 : it->second;
   };
-  auto flows_of = [&](const std::string& task_name) -> const Task& {
-    for (const Task& tk : t.tasks)
-      if (tk.name == task_name) return tk;
-    return t.tasks.front();  // validated: not reached
-  };
-  auto in_task = [](const Task& task, const std::string& m) {
-    return std::find(task.modules.begin(), task.modules.end(), m) != task.modules.end();
-  };
   auto run = [&](const WavePiece& pc, double ready, double len) {
     double start = ready;
     for (int r = pc.first_rank; r < pc.first_rank + pc.gpus; ++r) start = std::max(start, free_at[static_cast<size_t>(r)]);
@@ -315,7 +288,7 @@ WavesRun run_waves(const TaskSpec& t, const WavePlan& p, const CrossingTimes& x)
   for (size_t w = 0; w < W.size(); ++w)
     for (size_t k = 0; k < W[w].size(); ++k) {
       const WavePiece& pc = W[w][k];
-      const Task& task = flows_of(pc.task);
+      const Task& task = *t.task(pc.task);
       double ready = 0;
       const auto& mine = pieces_of.at({pc.task, pc.module});
       const size_t at = static_cast<size_t>(std::find(mine.begin(), mine.end(), std::make_pair(w, k)) - mine.begin());
@@ -323,7 +296,7 @@ WavesRun run_waves(const TaskSpec& t, const WavePlan& p, const CrossingTimes& x)
         ready = fwd_end[mine[at - 1].first][mine[at - 1].second] + cross(w, pc.task, pc.module, pc.module);
       } else {
         for (const Flow& f : t.flows)
-          if (f.to == pc.module && in_task(task, f.from)) {
+          if (f.to == pc.module && task.runs(f.from)) {
             const auto& src = pieces_of.at({pc.task, f.from}).back();
             ready = std::max(ready, fwd_end[src.first][src.second] + cross(w, pc.task, f.from, pc.module));
           }
@@ -333,7 +306,7 @@ WavesRun run_waves(const TaskSpec& t, const WavePlan& p, const CrossingTimes& x)
   for (size_t w = W.size(); w-- > 0;)
     for (size_t k = 0; k < W[w].size(); ++k) {
       const WavePiece& pc = W[w][k];
-      const Task& task = flows_of(pc.task);
+      const Task& task = *t.task(pc.task);
       double ready = fwd_end[w][k];
       const auto& mine = pieces_of.at({pc.task, pc.module});
       const size_t at = static_cast<size_t>(std::find(mine.begin(), mine.end(), std::make_pair(w, k)) - mine.begin());
@@ -342,7 +315,7 @@ WavesRun run_waves(const TaskSpec& t, const WavePlan& p, const CrossingTimes& x)
         ready = std::max(ready, bwd_end[nx.first][nx.second] + cross(nx.first, pc.task, pc.module, pc.module));
       } else {
         for (const Flow& f : t.flows)
-          if (f.from == pc.module && in_task(task, f.to)) {
+          if (f.from == pc.module && task.runs(f.to)) {
             const auto& dst = pieces_of.at({pc.task, f.to}).front();
             ready = std::max(ready, bwd_end[dst.first][dst.second] + cross(dst.first, pc.task, pc.module, f.to));
           }
@@ -367,7 +340,7 @@ Result<TasksPlan> plan_tasks(const TaskSpec& t, const ClusterSpec& cluster, cons
     for (const std::string& name : task.modules) {
       const auto key = std::make_pair(name, task.batch);
       if (curves.count(key)) continue;
-      const Module& m = t.modules[static_cast<size_t>(t.module_index(name))];
+      const Module& m = t.module(name);
       Result<Curve> c = module_curve(m, task.batch, cluster, N, cm, base, &cc[key]);
       if (!c.ok()) return c.error().with_context("task \"" + task.name + "\"");
       curves[key] = std::move(*c);
@@ -508,17 +481,14 @@ Result<TasksPlan> plan_tasks(const TaskSpec& t, const ClusterSpec& cluster, cons
   // alike: kept when the waves' traffic and wider reductions cost more than they gain.
   Result<TasksPlan> in_turn = priced(AllocateMode::kInTurn);
   if (!in_turn.ok()) return in_turn.error();
-  TasksPlan& q = *in_turn;
-  p.waves_step_s = p.step_time_s();
-  p.waves_makespan_s = p.allocation.makespan_s;
-  p.waves_compute_s = p.compute_s;
-  if (q.step_time_s() < p.step_time_s()) {
-    q.waves_step_s = p.waves_step_s;
-    q.waves_makespan_s = p.waves_makespan_s;
-    q.waves_compute_s = p.waves_compute_s;
-    q.in_turn = true;
-    p = std::move(q);
+  const double waves_step = p.step_time_s(), waves_makespan = p.allocation.makespan_s, waves_compute = p.compute_s;
+  if (in_turn->step_time_s() < waves_step) {
+    p = std::move(*in_turn);
+    p.in_turn = true;
   }
+  p.waves_step_s = waves_step;
+  p.waves_makespan_s = waves_makespan;
+  p.waves_compute_s = waves_compute;
   // The baselines on the same curves, with the wider reductions their placements need too (a
   // module several tasks run on different GPU counts or side by side), each task's layers final at
   // the end of its run.

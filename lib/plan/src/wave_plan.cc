@@ -64,13 +64,11 @@ Status validate(const WavePlan& p, const TaskSpec& t) {
     for (size_t k = 0; k < p.waves[w].size(); ++k) {
       const WavePiece& pc = p.waves[w][k];
       const std::string piece = where + ", " + pc.task + "/" + pc.module;
-      const Task* task = nullptr;
-      for (const Task& x : t.tasks)
-        if (x.name == pc.task) task = &x;
+      const Task* task = t.task(pc.task);
       if (!task) return fail(piece + ": task \"" + pc.task + "\" is not in the task file");
-      if (std::find(task->modules.begin(), task->modules.end(), pc.module) == task->modules.end())
+      if (!task->runs(pc.module))
         return fail(piece + ": task \"" + pc.task + "\" does not run module \"" + pc.module + "\"");
-      const Module& m = t.modules[static_cast<size_t>(t.module_index(pc.module))];
+      const Module& m = t.module(pc.module);
       if (pc.gpus < 1 || pc.first_rank < 0 || pc.first_rank + pc.gpus > p.world)
         return fail(piece + ": ranks [" + std::to_string(pc.first_rank) + ", " + std::to_string(pc.first_rank + pc.gpus) +
                     ") are not within the " + std::to_string(p.world) + " ranks of the plan");
@@ -92,11 +90,9 @@ Status validate(const WavePlan& p, const TaskSpec& t) {
       if (s.first_wave < 0) {
         s.first_wave = static_cast<int>(w);
         for (const Flow& f : t.flows) {
-          if (f.to != pc.module ||
-              std::find(task->modules.begin(), task->modules.end(), f.from) == task->modules.end())
-            continue;
+          if (f.to != pc.module || !task->runs(f.from)) continue;
           auto it = ops.find({pc.task, f.from});
-          const Module& src = t.modules[static_cast<size_t>(t.module_index(f.from))];
+          const Module& src = t.module(f.from);
           if (it == ops.end() || it->second.layers < src.model.num_layers() || it->second.last_wave >= static_cast<int>(w))
             return fail(piece + ": starts before " + pc.task + "/" + f.from + ", which flows into it, has finished");
         }
@@ -107,7 +103,7 @@ Status validate(const WavePlan& p, const TaskSpec& t) {
   }
   for (const Task& task : t.tasks)
     for (const std::string& name : task.modules) {
-      const int L = t.modules[static_cast<size_t>(t.module_index(name))].model.num_layers();
+      const int L = t.module(name).model.num_layers();
       auto it = ops.find({task.name, name});
       const int ran = it == ops.end() ? 0 : it->second.layers;
       if (ran != L)
@@ -134,11 +130,41 @@ WavePlan sequential_wave_plan(const TaskSpec& t, int world) {
   return p;
 }
 
+namespace {
+
+// The first sample of share i (0 <= i <= gpus; share gpus starts at the batch's end): shares of
+// batch / gpus, the first batch % gpus one more.
+int share_start(int gpus, int batch, int i) {
+  const int q = batch / gpus, rem = batch % gpus;
+  return i < rem ? i * (q + 1) : rem * (q + 1) + (i - rem) * q;
+}
+
+}  // namespace
+
 int rank_of_sample(int first_rank, int gpus, int batch, int s) {
-  // Shares of batch / gpus, the first batch % gpus ranks one more.
   const int q = batch / gpus, rem = batch % gpus;
   const int big = rem * (q + 1);
   return first_rank + (s < big ? s / (q + 1) : rem + (q > 0 ? (s - big) / q : 0));
+}
+
+std::pair<int, int> samples_of_rank(int first_rank, int gpus, int batch, int rank) {
+  const int i = rank - first_rank;
+  if (i < 0 || i >= gpus) return {0, 0};
+  const int first = share_start(gpus, batch, i);
+  return {first, share_start(gpus, batch, i + 1) - first};
+}
+
+std::vector<SampleBlock> sample_blocks(int batch, const WavePiece& a, const WavePiece& b) {
+  std::vector<SampleBlock> out;
+  int s = 0;
+  while (s < batch) {
+    const int ra = rank_of_sample(a.first_rank, a.gpus, batch, s), rb = rank_of_sample(b.first_rank, b.gpus, batch, s);
+    const int e = std::min(share_start(a.gpus, batch, ra - a.first_rank + 1),
+                           share_start(b.gpus, batch, rb - b.first_rank + 1));
+    out.push_back({ra, rb, s, e - s});
+    s = e;
+  }
+  return out;
 }
 
 std::vector<WaveTransfer> wave_transfers(const WavePlan& p, const TaskSpec& t) {
@@ -152,17 +178,8 @@ std::vector<WaveTransfer> wave_transfers(const WavePlan& p, const TaskSpec& t) {
     for (const WavePiece& pc : p.waves[w]) pieces[{pc.task, pc.module}].push_back({static_cast<int>(w), &pc});
   auto cross = [&](const Task& task, const Module& src, const Placed& a, const Placed& b, const std::string& to) {
     const std::int64_t per_sample = static_cast<std::int64_t>(src.tokens) * src.model.hidden;
-    int s = 0;
-    while (s < task.batch) {
-      const int ra = rank_of_sample(a.pc->first_rank, a.pc->gpus, task.batch, s);
-      const int rb = rank_of_sample(b.pc->first_rank, b.pc->gpus, task.batch, s);
-      int e = s + 1;
-      while (e < task.batch && rank_of_sample(a.pc->first_rank, a.pc->gpus, task.batch, e) == ra &&
-             rank_of_sample(b.pc->first_rank, b.pc->gpus, task.batch, e) == rb)
-        ++e;
-      if (ra != rb) out.push_back({b.wave, task.name, src.name, to, ra, rb, s, e - s, (e - s) * per_sample});
-      s = e;
-    }
+    for (const SampleBlock& x : sample_blocks(task.batch, *a.pc, *b.pc))
+      if (x.src != x.dst) out.push_back({b.wave, task.name, src.name, to, x.src, x.dst, x.first, x.n, x.n * per_sample});
   };
   for (const Task& task : t.tasks)
     for (int mi : multitask::task_order(t, task)) {

@@ -44,10 +44,6 @@ uint64_t fnv(const std::string& s, uint64_t h = 1469598103934665603ull) {
   return h;
 }
 
-const Module& module_of(const TaskSpec& t, const std::string& name) {
-  return t.modules[static_cast<size_t>(t.module_index(name))];
-}
-std::string holder_of(const Module& m) { return m.shares.empty() ? m.name : m.shares; }
 
 // What this runtime runs of a task file; errors name the task or module.
 Status check_runnable(const TaskSpec& t) {
@@ -65,9 +61,9 @@ Status check_runnable(const TaskSpec& t) {
       if (L.kind != LayerKind::kEncoder && L.kind != LayerKind::kDecoder) return bad("a cross-attention layer");
       if (L.hidden != s.hidden) return bad("a layer whose hidden size differs from the module's");
     }
-    if (!m.shares.empty() && module_of(t, m.shares).tokens < m.tokens)
+    if (!m.shares.empty() && t.module(m.shares).tokens < m.tokens)
       return bad("tokens " + std::to_string(m.tokens) + " beyond the positions of \"" + m.shares + "\" (" +
-                 std::to_string(module_of(t, m.shares).tokens) + ")");
+                 std::to_string(t.module(m.shares).tokens) + ")");
   }
   for (const Task& task : t.tasks) {
     if (task.loss != "lm" && !task.loss.empty())
@@ -75,13 +71,11 @@ Status check_runnable(const TaskSpec& t) {
                                              "\" is not one weft train --tasks runs (lm: each last module's "
                                              "token cross-entropy)"};
     for (const Flow& f : t.flows) {
-      const bool both = std::count(task.modules.begin(), task.modules.end(), f.from) &&
-                        std::count(task.modules.begin(), task.modules.end(), f.to);
-      if (both && module_of(t, f.from).tokens > module_of(t, f.to).tokens)
+      if (task.runs(f.from) && task.runs(f.to) && t.module(f.from).tokens > t.module(f.to).tokens)
         return Error{ErrorKind::kBadInput, "task \"" + task.name + "\": flow " + f.from + " -> " + f.to + ": " +
-                                               std::to_string(module_of(t, f.from).tokens) +
+                                               std::to_string(t.module(f.from).tokens) +
                                                " tokens do not fit in the " +
-                                               std::to_string(module_of(t, f.to).tokens) + " of the target"};
+                                               std::to_string(t.module(f.to).tokens) + " of the target"};
     }
   }
   return {};
@@ -178,35 +172,6 @@ at::Tensor layer(const at::Tensor& x, const LayerShape& L, NormKind nk, Params& 
   return y + at::linear(u, w("w2"), bias("b2"));
 }
 
-// Sample blocks between two placements of one batch (src == dst included).
-struct Block {
-  int src, dst, first, n;
-};
-std::vector<Block> blocks(const WavePiece& a, const WavePiece& b, int batch) {
-  std::vector<Block> out;
-  int s = 0;
-  while (s < batch) {
-    const int ra = rank_of_sample(a.first_rank, a.gpus, batch, s), rb = rank_of_sample(b.first_rank, b.gpus, batch, s);
-    int e = s + 1;
-    while (e < batch && rank_of_sample(a.first_rank, a.gpus, batch, e) == ra &&
-           rank_of_sample(b.first_rank, b.gpus, batch, e) == rb)
-      ++e;
-    out.push_back({ra, rb, s, e - s});
-    s = e;
-  }
-  return out;
-}
-
-std::pair<int, int> my_samples(const WavePiece& p, int batch, int rank) {
-  int first = -1, n = 0;
-  for (int s = 0; s < batch; ++s)
-    if (rank_of_sample(p.first_rank, p.gpus, batch, s) == rank) {
-      if (first < 0) first = s;
-      ++n;
-    }
-  return {std::max(first, 0), n};
-}
-
 }  // namespace
 
 Status train_tasks(const TrainOptions& o) {
@@ -231,9 +196,7 @@ Status train_tasks(const TrainOptions& o) {
                                            std::to_string(env.world) + " (WORLD_SIZE)"};
   for (const auto& w : plan.waves)
     for (const WavePiece& pc : w) {
-      int batch = 0;
-      for (const Task& task : t.tasks)
-        if (task.name == pc.task) batch = task.batch;
+      const int batch = t.task(pc.task)->batch;
       if (pc.gpus > batch)
         return Error{ErrorKind::kBadInput, "plan: " + pc.task + "/" + pc.module + " on " + std::to_string(pc.gpus) +
                                                " ranks, more than the task's batch of " + std::to_string(batch) +
@@ -253,23 +216,23 @@ Status train_tasks(const TrainOptions& o) {
     std::vector<const Module*> sources;
   };
   std::map<std::pair<std::string, std::string>, Op> ops;
+  std::map<const WavePiece*, std::pair<const Op*, int>> where;  // each piece's operator and its index there
   for (size_t w = 0; w < plan.waves.size(); ++w)
     for (const WavePiece& pc : plan.waves[w]) {
       Op& op = ops[{pc.task, pc.module}];
-      for (const Task& task : t.tasks)
-        if (task.name == pc.task) op.task = &task;
-      op.m = &module_of(t, pc.module);
+      op.task = t.task(pc.task);
+      op.m = &t.module(pc.module);
+      where[&pc] = {&op, static_cast<int>(op.pieces.size())};
       op.pieces.push_back({static_cast<int>(w), &pc});
     }
   for (auto& [key, op] : ops)
     for (const Flow& f : t.flows) {
-      const auto& mods = op.task->modules;
-      if (f.from == op.m->name && std::count(mods.begin(), mods.end(), f.to)) op.sink = false;
-      if (f.to == op.m->name && std::count(mods.begin(), mods.end(), f.from)) op.sources.push_back(&module_of(t, f.from));
+      if (f.from == op.m->name && op.task->runs(f.to)) op.sink = false;
+      if (f.to == op.m->name && op.task->runs(f.from)) op.sources.push_back(&t.module(f.from));
     }
   for (auto& [key, op] : ops) {
     const Module& m = *op.m;
-    const std::string h = holder_of(m);
+    const std::string h = m.holder();
     const ModelSpec& s = m.model;
     const bool rms = s.norm == NormKind::kRmsNorm;
     for (const auto& [w, pc] : op.pieces) {
@@ -278,7 +241,7 @@ Status train_tasks(const TrainOptions& o) {
       auto use = [&](Param& p) { p.users.insert(ranks.begin(), ranks.end()); };
       if (pc->first_layer == 0) {
         use(ps.add(h + ".embed", {s.vocab, s.hidden}, Param::kNormal));
-        use(ps.add(h + ".pos", {module_of(t, h).tokens, s.hidden}, Param::kNormal));
+        use(ps.add(h + ".pos", {t.module(h).tokens, s.hidden}, Param::kNormal));
         for (const Module* src : op.sources)
           use(ps.add(h + ".from." + src->name, {s.hidden, src->model.hidden}, Param::kNormal));
       }
@@ -334,17 +297,16 @@ Status train_tasks(const TrainOptions& o) {
     int from_piece;  // index in from->pieces
     const Op* to;
     int to_piece;
-    Block b;
+    SampleBlock b;
     int64_t tokens, hidden;  // of what travels (the producer's module)
   };
   std::vector<Edge> edges;
   for (size_t w = 0; w < plan.waves.size(); ++w)
     for (const WavePiece& pc : plan.waves[w]) {
-      const Op& op = ops.at({pc.task, pc.module});
-      int k = 0;
-      while (op.pieces[static_cast<size_t>(k)].second != &pc) ++k;
+      const auto [op_p, k] = where.at(&pc);
+      const Op& op = *op_p;
       auto link = [&](const Op& src, int sk) {
-        for (const Block& b : blocks(*src.pieces[static_cast<size_t>(sk)].second, pc, op.task->batch))
+        for (const SampleBlock& b : sample_blocks(op.task->batch, *src.pieces[static_cast<size_t>(sk)].second, pc))
           edges.push_back({&src, sk, &op, k, b, src.m->tokens, src.m->model.hidden});
       };
       if (k > 0) link(op, k - 1);
@@ -362,7 +324,6 @@ Status train_tasks(const TrainOptions& o) {
     struct Run {
       at::Tensor out;                       // [n, tokens, hidden] for this rank's samples
       at::Tensor loss;                      // its loss share, when the op's last piece and a sink
-      at::Tensor out_grad;
       int first = 0, n = 0;
       std::vector<std::pair<int, at::Tensor>> leaves;  // (edge, leaf [b.n, tokens, hidden])
     };
@@ -376,13 +337,12 @@ Status train_tasks(const TrainOptions& o) {
     for (size_t w = 0; w < plan.waves.size(); ++w) {
       for (const WavePiece& pc : plan.waves[w]) {
         if (me < pc.first_rank || me >= pc.first_rank + pc.gpus) continue;
-        const Op& op = ops.at({pc.task, pc.module});
-        int k = 0;
-        while (op.pieces[static_cast<size_t>(k)].second != &pc) ++k;
+        const auto [op_p, k] = where.at(&pc);
+        const Op& op = *op_p;
         Run& run = runs[{&op, k}];
-        std::tie(run.first, run.n) = my_samples(pc, op.task->batch, me);
+        std::tie(run.first, run.n) = samples_of_rank(pc.first_rank, pc.gpus, op.task->batch, me);
         const Module& m = *op.m;
-        const std::string h = holder_of(m);
+        const std::string h = m.holder();
         // Inputs: the blocks of every edge into this piece that land here.
         std::map<const Op*, std::vector<std::pair<int, at::Tensor>>> in;  // producer -> (first, leaf)
         for (size_t e = 0; e < edges.size(); ++e) {
@@ -452,9 +412,8 @@ Status train_tasks(const TrainOptions& o) {
     for (size_t w = plan.waves.size(); w-- > 0;) {
       for (const WavePiece& pc : plan.waves[w]) {
         if (me < pc.first_rank || me >= pc.first_rank + pc.gpus) continue;
-        const Op& op = ops.at({pc.task, pc.module});
-        int k = 0;
-        while (op.pieces[static_cast<size_t>(k)].second != &pc) ++k;
+        const auto [op_p, k] = where.at(&pc);
+        const Op& op = *op_p;
         Run& run = runs.at({&op, k});
         at::Tensor g = at::zeros_like(run.out);
         bool any = false;

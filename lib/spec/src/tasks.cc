@@ -5,6 +5,7 @@
 #include <map>
 #include <set>
 
+#include "weft/core/assert.h"
 #include "weft/spec/presets.h"
 
 namespace weft::multitask {
@@ -59,6 +60,22 @@ int TaskSpec::module_index(const std::string& n) const {
   for (size_t i = 0; i < modules.size(); ++i)
     if (modules[i].name == n) return static_cast<int>(i);
   return -1;
+}
+
+const Module& TaskSpec::module(const std::string& n) const {
+  const int i = module_index(n);
+  WEFT_ASSERT(i >= 0, "a module the task file does not have");
+  return modules[static_cast<size_t>(i)];
+}
+
+const Task* TaskSpec::task(const std::string& n) const {
+  for (const Task& x : tasks)
+    if (x.name == n) return &x;
+  return nullptr;
+}
+
+bool Task::runs(const std::string& module) const {
+  return std::find(modules.begin(), modules.end(), module) != modules.end();
 }
 
 Status validate(const TaskSpec& t) {

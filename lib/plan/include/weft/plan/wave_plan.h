@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "weft/core/error.h"
@@ -51,6 +52,15 @@ WavePlan sequential_wave_plan(const multitask::TaskSpec& t, int world);
 // The rank of a piece that holds sample s of a batch of `batch` (consecutive shares, the first
 // ranks one sample more when gpus does not divide the batch).
 int rank_of_sample(int first_rank, int gpus, int batch, int s);
+// The samples [first, first + n) that `rank` holds of such a piece ({0, 0}: none).
+std::pair<int, int> samples_of_rank(int first_rank, int gpus, int batch, int rank);
+
+// The batch's samples from one piece's ranks to another's, in runs of consecutive samples with
+// one rank on each side (src == dst included: the samples that stay), in sample order.
+struct SampleBlock {
+  int src = 0, dst = 0, first = 0, n = 0;
+};
+std::vector<SampleBlock> sample_blocks(int batch, const WavePiece& from, const WavePiece& to);
 
 // Activations crossing between pieces, forward (their gradients return the same way): from an
 // operator's piece to its next piece (the hidden states at that layer), and from the last piece of

@@ -20,6 +20,8 @@ struct Module {
                        // projection head; an LLM's vocabulary)
   int tokens = 0;      // tokens per sample it runs on
   std::string shares;  // another module whose parameters it uses (empty: its own)
+  // The module whose parameters it runs (itself, or the one it shares).
+  const std::string& holder() const { return shares.empty() ? name : shares; }
 };
 
 struct Flow {
@@ -31,6 +33,7 @@ struct Task {
   std::vector<std::string> modules;  // the modules the task runs (their flows among them)
   int batch = 0;                     // samples per step
   std::string loss;                  // a label ("contrastive", "lm", ...); the plan does not read it
+  bool runs(const std::string& module) const;
 };
 
 struct TaskSpec {
@@ -39,6 +42,8 @@ struct TaskSpec {
   std::vector<Flow> flows;
   std::vector<Task> tasks;
   int module_index(const std::string& name) const;  // -1 if none
+  const Module& module(const std::string& name) const;  // one that exists (an invariant)
+  const Task* task(const std::string& name) const;      // nullptr if none
 };
 
 // Parses a task file; every error names the field, the task or module and the numbers (a task
