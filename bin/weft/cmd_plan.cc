@@ -474,7 +474,7 @@ void run_plan_tasks(const PlanFlags& f) {
               p.task_greedy_s / step);
   std::printf("bound         %10.4f s  continuous relaxation: weft at %.3fx of it\n", p.allocation.bound_s,
               step / p.allocation.bound_s);
-  std::printf("              Spindle's waves' run alone at %.3fx\n", p.waves_compute_s / p.allocation.bound_s);
+  std::printf("              the waves' run alone at %.3fx\n", p.waves_compute_s / p.allocation.bound_s);
   std::printf("run it        --format json > plan.json, then\n"
               "              weft launch -n %d -- weft train --tasks FILE --plan plan.json\n", N);
   std::printf("planned in %.1f ms from the modules' curves (%.0f ms of searches)\n", p.plan_ms, p.curve_ms);

@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <iostream>
 #include <string>
@@ -347,6 +348,87 @@ TEST(Allocator, NeverWorseThanOneAfterAnotherOnPerfectScaling) {
   EXPECT_NEAR(a->bound_s, area / 32, 1e-9);
   EXPECT_LE(a->makespan_s, a->bound_s * (1 + 1e-9));
   EXPECT_LE(a->makespan_s, one_by_one(ops, 32) * (1 + 1e-12));
+}
+
+// The packed plan run without barriers, as plan_tasks.h run_waves runs it on one level: each piece
+// starts when its ranks are free and its operator's previous piece has ended. Also checks the
+// ranks: fixed, inside N, disjoint within a wave.
+double run_packed(const std::vector<Op>& ops, int gpus, const Allocation& a) {
+  std::vector<double> free_at(static_cast<size_t>(gpus), 0.0), op_end(ops.size(), 0.0);
+  for (size_t w = 0; w < a.waves.size(); ++w) {
+    std::vector<int> owner(static_cast<size_t>(gpus), -1);
+    for (const Piece& p : a.waves[w].pieces) {
+      EXPECT_GE(p.first_rank, 0) << "wave " << w << ": a packed piece has its ranks";
+      EXPECT_LE(p.first_rank + p.gpus, gpus) << "wave " << w;
+      if (p.first_rank < 0 || p.first_rank + p.gpus > gpus) return 0;
+      double start = op_end[static_cast<size_t>(p.op)];
+      for (int r = p.first_rank; r < p.first_rank + p.gpus; ++r) {
+        EXPECT_EQ(owner[static_cast<size_t>(r)], -1) << "wave " << w << ": rank " << r << " twice";
+        owner[static_cast<size_t>(r)] = p.op;
+        start = std::max(start, free_at[static_cast<size_t>(r)]);
+      }
+      for (int r = p.first_rank; r < p.first_rank + p.gpus; ++r) free_at[static_cast<size_t>(r)] = start + p.time_s;
+      op_end[static_cast<size_t>(p.op)] = start + p.time_s;
+    }
+  }
+  return *std::max_element(free_at.begin(), free_at.end());
+}
+
+TEST(Allocator, PackedGroupsWrapAnOperatorAroundByHand) {
+  // Three operators of 6 layers, one second a layer on one GPU (t(n) = 1 / n on 1 and 2), on 2
+  // GPUs: the bound is 18 / 2 = 9 s. Packed within 9 s on two 1-GPU groups: a runs whole on rank 0
+  // (0-6 s); b's last 3 layers end rank 0 (6-9 s) and its first 3 start rank 1 (0-3 s); c runs on
+  // rank 1 (3-9 s). Both ranks end at the bound.
+  const std::vector<Op> ops{op("a", 6, perfect(1, 2)), op("b", 6, perfect(1, 2)), op("c", 6, perfect(1, 2))};
+  auto a = allocate(ops, 2, {}, AllocateMode::kPacked);
+  ASSERT_TRUE(a.ok()) << a.error().message;
+  check_plan(ops, 2, *a);
+  EXPECT_NEAR(a->bound_s, 9, 1e-9);
+  ASSERT_EQ(a->waves.size(), 2u);
+  auto piece = [&](size_t w, size_t k) {
+    const Piece& p = a->waves[w].pieces.at(k);
+    return std::vector<int>{p.op, p.first_rank, p.gpus, p.layers};
+  };
+  ASSERT_EQ(a->waves[0].pieces.size(), 2u);
+  ASSERT_EQ(a->waves[1].pieces.size(), 2u);
+  EXPECT_EQ(piece(0, 0), (std::vector<int>{0, 0, 1, 6}));  // a on rank 0
+  EXPECT_EQ(piece(0, 1), (std::vector<int>{1, 1, 1, 3}));  // b's first 3 layers on rank 1
+  EXPECT_EQ(piece(1, 0), (std::vector<int>{1, 0, 1, 3}));  // b's last 3 on rank 0, after a
+  EXPECT_EQ(piece(1, 1), (std::vector<int>{2, 1, 1, 6}));  // c on rank 1
+  EXPECT_NEAR(run_packed(ops, 2, *a), 9, 1e-9);
+  // Reversed: each rank's pieces in the other order, b's first 3 layers now opening rank 0.
+  auto r = allocate(ops, 2, {}, AllocateMode::kPackedReversed);
+  ASSERT_TRUE(r.ok()) << r.error().message;
+  check_plan(ops, 2, *r);
+  ASSERT_EQ(r->waves.size(), 2u);
+  const std::vector<int> first_b{r->waves[0].pieces.at(0).op, r->waves[0].pieces.at(0).first_rank,
+                                 r->waves[0].pieces.at(0).layers};
+  EXPECT_EQ(first_b, (std::vector<int>{1, 0, 3}));
+  EXPECT_NEAR(run_packed(ops, 2, *r), 9, 1e-9);
+}
+
+TEST(Allocator, PackedGroupsKeepEveryRuleAndRunNearTheBound) {
+  for (AllocateMode mode : {AllocateMode::kPacked, AllocateMode::kPackedReversed})
+    for (int k : {4, 7, 10})
+      for (int n : {8, 16, 32}) {
+        SCOPED_TRACE(std::to_string(k) + " ops on " + std::to_string(n) +
+                     (mode == AllocateMode::kPacked ? "" : ", reversed"));
+        const std::vector<Op> ops = unequal_ops(k);
+        auto a = allocate(ops, n, {}, mode);
+        ASSERT_TRUE(a.ok()) << a.error().message;
+        check_plan(ops, n, *a);
+        auto wave = allocate(ops, n, {}, AllocateMode::kWavefront);
+        ASSERT_TRUE(wave.ok());
+        const double packed = run_packed(ops, n, *a);
+        // Whole layers and whole counts keep it above the bound; no barrier between waves keeps it
+        // below the waves one after another.
+        EXPECT_GE(packed, a->bound_s * (1 - 1e-9));
+        EXPECT_LE(packed, a->makespan_s * (1 + 1e-9));
+        EXPECT_LT(packed, wave->makespan_s);
+        std::cout << "[ info ] " << k << " ops on " << n << " GPUs" << (mode == AllocateMode::kPacked ? "" : " reversed")
+                  << ": packed run/bound " << packed / a->bound_s << ", wavefront waves/bound "
+                  << wave->makespan_s / wave->bound_s << "\n";
+      }
 }
 
 TEST(Allocator, DiscretisationSplitsLayersBetweenNeighbouringCounts) {

@@ -36,6 +36,19 @@ const char* kFourRanks = R"({"kind": "tasks", "format_version": 1, "world": 4, "
  {"modules": [{"task": "b", "module": "backbone", "first_rank": 1, "gpus": 3, "first_layer": 1, "layers": 1}]}
 ]})";
 
+// The shapes packed groups give (weft/multitask/allocator.h, AllocateMode::kPacked): enc_a wrapped
+// around, its first two layers on ranks 2-3 and its last two on rank 0 two waves later; the group of
+// ranks 0-1 running enc_b, then cut into two single-rank slots (b's backbone's first layer on rank
+// 1 beside enc_a's tail on rank 0); b's second backbone layer on ranks 2-3; a's backbone on all.
+const char* kPackedShape = R"({"kind": "tasks", "format_version": 1, "world": 4, "waves": [
+ {"modules": [{"task": "b", "module": "enc_b", "first_rank": 0, "gpus": 2, "first_layer": 0, "layers": 1},
+              {"task": "a", "module": "enc_a", "first_rank": 2, "gpus": 2, "first_layer": 0, "layers": 2}]},
+ {"modules": [{"task": "b", "module": "backbone", "first_rank": 1, "gpus": 1, "first_layer": 0, "layers": 1}]},
+ {"modules": [{"task": "a", "module": "enc_a", "first_rank": 0, "gpus": 1, "first_layer": 2, "layers": 2},
+              {"task": "b", "module": "backbone", "first_rank": 2, "gpus": 2, "first_layer": 1, "layers": 1}]},
+ {"modules": [{"task": "a", "module": "backbone", "first_rank": 0, "gpus": 4, "first_layer": 0, "layers": 2}]}
+]})";
+
 // An encoder + LLM, the encoder on every rank of the LLM's two pipeline stages (each stage two
 // ranks, data parallel): Optimus's colocation, without its bubble scheduling.
 const char* kVitGpt = R"({"name": "vit-gpt",
@@ -109,6 +122,18 @@ TEST(RuntimeTasks, TwoEncodersSideBySideThenTheSharedBackbone) {
   }
   EXPECT_GT(enc_b, 0);
   EXPECT_EQ(got.summary.at("local_params_rank0").get<double>(), total - enc_b);
+  std::filesystem::remove_all(dir);
+}
+
+TEST(RuntimeTasks, WrappedAndSubdividedGroupsMatchOneProcess) {
+  const std::string dir = temp_dir("tasks_packed");
+  const std::string tasks = write(dir, "two.json", kTwoTasks), plan = write(dir, "plan.json", kPackedShape);
+  Result<WavePlan> p = load_wave_plan(plan);
+  ASSERT_TRUE(p.ok()) << p.error().message;
+  Result<multitask::TaskSpec> t = multitask::load_tasks(tasks);
+  ASSERT_TRUE(t.ok());
+  ASSERT_TRUE(validate(*p, *t).ok()) << validate(*p, *t).error().message;
+  expect_tasks_parity(dir, tasks, plan);
   std::filesystem::remove_all(dir);
 }
 

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <map>
 
 #include "weft/core/format.h"
 
@@ -351,6 +352,248 @@ double replanned_waves(const std::vector<Op>& ops, const std::vector<int>& level
   return now;
 }
 
+// Groups packed by wrap-around (McNaughton's rule, on whole layers and GPU groups): the GPUs are cut
+// into groups of valid counts, each running its pieces one after another within a length C. An
+// operator that does not fit in what is left of the open slot runs its last k layers at the end of
+// it and its first layers at the start of the next slot (a sub-slot, below, or a new group from
+// time 0): with s_A, s_B the two slots' free times and r the first layers' time, s_B + r <= C and
+// max(s_A, s_B + r) + k t_A <= C keep the two apart and within C. An operator of a smaller count
+// that runs whole in what is left of the open slot cuts that remainder into sub-slots of its count
+// (a group of 16 GPUs running a large operator, then four of 4 running small ones), as a buddy
+// allocator halves a block; where its own count does not run it whole there, the fewest GPUs above
+// it that do. C is bisected from the level's continuous bound; the run
+// (plan_tasks.h run_waves) has no barrier between waves, so a slot's pieces follow one another as
+// packed here.
+
+// `gpus` GPUs of group `group` from its `offset`-th, free from `end`.
+struct Slot {
+  int group = -1, offset = 0, gpus = 0;
+  double end = 0;
+};
+// A piece in a slot.
+struct Placed {
+  Piece piece;  // op, gpus, layers, time_s
+  double start_s = 0;
+  int group = 0, offset = 0;
+};
+struct Packing {
+  std::vector<int> groups;     // each group's GPUs
+  std::vector<Placed> pieces;  // an operator's pieces in the order of its layers
+  double end_s = 0;
+};
+
+bool valid_count(const Curve& c, int n) { return std::find(c.n.begin(), c.n.end(), n) != c.n.end(); }
+
+// The valid count <= N of least GPU-seconds per layer among those running the whole operator
+// within c (fewer GPUs on a tie); 0 when none does.
+int count_within(const Op& op, double c, int gpus) {
+  int best = 0;
+  for (int n : op.curve.n) {
+    if (n > gpus || op.layers * op.curve.at(n) > c * (1 + 1e-9)) continue;
+    if (best == 0 || n * op.curve.at(n) < best * op.curve.at(best) * (1 - 1e-12)) best = n;
+  }
+  return best;
+}
+
+// The order in which pack() takes the operators (by their counts, largest first or smallest, then
+// by their time there, longest first or shortest) and the new group an operator's first layers
+// open when no sub-slot is left (the fewest GPUs that can, or its own count). Order v of the
+// kPackOrders: bit 2 smaller counts first, bit 0 shortest first, bit 1 own count.
+struct PackOrder {
+  bool smaller_counts_first = false, shortest_first = false, own_count_for_split = false;
+};
+
+// Packs the level within c in that order. Returns false when N GPUs do not hold the groups.
+bool pack(const std::vector<Op>& ops, const std::vector<int>& level, int gpus, double c, const PackOrder& order,
+          Packing* out) {
+  const double cap = c * (1 + 1e-9);
+  struct Item {
+    int op, count;
+    double time;
+  };
+  std::vector<Item> items;
+  for (int i : level) {
+    const Op& op = ops[static_cast<size_t>(i)];
+    const int n = count_within(op, c, gpus);
+    if (n == 0) return false;
+    items.push_back({i, n, op.layers * op.curve.at(n)});
+  }
+  std::stable_sort(items.begin(), items.end(), [&](const Item& a, const Item& b) {
+    if (a.count != b.count) return order.smaller_counts_first ? a.count < b.count : a.count > b.count;
+    return order.shortest_first ? a.time < b.time : a.time > b.time;
+  });
+  Packing& p = *out;
+  p = Packing{};
+  std::vector<Slot> slots;  // slots[cur] is open; the sub-slots after it wait their turn
+  size_t cur = 0;
+  int used = 0;
+  auto place = [&](int op, const Slot& s, int layers, double per_layer, double start) {
+    Placed x;
+    x.piece = {op, s.gpus, layers, layers * per_layer};
+    x.start_s = start;
+    x.group = s.group;
+    x.offset = s.offset;
+    p.pieces.push_back(x);
+    p.end_s = std::max(p.end_s, start + x.piece.time_s);
+    return start + x.piece.time_s;
+  };
+  auto fresh = [&](int n) {
+    p.groups.push_back(n);
+    used += n;
+    slots.push_back({static_cast<int>(p.groups.size()) - 1, 0, n, 0.0});
+  };
+  for (const Item& it : items) {
+    const Op& op = ops[static_cast<size_t>(it.op)];
+    const int L = op.layers;
+    bool done = false;
+    while (!done && cur < slots.size()) {
+      int sub = 0;  // the fewest GPUs, from its own count, that run it whole in what is left
+      for (int n : op.curve.n)
+        if (sub == 0 && n >= it.count && n < slots[cur].gpus && slots[cur].gpus % n == 0 &&
+            slots[cur].end + L * op.curve.at(n) <= cap)
+          sub = n;
+      if (sub > 0) {
+        const Slot parent = slots[cur];
+        std::vector<Slot> subs;
+        for (int j = 0; j < parent.gpus / sub; ++j) subs.push_back({parent.group, parent.offset + j * sub, sub, parent.end});
+        slots.erase(slots.begin() + static_cast<long>(cur));
+        slots.insert(slots.begin() + static_cast<long>(cur), subs.begin(), subs.end());
+      }
+      if (!valid_count(op.curve, slots[cur].gpus)) {
+        ++cur;
+        continue;
+      }
+      const double ta = op.curve.at(slots[cur].gpus);
+      if (slots[cur].end + L * ta <= cap) {  // the whole operator in what is left of the slot
+        slots[cur].end = place(it.op, slots[cur], L, ta, slots[cur].end);
+        done = true;
+        break;
+      }
+      std::vector<Slot> next;  // where its first layers may go
+      if (cur + 1 < slots.size()) {
+        next.push_back(slots[cur + 1]);
+      } else {
+        for (int nb : op.curve.n) {
+          if (nb > it.count || used + nb > gpus) break;
+          if (order.own_count_for_split && nb != it.count) continue;
+          next.push_back({-1, 0, nb, 0.0});
+        }
+      }
+      for (const Slot& b : next) {
+        if (!valid_count(op.curve, b.gpus)) continue;
+        const double tb = op.curve.at(b.gpus);
+        int k = L - 1;
+        for (; k >= 1; --k) {
+          const double r = (L - k) * tb;
+          if (b.end + r <= cap && std::max(slots[cur].end, b.end + r) + k * ta <= cap) break;
+        }
+        if (k < 1) continue;
+        if (b.group < 0) fresh(b.gpus);  // at cur + 1: no sub-slot was waiting
+        const double first_end = place(it.op, slots[cur + 1], L - k, tb, slots[cur + 1].end);
+        slots[cur + 1].end = first_end;
+        slots[cur].end = place(it.op, slots[cur], k, ta, std::max(slots[cur].end, first_end));
+        ++cur;
+        done = true;
+        break;
+      }
+      if (!done) ++cur;  // what is left of this slot stays idle
+    }
+    if (done) continue;
+    if (used + it.count > gpus) return false;
+    fresh(it.count);
+    cur = slots.size() - 1;
+    slots[cur].end = place(it.op, slots[cur], L, op.curve.at(it.count), 0.0);
+  }
+  return true;
+}
+
+// Wrap-around packing of one level (above): in each order of PackOrder (or only `order`, when it is
+// 0 to kPackOrders - 1) the least c that packs, by bisection; the order whose groups end first
+// kept. The groups get ranks largest first (a group of a power-of-two count then starts at a
+// multiple of it and stays inside a node when it fits in one). `reversed` runs the packing
+// backwards in time (each piece at C - its end; an operator's pieces then in the other order, its
+// first layers in the piece that now comes first), so that the operators packed first, of the
+// largest counts, run their forwards last and their backwards first, and their gradients'
+// reductions start early. The waves number the pieces by start: each after the pieces before it
+// on its ranks and its operator's earlier piece. Appends the waves from `start_s` and returns the
+// level's end, the waves one after another; +inf when no length packs.
+double packed(const std::vector<Op>& ops, const std::vector<int>& level, int gpus, double bound_s, int order,
+              bool reversed, double start_s, std::vector<Wave>* waves) {
+  Packing best, trial;
+  double best_end = kInf;
+  for (int v = 0; v < kPackOrders; ++v) {
+    if (order >= 0 && v != order) continue;
+    const PackOrder o{(v & 4) != 0, (v & 1) != 0, (v & 2) != 0};
+    // The least c that packs in this order, by bisection; the packing that ends first kept.
+    Packing mine;
+    double mine_end = kInf;
+    auto tryc = [&](double c) {
+      if (!pack(ops, level, gpus, c, o, &trial)) return false;
+      if (trial.end_s < mine_end) mine_end = trial.end_s, mine = trial;
+      return true;
+    };
+    double low = bound_s, high = bound_s;
+    for (int i = 0; i < 64 && !tryc(high); ++i) high *= 1.25;
+    if (!std::isfinite(mine_end)) continue;
+    for (int it = 0; it < 40 && high - low > 1e-6 * high; ++it) {
+      const double mid = 0.5 * (low + high);
+      if (tryc(mid))
+        high = mid;
+      else
+        low = mid;
+    }
+    if (mine_end < best_end) best_end = mine_end, best = std::move(mine);
+  }
+  if (!std::isfinite(best_end)) return kInf;
+  // Ranks: groups largest first.
+  std::vector<size_t> by_size(best.groups.size());
+  for (size_t g = 0; g < by_size.size(); ++g) by_size[g] = g;
+  std::stable_sort(by_size.begin(), by_size.end(),
+                   [&](size_t a, size_t b) { return best.groups[a] > best.groups[b]; });
+  std::vector<int> group_rank(best.groups.size());
+  int next_rank = 0;
+  for (size_t g : by_size) group_rank[g] = next_rank, next_rank += best.groups[g];
+  struct Timed {
+    double start;
+    int first_rank;
+    size_t at;
+  };
+  std::vector<Timed> timed;
+  for (size_t i = 0; i < best.pieces.size(); ++i) {
+    const Placed& x = best.pieces[i];
+    const double start = reversed ? best.end_s - (x.start_s + x.piece.time_s) : x.start_s;
+    timed.push_back({start, group_rank[static_cast<size_t>(x.group)] + x.offset, i});
+  }
+  std::stable_sort(timed.begin(), timed.end(), [](const Timed& a, const Timed& b) {
+    return a.start != b.start ? a.start < b.start : a.first_rank < b.first_rank;
+  });
+  std::vector<int> rank_wave(static_cast<size_t>(gpus), -1);
+  std::map<int, int> op_wave;
+  std::vector<std::vector<Piece>> by_wave;
+  for (const Timed& t : timed) {
+    Piece pc = best.pieces[t.at].piece;
+    pc.first_rank = t.first_rank;
+    int w = 0;
+    if (auto it = op_wave.find(pc.op); it != op_wave.end()) w = it->second + 1;
+    for (int r = pc.first_rank; r < pc.first_rank + pc.gpus; ++r) w = std::max(w, rank_wave[static_cast<size_t>(r)] + 1);
+    for (int r = pc.first_rank; r < pc.first_rank + pc.gpus; ++r) rank_wave[static_cast<size_t>(r)] = w;
+    op_wave[pc.op] = w;
+    if (by_wave.size() <= static_cast<size_t>(w)) by_wave.resize(static_cast<size_t>(w) + 1);
+    by_wave[static_cast<size_t>(w)].push_back(pc);
+  }
+  double now = start_s;
+  for (std::vector<Piece>& pieces : by_wave) {
+    Wave w;
+    w.start_s = now;
+    std::sort(pieces.begin(), pieces.end(), [](const Piece& a, const Piece& b) { return a.first_rank < b.first_rank; });
+    for (const Piece& pc : pieces) w.time_s = std::max(w.time_s, pc.time_s);
+    w.pieces = std::move(pieces);
+    now += w.time_s;
+    waves->push_back(std::move(w));
+  }
+  return now;
+}
+
 // The level's operators one after another, each alone in a wave on its fastest valid count <= N
 // (the fewer GPUs on a tie). Appends the waves from `start_s` and returns the level's end.
 double one_after_another(const std::vector<Op>& ops, const std::vector<int>& level, int gpus, double start_s,
@@ -526,7 +769,8 @@ Result<Bound> continuous_bound(const std::vector<Op>& ops, const std::vector<int
   return b;
 }
 
-Result<Allocation> allocate(const std::vector<Op>& ops, int gpus, const WaveCost& extra, AllocateMode mode) {
+Result<Allocation> allocate(const std::vector<Op>& ops, int gpus, const WaveCost& extra, AllocateMode mode,
+                            int pack_order) {
   if (Status s = check_ops(ops, gpus); !s.ok()) return s.error();
   auto lv = levels(ops);
   if (!lv.ok()) return lv.error();
@@ -549,6 +793,13 @@ Result<Allocation> allocate(const std::vector<Op>& ops, int gpus, const WaveCost
     // that is shorter (near-perfect scaling leaves the waves nothing to gain and whole layers cost
     // them some): a plan is never worse than running the level's tasks in turn.
     std::vector<Wave> waves;
+    if (mode == AllocateMode::kPacked || mode == AllocateMode::kPackedReversed) {
+      double end = packed(ops, level, gpus, bound->c_s, pack_order, mode == AllocateMode::kPackedReversed, now, &waves);
+      if (!std::isfinite(end)) waves.clear(), end = one_after_another(ops, level, gpus, now, &waves);
+      now = end;
+      for (Wave& w : waves) a.waves.push_back(std::move(w));
+      continue;
+    }
     const double end = wavefront(ops, std::move(pending), gpus, now, &waves);
     std::vector<Wave> again;
     const double end_again = replanned_waves(ops, level, gpus, now, &again);

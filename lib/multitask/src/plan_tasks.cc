@@ -1,10 +1,12 @@
 #include "weft/multitask/plan_tasks.h"
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <set>
+#include <thread>
 #include <tuple>
 
 #include "weft/cost/collectives.h"
@@ -58,18 +60,35 @@ Result<Curve> module_curve(const Module& m, int batch, const ClusterSpec& cluste
                            const SearchOptions& base, std::map<int, double>* known) {
   std::map<int, double> local;
   std::map<int, double>& times = known ? *known : local;
-  Curve c;
+  // The counts not searched yet, searched side by side (each search is single-threaded and reads
+  // the cost model only), then taken in order.
+  std::vector<int> todo;
+  for (int n : counts_up_to(max_gpus))
+    if (!times.count(n)) todo.push_back(n);
+  std::vector<Result<double>> found(todo.size(), Result<double>(-1.0));
+  std::vector<std::string> reasons(todo.size());
+  {
+    std::atomic<size_t> next{0};
+    auto work = [&] {
+      for (size_t i = next++; i < todo.size(); i = next++)
+        found[i] = layer_time(m, batch, cluster, todo[i], cm, base, &reasons[i]);
+    };
+    const size_t threads = std::min<size_t>(todo.size(), std::max(1u, std::thread::hardware_concurrency()));
+    std::vector<std::thread> pool;
+    for (size_t k = 1; k < threads; ++k) pool.emplace_back(work);
+    work();
+    for (std::thread& t : pool) t.join();
+  }
   std::vector<std::string> why;  // per count left out, when it was searched here
+  for (size_t i = 0; i < todo.size(); ++i) {
+    if (!found[i].ok()) return found[i].error();
+    times.emplace(todo[i], *found[i]);
+    if (!reasons[i].empty()) why.push_back(reasons[i]);
+  }
+  Curve c;
   for (int n : counts_up_to(max_gpus)) {
-    auto it = times.find(n);
-    if (it == times.end()) {
-      std::string reason;
-      Result<double> t = layer_time(m, batch, cluster, n, cm, base, &reason);
-      if (!t.ok()) return t.error();
-      it = times.emplace(n, *t).first;
-      if (!reason.empty()) why.push_back(reason);
-    }
-    if (it->second > 0) c.n.push_back(n), c.t.push_back(it->second);
+    const double t = times.at(n);
+    if (t > 0) c.n.push_back(n), c.t.push_back(t);
   }
   if (c.n.empty()) {
     std::string reasons;
@@ -133,7 +152,16 @@ WavePlan place_waves(const TaskSpec& t, const TasksPlan& p, int gpus, int gpus_p
     std::vector<char> used(static_cast<size_t>(gpus), 0);
     std::vector<Range> at(w.pieces.size());
     bool packed = true;
+    // Pieces whose ranks the allocation fixed (packed groups) keep them.
+    for (size_t k = 0; k < w.pieces.size(); ++k) {
+      const Piece& pc = w.pieces[k];
+      if (pc.first_rank < 0) continue;
+      WEFT_ASSERT(pc.first_rank + pc.gpus <= gpus, "a packed group beyond the GPUs");
+      at[k] = {pc.first_rank, pc.gpus};
+      for (int r = pc.first_rank; r < pc.first_rank + pc.gpus; ++r) used[static_cast<size_t>(r)] = 1;
+    }
     for (const Want& want : wants) {
+      if (w.pieces[want.piece].first_rank >= 0) continue;
       const int g = w.pieces[want.piece].gpus;
       const int batch = batch_of(w.pieces[want.piece].op);
       std::vector<int> starts;
@@ -236,23 +264,36 @@ SharedSync shared_reduction(const TaskSpec& t, const std::vector<LayerRun>& runs
     L.ready_s = std::max(L.ready_s, r.ready_s);
   }
   SharedSync out;
-  std::vector<std::pair<double, double>> items;  // (ready, duration)
+  struct Item {
+    double ready_s, time_s;
+    std::vector<int> ranks;
+  };
+  std::vector<Item> items;
   std::set<std::vector<int>> unions;
   for (const auto& [key, L] : layers) {
     if (L.sets.size() < 2) continue;
     std::set<int> u;
     for (const std::vector<int>& r : L.sets) u.insert(r.begin(), r.end());
-    const std::vector<int> ranks(u.begin(), u.end());
+    std::vector<int> ranks(u.begin(), u.end());
     const double b = 4.0 * layer_params(t.module(key.first).model.layer(key.second)).total();
     double own = 0;
     for (const std::vector<int>& r : L.sets) own = std::max(own, ring_s(r, b));
     unions.insert(ranks);
     out.bytes += b;
-    items.push_back({L.ready_s, std::max(0.0, ring_s(ranks, b) - own)});
+    const double time_s = std::max(0.0, ring_s(ranks, b) - own);
+    items.push_back({L.ready_s, time_s, std::move(ranks)});
   }
-  std::sort(items.begin(), items.end());
+  // Each rank's communication stream runs its reductions one after another, in the order their
+  // gradients are final; a reduction starts when its gradient is and every rank of its union is free.
+  std::stable_sort(items.begin(), items.end(), [](const Item& a, const Item& b) { return a.ready_s < b.ready_s; });
+  std::map<int, double> free_at;
   double end = 0;
-  for (const auto& [ready, dur] : items) end = std::max(end, ready) + dur;
+  for (const Item& it : items) {
+    double start = it.ready_s;
+    for (int r : it.ranks) start = std::max(start, free_at[r]);
+    for (int r : it.ranks) free_at[r] = start + it.time_s;
+    end = std::max(end, start + it.time_s);
+  }
   out.groups = static_cast<int>(unions.size());
   out.time_s = std::max(0.0, end - end_s);
   return out;
@@ -460,8 +501,8 @@ Result<TasksPlan> plan_tasks(const TaskSpec& t, const ClusterSpec& cluster, cons
   };
   price(p);
   // Another allocation of the same operators, placed and priced.
-  auto priced = [&](AllocateMode mode) -> Result<TasksPlan> {
-    Result<Allocation> other = allocate(p.ops, N, reshards, mode);
+  auto priced = [&](AllocateMode mode, int pack_order = -1) -> Result<TasksPlan> {
+    Result<Allocation> other = allocate(p.ops, N, reshards, mode, pack_order);
     if (!other.ok()) return other.error();
     TasksPlan q = p;
     q.allocation = std::move(*other);
@@ -477,6 +518,14 @@ Result<TasksPlan> plan_tasks(const TaskSpec& t, const ClusterSpec& cluster, cons
     if (!q.ok()) return q.error();
     if (q->step_time_s() < p.step_time_s()) p = std::move(*q);
   }
+  // Packed groups in every order and both directions, each priced: the order whose groups end
+  // first may spread a shared module's layers over more ranks, whose wider reductions cost more.
+  for (AllocateMode mode : {AllocateMode::kPacked, AllocateMode::kPackedReversed})
+    for (int order = 0; order < kPackOrders; ++order) {
+      Result<TasksPlan> q = priced(mode, order);
+      if (!q.ok()) return q.error();
+      if (q->step_time_s() < p.step_time_s()) p = std::move(*q);
+    }
   // The operators one after another (each on its fastest count) on every level, placed and priced
   // alike: kept when the waves' traffic and wider reductions cost more than they gain.
   Result<TasksPlan> in_turn = priced(AllocateMode::kInTurn);

@@ -59,6 +59,7 @@ struct Piece {
   int gpus = 0;
   int layers = 0;
   double time_s = 0;  // layers x curve.at(gpus)
+  int first_rank = -1;  // its ranks [first_rank, first_rank + gpus) where the plan fixes them (packed groups)
 };
 
 struct Wave {
@@ -91,11 +92,34 @@ Result<Bound> continuous_bound(const std::vector<Op>& ops, const std::vector<int
 // waves' time).
 // kBest keeps, per level, the plan of least time + extra; the other modes take one plan on every
 // level: kWavefront the greedy wavefront, kReplanned the re-planned waves, kInTurn the operators
-// one after another.
+// one after another, kPacked groups packed by wrap-around.
+//
+// Packed groups (McNaughton's wrap-around on whole layers and GPU groups, with a buddy allocator's
+// halving): the N GPUs are cut into groups of valid counts, each running pieces back to back within
+// a length C. Every operator takes the count of least GPU-seconds that runs it whole within C.
+//   - One that does not fit in what is left of the open slot runs its last k layers at the end of
+//     it and its first layers at the start of the next slot (a sub-slot, or a new group from time 0
+//     of the fewest GPUs that can): max(s_A, s_B + r) + k t_A <= C (s: the slots' free times, r:
+//     the first layers' time) keeps the two pieces apart and within C.
+//   - One of a smaller count that runs whole in what is left of the open slot cuts that remainder
+//     into sub-slots of the fewest GPUs, from its count, that run it whole there (a group of 16
+//     running a large encoder, then two of 8 running smaller ones).
+// C is the least length that packs (bisection from the level's bound). The groups get ranks largest
+// first (Piece::first_rank); the waves number the pieces by start, each after the pieces before it
+// on its ranks. kPackedReversed runs the same packing backwards in time, so that the operators of
+// the largest counts run their forwards last and their backwards first (their gradients' wider
+// reductions start early). A run without barriers between waves (plan_tasks.h run_waves) runs each
+// slot's pieces back to back, so the level lasts about C; the waves one after another (makespan_s)
+// last longer. A level no length packs runs its operators one after another.
 using WaveCost = std::function<double(const std::vector<Wave>&)>;
-enum class AllocateMode { kBest, kWavefront, kReplanned, kInTurn };
+enum class AllocateMode { kBest, kWavefront, kReplanned, kInTurn, kPacked, kPackedReversed };
+// pack_order (kPacked, kPackedReversed): -1 packs each level in the order of operators whose
+// groups end first; 0 to kPackOrders - 1 in that one order (operators by count, largest or
+// smallest first, then by time, longest or shortest first; the new group an operator's first
+// layers open: the fewest GPUs that can, or its own count), for a caller that prices each.
+constexpr int kPackOrders = 8;
 Result<Allocation> allocate(const std::vector<Op>& ops, int gpus, const WaveCost& extra = {},
-                            AllocateMode mode = AllocateMode::kBest);
+                            AllocateMode mode = AllocateMode::kBest, int pack_order = -1);
 
 // Baselines on the same curves. A task is a set of operators (with their dependencies among them).
 // sequential: each task in turn on all N GPUs (its operators one after another, each on the largest

@@ -50,10 +50,10 @@ struct Traffic {
 // across nodes a ring whose node-crossing hops share the adapters of the members on each node). Each operator's curve already counts a reduction inside its own group,
 // which the wider one replaces: a layer's reduction lasts the wider ring less the largest of its
 // groups' own (an over-estimate by the other groups' own reductions, which the curves count too).
-// The reductions run one after another on the communication stream, each from when the layer's
-// gradient is final (the backward of the first wave it ran in has ended; the waves' backward in
-// reverse order, two thirds of each wave's time), beside the backward of the earlier waves;
-// time_s is what they add after the last backward.
+// Each rank's communication stream runs the reductions of its unions one after another, each from
+// when the layer's gradient is final (the last backward of a piece that ran it has ended) and every
+// rank of its union is free, beside the backward still running (reductions over disjoint unions
+// run at once, as NCCL's communicators do); time_s is what they add after the last backward.
 struct SharedSync {
   int groups = 0;        // distinct rank sets reduced over
   double bytes = 0;      // gradient bytes reduced, summed over the sets
@@ -77,8 +77,9 @@ struct TasksPlan {
   // wider reductions add after the last backward.
   double compute_s = 0;
   double step_time_s() const { return compute_s + shared_sync.time_s; }
-  // The plan is priced whole four ways, each placed and run: the allocator's per-level choice, the
-  // greedy wavefront on every level, the re-planned waves on every level, and the operators one
+  // The plan is priced whole, each candidate placed and run: the allocator's per-level choice, the
+  // greedy wavefront on every level, the re-planned waves on every level, packed groups on every
+  // level (each of allocator.h's kPackOrders orders, forwards and reversed), and the operators one
   // after another (each on its fastest count); the fastest is kept. in_turn: the last was, the
   // waves costing more once placed and priced (their crossings and wider reductions);
   // waves_step_s: the fastest waves' step time.
