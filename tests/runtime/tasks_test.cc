@@ -49,6 +49,30 @@ const char* kPackedShape = R"({"kind": "tasks", "format_version": 1, "world": 4,
  {"modules": [{"task": "a", "module": "backbone", "first_rank": 0, "gpus": 4, "first_layer": 0, "layers": 2}]}
 ]})";
 
+// A small Multitask-CLIP: two contrastive tasks sharing the image encoder (img with txt, img with
+// aud), each pairing its two encoders' embeddings over the batch. SwiGLU layers have no biases (a
+// key bias's gradient is zero but for rounding, which AdamW would scale up to a step).
+const char* kClip = R"({"name": "mini-clip",
+ "modules": [
+  {"name": "img", "tokens": 5, "layers": 2, "hidden": 32, "heads": 4, "vocab": 64, "ffn_kind": "swiglu", "ffn": 48},
+  {"name": "txt", "tokens": 6, "layers": 2, "hidden": 24, "heads": 2, "vocab": 64, "ffn_kind": "swiglu", "ffn": 40},
+  {"name": "aud", "tokens": 4, "layers": 1, "hidden": 16, "heads": 2, "vocab": 64, "ffn_kind": "swiglu", "ffn": 24}
+ ],
+ "tasks": [
+  {"name": "img-txt", "modules": ["img", "txt"], "batch": 8, "loss": "contrastive"},
+  {"name": "img-aud", "modules": ["img", "aud"], "batch": 8, "loss": "contrastive"}
+ ]})";
+// Wave 0: img-txt's encoders and img-aud's aud side by side; waves 1 and 2: img-aud's img, its
+// first layer on all four ranks and its second on ranks 2-3 (the pair's embeddings then on ranks
+// 2-3 and 3, img-txt's on 0-1 and 2).
+const char* kClipPlan = R"({"kind": "tasks", "format_version": 1, "world": 4, "waves": [
+ {"modules": [{"task": "img-txt", "module": "img", "first_rank": 0, "gpus": 2, "first_layer": 0, "layers": 2},
+              {"task": "img-txt", "module": "txt", "first_rank": 2, "gpus": 1, "first_layer": 0, "layers": 2},
+              {"task": "img-aud", "module": "aud", "first_rank": 3, "gpus": 1, "first_layer": 0, "layers": 1}]},
+ {"modules": [{"task": "img-aud", "module": "img", "first_rank": 0, "gpus": 4, "first_layer": 0, "layers": 1}]},
+ {"modules": [{"task": "img-aud", "module": "img", "first_rank": 2, "gpus": 2, "first_layer": 1, "layers": 1}]}
+]})";
+
 // An encoder + LLM, the encoder on every rank of the LLM's two pipeline stages (each stage two
 // ranks, data parallel): Optimus's colocation, without its bubble scheduling.
 const char* kVitGpt = R"({"name": "vit-gpt",
@@ -137,6 +161,36 @@ TEST(RuntimeTasks, WrappedAndSubdividedGroupsMatchOneProcess) {
   std::filesystem::remove_all(dir);
 }
 
+TEST(RuntimeTasks, ContrastiveTasksMatchOneProcess) {
+  const std::string dir = temp_dir("tasks_clip");
+  const std::string tasks = write(dir, "clip.json", kClip);
+  expect_tasks_parity(dir, tasks, write(dir, "plan.json", kClipPlan));
+  // The samples are random ids, so no pair can be told from another: a task's loss can only come
+  // down to about ln 8 (every match equally likely), which training reaches from above.
+  const RunResult ref = run(driver() + " train --steps 30 --lr 3e-3 --seed 7 --format json --tasks " + tasks);
+  ASSERT_EQ(ref.status, 0) << ref.output;
+  ASSERT_EQ(ref.losses.size(), 30u);
+  EXPECT_GT(ref.losses.front(), 2 * std::log(8.0) + 0.5);
+  EXPECT_NEAR(ref.losses.back(), 2 * std::log(8.0), 0.05);
+  // The temperature is each task's own, held by the ranks of its two embeddings.
+  const runtime::ParamsFile f = read_params(dir + "/p4.params");
+  int temperatures = 0;
+  for (const runtime::NamedParam& p : f.params)
+    if (p.name.find("logit_scale") != std::string::npos) ++temperatures;
+  EXPECT_EQ(temperatures, 2);
+  // Three last modules, or one, is not a contrastive pair.
+  const std::string three = write(dir, "three.json", R"({"name": "x", "modules": [
+    {"name": "a", "tokens": 4, "layers": 1, "hidden": 16, "heads": 2, "vocab": 32},
+    {"name": "b", "tokens": 4, "layers": 1, "hidden": 16, "heads": 2, "vocab": 32},
+    {"name": "c", "tokens": 4, "layers": 1, "hidden": 16, "heads": 2, "vocab": 32}],
+    "tasks": [{"name": "abc", "modules": ["a", "b", "c"], "batch": 4, "loss": "contrastive"}]})");
+  const RunResult bad = run(driver() + " train --steps 1 --tasks " + three);
+  EXPECT_NE(bad.status, 0);
+  EXPECT_NE(bad.output.find("task \"abc\": a contrastive loss pairs two modules"), std::string::npos) << bad.output;
+  EXPECT_NE(bad.output.find("it has 3"), std::string::npos) << bad.output;
+  std::filesystem::remove_all(dir);
+}
+
 TEST(RuntimeTasks, EncoderColocatedOnTheLlmsPipelineRanks) {
   const std::string dir = temp_dir("tasks_vit");
   expect_tasks_parity(dir, write(dir, "vit.json", kVitGpt), write(dir, "plan.json", kColocated));
@@ -172,12 +226,21 @@ TEST(RuntimeTasks, BadInputNamesTheTaskModuleAndNumbers) {
   RunResult r = run(driver() + kFlags + " --tasks " + tasks + " --plan " + plan);
   EXPECT_EQ(r.status, 2) << r.output;
   EXPECT_NE(r.output.find("plan: world 4 ranks, but the job has 1"), std::string::npos) << r.output;
-  // A loss the runtime does not train.
+  // A loss the runtime does not train, and a contrastive task with one last module (enc_a flows
+  // into the backbone).
   std::string text = kTwoTasks;
+  text.replace(text.find("\"lm\""), 4, "\"mse\"");
+  r = run(driver() + kFlags + " --tasks " + write(dir, "mse.json", text));
+  EXPECT_EQ(r.status, 2) << r.output;
+  EXPECT_NE(r.output.find("task \"a\": loss \"mse\" is not one weft train --tasks runs"), std::string::npos)
+      << r.output;
+  text = kTwoTasks;
   text.replace(text.find("\"lm\""), 4, "\"contrastive\"");
   r = run(driver() + kFlags + " --tasks " + write(dir, "contrastive.json", text));
   EXPECT_EQ(r.status, 2) << r.output;
-  EXPECT_NE(r.output.find("task \"a\": loss \"contrastive\" is not one weft train --tasks runs"), std::string::npos)
+  EXPECT_NE(r.output.find("task \"a\": a contrastive loss pairs two modules that flow into none of the task's "
+                          "others; it has 1"),
+            std::string::npos)
       << r.output;
   // Overlapping pieces.
   std::string bad = kFourRanks;

@@ -11,7 +11,13 @@
 // FFN, biases as the shape says), a final norm. A module another flows into adds, to its first
 // positions, the source's output through a projection it holds (one per source). A task's loss is
 // the mean token cross-entropy of each module that flows nowhere within the task (its head against
-// its next input ids), summed over those modules; the step's objective sums the tasks' losses.
+// its next input ids), summed over those modules; a "contrastive" task (CLIP's) instead pairs the
+// two modules that flow nowhere within it: each sample's first position, after the final norm,
+// through a projection of the task's to the smaller of the two widths, L2-normalised; the loss is
+// the mean of the cross-entropies of the batch's similarity matrix, scaled by exp of a learned
+// temperature (initialised at ln(1/0.07), Radford et al. 2021), along its rows and its columns,
+// sample i of one module matching sample i of the other. The step's objective sums the tasks'
+// losses.
 #include <ATen/ATen.h>
 #include <torch/csrc/autograd/autograd.h>
 
@@ -46,6 +52,22 @@ uint64_t fnv(const std::string& s, uint64_t h = 1469598103934665603ull) {
 
 
 // What this runtime runs of a task file; errors name the task or module.
+// The modules a task runs that flow into none of its others.
+std::vector<const Module*> sinks_of(const TaskSpec& t, const Task& task) {
+  std::vector<const Module*> out;
+  for (const std::string& name : task.modules) {
+    bool flows = false;
+    for (const Flow& f : t.flows) flows = flows || (f.from == name && task.runs(f.to));
+    if (!flows) out.push_back(&t.module(name));
+  }
+  return out;
+}
+
+// The width of a contrastive task's embeddings: the smaller of its two sinks' hidden sizes.
+int64_t embed_width(const std::vector<const Module*>& sinks) {
+  return std::min(sinks[0]->model.hidden, sinks[1]->model.hidden);
+}
+
 Status check_runnable(const TaskSpec& t) {
   for (const Module& m : t.modules) {
     const ModelSpec& s = m.model;
@@ -66,10 +88,16 @@ Status check_runnable(const TaskSpec& t) {
                  std::to_string(t.module(m.shares).tokens) + ")");
   }
   for (const Task& task : t.tasks) {
-    if (task.loss != "lm" && !task.loss.empty())
+    if (task.loss == "contrastive") {
+      const size_t n = sinks_of(t, task).size();
+      if (n != 2)
+        return Error{ErrorKind::kBadInput, "task \"" + task.name + "\": a contrastive loss pairs two modules that " +
+                                               "flow into none of the task's others; it has " + std::to_string(n)};
+    } else if (task.loss != "lm" && !task.loss.empty()) {
       return Error{ErrorKind::kBadInput, "task \"" + task.name + "\": loss \"" + task.loss +
                                              "\" is not one weft train --tasks runs (lm: each last module's "
-                                             "token cross-entropy)"};
+                                             "token cross-entropy; contrastive: CLIP's between its two last modules)"};
+    }
     for (const Flow& f : t.flows) {
       if (task.runs(f.from) && task.runs(f.to) && t.module(f.from).tokens > t.module(f.to).tokens)
         return Error{ErrorKind::kBadInput, "task \"" + task.name + "\": flow " + f.from + " -> " + f.to + ": " +
@@ -85,7 +113,7 @@ Status check_runnable(const TaskSpec& t) {
 struct Param {
   std::string name;
   std::vector<int64_t> shape;
-  enum Init { kNormal, kOnes, kZeros } init = kNormal;
+  enum Init { kNormal, kOnes, kZeros, kTemperature } init = kNormal;
   std::set<int> users;
   at::Tensor value, m, v;  // on users only
 };
@@ -252,8 +280,14 @@ Status train_tasks(const TrainOptions& o) {
       if (pc->first_layer + pc->layers == s.num_layers()) {
         use(ps.add(h + ".norm.weight", {s.hidden}, Param::kOnes));
         if (!rms) use(ps.add(h + ".norm.bias", {s.hidden}, Param::kZeros));
-        if (op.sink) use(s.tied_embeddings ? ps.add(h + ".embed", {s.vocab, s.hidden}, Param::kNormal)
-                                            : ps.add(h + ".head", {s.vocab, s.hidden}, Param::kNormal));
+        if (op.sink && op.task->loss == "contrastive") {
+          const std::string tp = "task." + op.task->name + ".";
+          use(ps.add(tp + m.name + ".proj", {embed_width(sinks_of(t, *op.task)), s.hidden}, Param::kNormal));
+          use(ps.add(tp + "logit_scale", {1}, Param::kTemperature));
+        } else if (op.sink) {
+          use(s.tied_embeddings ? ps.add(h + ".embed", {s.vocab, s.hidden}, Param::kNormal)
+                                : ps.add(h + ".head", {s.vocab, s.hidden}, Param::kNormal));
+        }
       }
     }
   }
@@ -263,6 +297,7 @@ Status train_tasks(const TrainOptions& o) {
     at::Tensor v;
     if (p.init == Param::kOnes) v = at::ones(p.shape);
     else if (p.init == Param::kZeros) v = at::zeros(p.shape);
+    else if (p.init == Param::kTemperature) v = at::full(p.shape, std::log(1 / 0.07));
     else {
       auto gen = at::make_generator<at::CPUGeneratorImpl>(o.seed ^ fnv(p.name));
       v = at::normal(0.0, 0.02, p.shape, gen);
@@ -324,6 +359,7 @@ Status train_tasks(const TrainOptions& o) {
     struct Run {
       at::Tensor out;                       // [n, tokens, hidden] for this rank's samples
       at::Tensor loss;                      // its loss share, when the op's last piece and a sink
+      at::Tensor emb, emb_grad;             // a contrastive sink's embeddings [n, E] and their gradient
       int first = 0, n = 0;
       std::vector<std::pair<int, at::Tensor>> leaves;  // (edge, leaf [b.n, tokens, hidden])
     };
@@ -385,7 +421,10 @@ Status train_tasks(const TrainOptions& o) {
         if (last) {
           x = norm(x, m.model.norm, ps.at(h + ".norm.weight").value,
                    m.model.norm == NormKind::kRmsNorm ? at::Tensor() : ps.at(h + ".norm.bias").value);
-          if (op.sink) {
+          if (op.sink && op.task->loss == "contrastive") {
+            const at::Tensor e = at::linear(x.select(1, 0), ps.at("task." + op.task->name + "." + m.name + ".proj").value);
+            run.emb = e / e.norm(2, {-1}, true);
+          } else if (op.sink) {
             const at::Tensor& table = m.model.tied_embeddings ? ps.at(h + ".embed").value : ps.at(h + ".head").value;
             const at::Tensor logits = at::linear(x, table).reshape({-1, m.model.vocab});
             const at::Tensor targets = ids.narrow(1, 1, m.tokens).reshape({-1});
@@ -405,9 +444,41 @@ Status train_tasks(const TrainOptions& o) {
     }
     for (Pending& s : sends) s.wait();
     sends.clear();
+    std::vector<double> task_loss(t.tasks.size(), 0.0);
+    // Contrastive losses, on the ranks of the two sinks' last pieces (the temperature's users): the
+    // batch's embeddings of both gathered on each (an all-reduce of each rank's rows), the loss and
+    // its gradient computed whole there; each piece keeps its rows of the gradient for its backward,
+    // the temperature's gradient and the loss counted on the first of those ranks only.
+    for (size_t i = 0; i < t.tasks.size(); ++i) {
+      const Task& task = t.tasks[i];
+      if (task.loss != "contrastive") continue;
+      Param& scale = ps.at("task." + task.name + ".logit_scale");
+      if (!scale.users.count(me)) continue;
+      const std::vector<const Module*> sk = sinks_of(t, task);
+      const int64_t B = task.batch, E = embed_width(sk);
+      at::Tensor both = at::zeros({2, B, E});
+      Run* mine[2] = {nullptr, nullptr};
+      for (int j = 0; j < 2; ++j) {
+        const Op& op = ops.at({task.name, sk[static_cast<size_t>(j)]->name});
+        auto it = runs.find({&op, static_cast<int>(op.pieces.size()) - 1});
+        if (it == runs.end()) continue;
+        mine[j] = &it->second;
+        both[j].narrow(0, it->second.first, it->second.n).copy_(it->second.emb.detach());
+      }
+      if (scale.users.size() > 1) groups.get(std::vector<int>(scale.users.begin(), scale.users.end())).allreduce_sum(both);
+      const bool first = *scale.users.begin() == me;
+      at::Tensor a = both[0].clone().set_requires_grad(true), b = both[1].clone().set_requires_grad(true);
+      const at::Tensor temp = first ? scale.value : scale.value.detach();
+      const at::Tensor logits = temp.exp() * at::matmul(a, b.t());
+      const at::Tensor labels = at::arange(B, at::kLong);
+      const at::Tensor loss = (at::cross_entropy_loss(logits, labels) + at::cross_entropy_loss(logits.t(), labels)) / 2;
+      torch::autograd::backward({loss}, {at::ones_like(loss)});
+      for (int j = 0; j < 2; ++j)
+        if (mine[j]) mine[j]->emb_grad = (j == 0 ? a : b).grad().narrow(0, mine[j]->first, mine[j]->n).contiguous();
+      if (first) task_loss[i] += loss.item<double>();
+    }
     // Backward, waves in reverse: each piece's output gradient from its consumers, then its inputs'
     // gradients back to their producers.
-    std::vector<double> task_loss(t.tasks.size(), 0.0);
     std::map<std::pair<int, int>, at::Tensor> local_grad;  // edge -> gradient of a block kept here
     for (size_t w = plan.waves.size(); w-- > 0;) {
       for (const WavePiece& pc : plan.waves[w]) {
@@ -432,6 +503,7 @@ Status train_tasks(const TrainOptions& o) {
         }
         std::vector<at::Tensor> roots, grads;
         if (any) roots.push_back(run.out), grads.push_back(g);
+        if (run.emb.defined()) roots.push_back(run.emb), grads.push_back(run.emb_grad);
         if (run.loss.defined()) {
           roots.push_back(run.loss), grads.push_back(at::ones_like(run.loss));
           for (size_t i = 0; i < t.tasks.size(); ++i)
