@@ -27,7 +27,6 @@ LayerDp::LayerDp(int layouts, int max_mem)
 void LayerDp::start(bool history) {
   n_ = 0;
   history_ = history;
-  steps_.clear();
   std::fill(live_.begin(), live_.end(), 0);
 }
 
@@ -50,15 +49,21 @@ void LayerDp::add_offsets(const std::vector<float>& offset) {
 void LayerDp::push(const DpOption* opts, int n, const float* trans) {
   const int W = W_, M = M_;
   if (history_) {
-    Step st;
+    if (steps_.size() <= static_cast<size_t>(n_)) steps_.resize(static_cast<size_t>(n_) + 1);
+    Step& st = steps_[static_cast<size_t>(n_)];
     st.opts = opts;
     st.n = n;
     st.trans = trans;
     if (n_ > 0) {
-      st.before = f_;
+      if (hist_.size() <= static_cast<size_t>(n_)) hist_.resize(static_cast<size_t>(n_) + 1);
+      if (!hist_[static_cast<size_t>(n_)]) hist_[static_cast<size_t>(n_)].reset(new float[static_cast<size_t>(K_) * W]);
+      float* before = hist_[static_cast<size_t>(n_)].get();
+      for (int k = 0; k < K_; ++k)
+        if (live_[k]) std::copy(&f_[static_cast<size_t>(k) * W + first_[k]], &f_[static_cast<size_t>(k) * W] + M + 1,
+                                before + static_cast<size_t>(k) * W + first_[k]);
       st.before_live = live_;
+      st.before_first = first_;
     }
-    steps_.push_back(std::move(st));
   }
   std::fill(next_live_.begin(), next_live_.end(), 0);
   for (int i = 0; i < n; ++i)
@@ -163,7 +168,7 @@ void LayerDp::push(const DpOption* opts, int n, const float* trans) {
 }
 
 std::vector<int> LayerDp::backtrack(int k, int v) const {
-  WEFT_ASSERT(history_ && static_cast<int>(steps_.size()) == n_, "reconstruct() needs the history of every step");
+  WEFT_ASSERT(history_ && static_cast<int>(steps_.size()) >= n_, "backtrack() needs the history of every step");
   std::vector<int> out(n_, -1);
   for (int layer = n_ - 1; layer >= 0; --layer) {
     const Step& st = steps_[layer];
@@ -178,8 +183,8 @@ std::vector<int> LayerDp::backtrack(int k, int v) const {
       }
       const int w = v - o.mem;
       for (int kp = 0; kp < K_; ++kp) {
-        if (!st.before_live[kp]) continue;
-        const float prev = st.before[static_cast<size_t>(kp) * W_ + w];
+        if (!st.before_live[kp] || w < st.before_first[kp]) continue;
+        const float prev = hist_[static_cast<size_t>(layer)][static_cast<size_t>(kp) * W_ + w];
         float h;
         if (!st.trans) h = prev;
         else if (kp == k) h = prev;

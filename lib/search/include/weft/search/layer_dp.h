@@ -13,6 +13,7 @@
 
 #include <cstddef>
 #include <limits>
+#include <memory>
 #include <vector>
 
 namespace weft::planner {
@@ -53,12 +54,15 @@ class LayerDp {
   std::vector<int> backtrack(int k, int v) const;
 
  private:
+  // A step's inputs and, from the second layer on, the table it read (after offsets): its live
+  // rows from their first reachable state (hist_[layer]; the rest is +inf and not stored). The
+  // steps and the tables keep their storage from run to run.
   struct Step {
     const DpOption* opts = nullptr;
     int n = 0;
     const float* trans = nullptr;
-    std::vector<float> before;     // the table the step read (after offsets), K*W
     std::vector<char> before_live;
+    std::vector<int> before_first;
   };
   int K_, M_, W_;
   int n_ = 0;
@@ -66,7 +70,8 @@ class LayerDp {
   std::vector<float> f_, h_, g_, row_;
   std::vector<char> live_, next_live_;
   std::vector<int> first_, next_first_;  // first reachable memory state of each row
-  std::vector<Step> steps_;
+  std::vector<Step> steps_;              // the first n_ are this run's
+  std::vector<std::unique_ptr<float[]>> hist_;  // per layer, K * W, left uninitialised
 };
 
 }  // namespace weft::planner
