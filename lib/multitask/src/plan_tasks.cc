@@ -417,15 +417,14 @@ Result<TasksPlan> plan_tasks(const TaskSpec& t, const ClusterSpec& cluster, cons
     }
     tasks.push_back(std::move(to));
   }
-  // Before placement (the allocator's choice of a level's plan): a re-shard between two groups that
-  // each fit in a node on NVLink, else on the inter-node network, over the smaller group's links.
-  auto link_for = [&](int from_gpus, int to_gpus) -> const LinkSpec& {
-    return std::max(from_gpus, to_gpus) <= cluster.gpus_per_node ? cluster.intra : cluster.inter;
-  };
-  auto crossing_bytes = [](const OpShape& s) { return 2.0 * s.batch * s.tokens * s.hidden * 2.0; };
+  // Before placement (the allocator's choice of a level's plan): a re-shard between two groups, the
+  // busiest rank's share of the batch's 16-bit activations over the smaller group, forward and
+  // back, priced as the placed crossings are (p2p_time), across nodes when either group is wider
+  // than a node.
   auto crossing_s = [&](const OpShape& s, int from_gpus, int to_gpus) {
-    const LinkSpec& link = link_for(from_gpus, to_gpus);
-    return crossing_bytes(s) / (std::min(from_gpus, to_gpus) * link.gbps * 1e9) + 2 * link.latency_us * 1e-6;
+    const double bytes = s.batch * s.tokens * s.hidden * 2.0 / std::min(from_gpus, to_gpus);
+    const bool across = std::max(from_gpus, to_gpus) > cluster.gpus_per_node;
+    return 2.0 * p2p_time(Bytes(bytes), across, cluster).value();
   };
   // The re-shards of a level's waves, for the allocator's choice between its plans.
   const WaveCost reshards = [&](const std::vector<Wave>& waves) {

@@ -34,8 +34,9 @@ Result<Curve> module_curve(const Module& m, int batch, const ClusterSpec& cluste
 // backward: 2 x elements x 2 bytes. A crossing (one operator's move, or one flow) takes, over
 // its ranks, the most any rank sends or receives, priced as the cost model prices point-to-point
 // messages (weft/cost/collectives.h p2p_time: its part inside the node on NVLink, its part across
-// nodes on the network); time_s counts the crossings one after another, both directions. Before placement the allocator's choice of a level's plan prices a re-shard as
-// batch x tokens x hidden over min(sending, receiving) GPUs (allocate()'s `extra`).
+// nodes on the network); time_s counts the crossings one after another, both directions. Before placement the allocator's choice of a level's plan prices a re-shard the same way,
+// its busiest rank sending batch x tokens x hidden / min(sending, receiving GPUs) 16-bit elements,
+// across nodes when either group is wider than a node (allocate()'s `extra`).
 struct Traffic {
   double elements = 0;   // activation elements crossing, forward (the gradients return as many)
   double bytes = 0;      // forward and backward, 2 bytes an element
