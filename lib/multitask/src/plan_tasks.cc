@@ -56,35 +56,44 @@ Result<double> layer_time(const Module& m, int batch, const ClusterSpec& cluster
 
 }  // namespace
 
-Result<Curve> module_curve(const Module& m, int batch, const ClusterSpec& cluster, int max_gpus, const CostModel& cm,
-                           const SearchOptions& base, std::map<int, double>* known) {
-  std::map<int, double> local;
-  std::map<int, double>& times = known ? *known : local;
-  // The counts not searched yet, searched side by side (each search is single-threaded and reads
-  // the cost model only), then taken in order.
-  std::vector<int> todo;
+namespace {
+
+// One count of one module's curve to search: its layer time (<= 0: not a valid count, `why` says
+// why) or the search's error.
+struct CountSearch {
+  const Module* m = nullptr;
+  int batch = 0, n = 0;
+  Result<double> t = -1.0;
+  std::string why;
+};
+
+// The searches side by side, one thread each up to the machine's cores (each search is
+// single-threaded and only reads the cost model).
+void search_counts(std::vector<CountSearch>& jobs, const ClusterSpec& cluster, const CostModel& cm,
+                   const SearchOptions& base) {
+  std::atomic<size_t> next{0};
+  auto work = [&] {
+    for (size_t i = next++; i < jobs.size(); i = next++)
+      jobs[i].t = layer_time(*jobs[i].m, jobs[i].batch, cluster, jobs[i].n, cm, base, &jobs[i].why);
+  };
+  const size_t threads = std::min<size_t>(jobs.size(), std::max(1u, std::thread::hardware_concurrency()));
+  std::vector<std::thread> pool;
+  for (size_t k = 1; k < threads; ++k) pool.emplace_back(work);
+  work();
+  for (std::thread& t : pool) t.join();
+}
+
+// The counts of m still to search.
+void add_counts(const Module& m, int batch, int max_gpus, const std::map<int, double>& known,
+                std::vector<CountSearch>* jobs) {
   for (int n : counts_up_to(max_gpus))
-    if (!times.count(n)) todo.push_back(n);
-  std::vector<Result<double>> found(todo.size(), Result<double>(-1.0));
-  std::vector<std::string> reasons(todo.size());
-  {
-    std::atomic<size_t> next{0};
-    auto work = [&] {
-      for (size_t i = next++; i < todo.size(); i = next++)
-        found[i] = layer_time(m, batch, cluster, todo[i], cm, base, &reasons[i]);
-    };
-    const size_t threads = std::min<size_t>(todo.size(), std::max(1u, std::thread::hardware_concurrency()));
-    std::vector<std::thread> pool;
-    for (size_t k = 1; k < threads; ++k) pool.emplace_back(work);
-    work();
-    for (std::thread& t : pool) t.join();
-  }
-  std::vector<std::string> why;  // per count left out, when it was searched here
-  for (size_t i = 0; i < todo.size(); ++i) {
-    if (!found[i].ok()) return found[i].error();
-    times.emplace(todo[i], *found[i]);
-    if (!reasons[i].empty()) why.push_back(reasons[i]);
-  }
+    if (!known.count(n)) jobs->push_back({&m, batch, n, -1.0, {}});
+}
+
+// The curve from the searched counts; `why` holds the reasons of the counts left out that were
+// searched in this call (an error lists them when no count is valid).
+Result<Curve> assemble(const Module& m, int batch, const ClusterSpec& cluster, int max_gpus,
+                       const std::map<int, double>& times, const std::vector<std::string>& why) {
   Curve c;
   for (int n : counts_up_to(max_gpus)) {
     const double t = times.at(n);
@@ -98,6 +107,24 @@ Result<Curve> module_curve(const Module& m, int batch, const ClusterSpec& cluste
                                            std::to_string(batch) + reasons};
   }
   return c;
+}
+
+}  // namespace
+
+Result<Curve> module_curve(const Module& m, int batch, const ClusterSpec& cluster, int max_gpus, const CostModel& cm,
+                           const SearchOptions& base, std::map<int, double>* known) {
+  std::map<int, double> local;
+  std::map<int, double>& times = known ? *known : local;
+  std::vector<CountSearch> jobs;
+  add_counts(m, batch, max_gpus, times, &jobs);
+  search_counts(jobs, cluster, cm, base);
+  std::vector<std::string> why;
+  for (const CountSearch& j : jobs) {
+    if (!j.t.ok()) return j.t.error();
+    times.emplace(j.n, *j.t);
+    if (!j.why.empty()) why.push_back(j.why);
+  }
+  return assemble(m, batch, cluster, max_gpus, times, why);
 }
 
 WavePlan place_waves(const TaskSpec& t, const TasksPlan& p, int gpus, int gpus_per_node) {
@@ -376,13 +403,26 @@ Result<TasksPlan> plan_tasks(const TaskSpec& t, const ClusterSpec& cluster, cons
   const auto t0 = std::chrono::steady_clock::now();
   CurveCache local;
   CurveCache& cc = cache ? *cache : local;
+  // Every count still to search, of every (module, batch), side by side; then each curve.
+  std::map<std::pair<std::string, int>, const Task*> first_task;  // the first task with each key
+  for (const Task& task : t.tasks)
+    for (const std::string& name : task.modules) first_task.emplace(std::make_pair(name, task.batch), &task);
+  std::vector<CountSearch> jobs;
+  for (const auto& [key, task] : first_task) add_counts(t.module(key.first), key.second, N, cc[key], &jobs);
+  search_counts(jobs, cluster, cm, base);
+  std::map<std::pair<std::string, int>, std::vector<std::string>> why;
+  for (const CountSearch& j : jobs) {
+    const auto key = std::make_pair(j.m->name, j.batch);
+    if (!j.t.ok()) return j.t.error().with_context("task \"" + first_task.at(key)->name + "\"");
+    cc[key].emplace(j.n, *j.t);
+    if (!j.why.empty()) why[key].push_back(j.why);
+  }
   std::map<std::pair<std::string, int>, Curve> curves;
   for (const Task& task : t.tasks)
     for (const std::string& name : task.modules) {
       const auto key = std::make_pair(name, task.batch);
       if (curves.count(key)) continue;
-      const Module& m = t.module(name);
-      Result<Curve> c = module_curve(m, task.batch, cluster, N, cm, base, &cc[key]);
+      Result<Curve> c = assemble(t.module(name), task.batch, cluster, N, cc[key], why[key]);
       if (!c.ok()) return c.error().with_context("task \"" + task.name + "\"");
       curves[key] = std::move(*c);
     }
