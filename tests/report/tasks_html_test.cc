@@ -35,6 +35,30 @@ TEST(TasksHtml, PiecesAtTheirRanks) {
   EXPECT_NE(h->find("a / enc_a: 4 layers on 2 GPUs (from GPU 2)"), std::string::npos);
 }
 
+TEST(TasksHtml, PiecesDrawnWhereTheStepRunsThem) {
+  // enc_a's forward 0-1/3 s and backward 2-8/3 s; enc_b's 0-1/6 and 0.5-0.83; the backbone's
+  // 1/3-1 and 1-7/3: the chart spans the step, 8/3 s, not the waves one after another (3 s).
+  TasksReportInput in = two_waves();
+  auto timed = [](TasksPicturePiece& p, double fwd, double bwd) {
+    p.forward_s = fwd, p.forward_len_s = p.time_s / 3, p.backward_s = bwd, p.backward_len_s = p.time_s * 2 / 3;
+  };
+  timed(in.waves[0].pieces[0], 0, 2);
+  timed(in.waves[0].pieces[1], 0, 0.5);
+  timed(in.waves[1].pieces[0], 1.0 / 3, 1);
+  Result<std::string> h = render_tasks_html(in);
+  ASSERT_TRUE(h.ok()) << h.error().message;
+  EXPECT_NE(h->find("a / enc_a: 4 layers on 2 GPUs (from GPU 0), wave 1, forward"), std::string::npos);
+  EXPECT_NE(h->find("a / backbone: 2 layers on 4 GPUs (from GPU 0), wave 2, backward"), std::string::npos);
+  EXPECT_NE(h->find("without barriers between waves"), std::string::npos);
+  EXPECT_EQ(h->find("(from GPU 0), 1"), std::string::npos) << "no piece drawn at its wave's start";
+  // A piece without its times: every piece drawn at its wave's start.
+  in.waves[1].pieces[0].forward_s = -1;
+  h = render_tasks_html(in);
+  ASSERT_TRUE(h.ok());
+  EXPECT_EQ(h->find("without barriers between waves"), std::string::npos);
+  EXPECT_NE(h->find("a / backbone: 2 layers on 4 GPUs (from GPU 0), 2"), std::string::npos);
+}
+
 TEST(TasksHtml, PiecesBeyondTheGpusAreNamed) {
   TasksReportInput in = two_waves();
   in.waves[0].pieces[1].first_rank = 3;

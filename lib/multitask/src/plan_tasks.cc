@@ -523,7 +523,8 @@ Result<TasksPlan> plan_tasks(const TaskSpec& t, const ClusterSpec& cluster, cons
         i = j;
       }
     }
-    const WavesRun ran = run_waves(t, q.placement, crossing_s);
+    q.run = run_waves(t, q.placement, crossing_s);
+    const WavesRun& ran = q.run;
     q.compute_s = ran.end_s;
     const std::vector<std::vector<WavePiece>>& W = q.placement.waves;
     const std::vector<std::vector<double>>& bwd_end = ran.bwd_end;

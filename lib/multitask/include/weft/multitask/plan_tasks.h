@@ -61,6 +61,14 @@ struct SharedSync {
   double time_s = 0;
 };
 
+// run_waves' input, one direction's time of each crossing by (receiving wave, task, from module,
+// to module), and its output, each placed piece's forward and backward end and the last end.
+using CrossingTimes = std::map<std::tuple<int, std::string, std::string, std::string>, double>;
+struct WavesRun {
+  double end_s = 0;
+  std::vector<std::vector<double>> fwd_end, bwd_end;  // per wave, per piece
+};
+
 struct TasksPlan {
   std::vector<Op> ops;                 // "task/module", in task order then the task's module order
   struct OpOf {
@@ -78,6 +86,7 @@ struct TasksPlan {
   // wider reductions add after the last backward.
   double compute_s = 0;
   double step_time_s() const { return compute_s + shared_sync.time_s; }
+  WavesRun run;                        // each placed piece's forward and backward end in that run
   // The plan is priced whole, each candidate placed and run: the allocator's per-level choice, the
   // greedy wavefront on every level, the re-planned waves on every level, packed groups on every
   // level (each of allocator.h's kPackOrders orders, forwards and reversed), and the operators one
@@ -109,11 +118,6 @@ WavePlan place_waves(const TaskSpec& t, const TasksPlan& p, int gpus, int gpus_p
 // time_s, each as soon as its ranks are free and its input has arrived: the piece that makes it
 // has ended and the crossing (one direction's time, by receiving wave, task, from and to module)
 // has passed. Returns each piece's forward and backward end, and the last end.
-using CrossingTimes = std::map<std::tuple<int, std::string, std::string, std::string>, double>;
-struct WavesRun {
-  double end_s = 0;
-  std::vector<std::vector<double>> fwd_end, bwd_end;  // per wave, per piece
-};
 WavesRun run_waves(const TaskSpec& t, const WavePlan& p, const CrossingTimes& x = {});
 
 // Curves are cached by (module, batch) in `cache` across calls (a module every task runs with the
