@@ -94,7 +94,7 @@ TEST(CliPlan, TasksWavesAndBaselines) {
       if (m.at("name") == "vision-text/vision") vision_layers += m.at("layers").get<int>();
     }
   EXPECT_EQ(vision_layers, 32);  // ViT-H's 32 layers, all run once
-  // --report: the waves as a Gantt chart, one rectangle per piece.
+  // --report: the step as a Gantt chart, two rectangles per piece (its forward and its backward).
   const std::string html = tmp("tasks_report.html");
   CliRun rep = run(with(base, {"--report", html}));
   ASSERT_EQ(rep.code, 0) << rep.err;
@@ -104,7 +104,7 @@ TEST(CliPlan, TasksWavesAndBaselines) {
   for (const Json& w : j.at("waves")) pieces += w.at("modules").size();
   size_t rects = 0;
   for (size_t at = page.find("<rect"); at != std::string::npos; at = page.find("<rect", at + 1)) ++rects;
-  EXPECT_EQ(rects, pieces);
+  EXPECT_EQ(rects, 2 * pieces);
   EXPECT_NE(page.find("vision-text / vision"), std::string::npos);
   EXPECT_NE(page.find("sequential"), std::string::npos);
   std::filesystem::remove(html);
