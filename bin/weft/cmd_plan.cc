@@ -425,11 +425,10 @@ void run_plan_tasks(const PlanFlags& f) {
       for (size_t k = 0; k < w.pieces.size(); ++k) {
         const multitask::Piece& pc = w.pieces[k];
         const WavePiece& at = p.placement.waves[wi][k];
-        // Where the step runs it: its forward a third of its time, its backward two thirds.
-        const double fwd_end = p.run.fwd_end[wi][k], bwd_end = p.run.bwd_end[wi][k];
+        // Where the step runs its forward and its backward.
+        const double fwd = pc.time_s * multitask::kForwardShare, bwd = pc.time_s * multitask::kBackwardShare;
         pw.pieces.push_back({at.task, at.module, pc.gpus, pc.layers, pc.time_s, at.first_rank,
-                             fwd_end - pc.time_s / 3.0, pc.time_s / 3.0, bwd_end - pc.time_s * 2.0 / 3.0,
-                             pc.time_s * 2.0 / 3.0});
+                             p.run.fwd_end[wi][k] - fwd, fwd, p.run.bwd_end[wi][k] - bwd, bwd});
       }
       r.waves.push_back(std::move(pw));
     }

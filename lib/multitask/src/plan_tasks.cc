@@ -111,22 +111,6 @@ Result<Curve> assemble(const Module& m, int batch, const ClusterSpec& cluster, i
 
 }  // namespace
 
-Result<Curve> module_curve(const Module& m, int batch, const ClusterSpec& cluster, int max_gpus, const CostModel& cm,
-                           const SearchOptions& base, std::map<int, double>* known) {
-  std::map<int, double> local;
-  std::map<int, double>& times = known ? *known : local;
-  std::vector<CountSearch> jobs;
-  add_counts(m, batch, max_gpus, times, &jobs);
-  search_counts(jobs, cluster, cm, base);
-  std::vector<std::string> why;
-  for (const CountSearch& j : jobs) {
-    if (!j.t.ok()) return j.t.error();
-    times.emplace(j.n, *j.t);
-    if (!j.why.empty()) why.push_back(j.why);
-  }
-  return assemble(m, batch, cluster, max_gpus, times, why);
-}
-
 WavePlan place_waves(const TaskSpec& t, const TasksPlan& p, int gpus, int gpus_per_node) {
   WavePlan out;
   out.world = gpus;
@@ -328,8 +312,7 @@ SharedSync shared_reduction(const TaskSpec& t, const std::vector<LayerRun>& runs
 
 }  // namespace
 
-// A forward is a third of a piece's time, its backward two thirds (a backward costs twice its
-// forward: Narayanan et al., SC'21, §3.2).
+// A forward is kForwardShare of a piece's time, its backward kBackwardShare.
 WavesRun run_waves(const TaskSpec& t, const WavePlan& p, const CrossingTimes& x) {
   const std::vector<std::vector<WavePiece>>& W = p.waves;
   const int N = p.world;
@@ -369,7 +352,7 @@ WavesRun run_waves(const TaskSpec& t, const WavePlan& p, const CrossingTimes& x)
             ready = std::max(ready, fwd_end[src.first][src.second] + cross(w, pc.task, f.from, pc.module));
           }
       }
-      fwd_end[w][k] = run(pc, ready, pc.time_s / 3.0);
+      fwd_end[w][k] = run(pc, ready, pc.time_s * kForwardShare);
     }
   for (size_t w = W.size(); w-- > 0;)
     for (size_t k = 0; k < W[w].size(); ++k) {
@@ -388,7 +371,7 @@ WavesRun run_waves(const TaskSpec& t, const WavePlan& p, const CrossingTimes& x)
             ready = std::max(ready, bwd_end[dst.first][dst.second] + cross(dst.first, pc.task, pc.module, f.to));
           }
       }
-      bwd_end[w][k] = run(pc, ready, pc.time_s * 2.0 / 3.0);
+      bwd_end[w][k] = run(pc, ready, pc.time_s * kBackwardShare);
     }
   out.end_s = 0;
   for (double f : free_at) out.end_s = std::max(out.end_s, f);

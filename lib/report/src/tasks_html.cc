@@ -36,16 +36,14 @@ Result<std::string> render_tasks_html(const TasksReportInput& in) {
     if (used > in.gpus)
       return Error{ErrorKind::kBadInput, "tasks report: wave " + std::to_string(w + 1) + " uses " +
                                              std::to_string(used) + " of " + std::to_string(in.gpus) + " GPUs"};
-    end = std::max(end, in.waves[w].start_s + in.waves[w].time_s);
   }
   bool timed = !in.waves.empty();  // every piece says when it runs
   for (const TasksPictureWave& w : in.waves)
     for (const TasksPicturePiece& p : w.pieces) timed = timed && p.forward_s >= 0 && p.backward_s >= 0;
-  if (timed) {
-    end = 0;
-    for (const TasksPictureWave& w : in.waves)
-      for (const TasksPicturePiece& p : w.pieces)
-        end = std::max({end, p.forward_s + p.forward_len_s, p.backward_s + p.backward_len_s});
+  for (const TasksPictureWave& w : in.waves) {
+    if (!timed) end = std::max(end, w.start_s + w.time_s);
+    for (const TasksPicturePiece& p : w.pieces)
+      if (timed) end = std::max({end, p.forward_s + p.forward_len_s, p.backward_s + p.backward_len_s});
   }
   const double width = 900, left = 60, right = 10, top = 24, row = std::clamp(480.0 / in.gpus, 3.0, 22.0);
   const double height = top + row * in.gpus + 30;

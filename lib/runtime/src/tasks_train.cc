@@ -50,8 +50,6 @@ uint64_t fnv(const std::string& s, uint64_t h = 1469598103934665603ull) {
   return h;
 }
 
-
-// What this runtime runs of a task file; errors name the task or module.
 // The modules a task runs that flow into none of its others.
 std::vector<const Module*> sinks_of(const TaskSpec& t, const Task& task) {
   std::vector<const Module*> out;
@@ -68,6 +66,10 @@ int64_t embed_width(const std::vector<const Module*>& sinks) {
   return std::min(sinks[0]->model.hidden, sinks[1]->model.hidden);
 }
 
+// A contrastive task's own parameters: "task.<task>.<what>" (what: "<module>.proj", "logit_scale").
+std::string task_param(const Task& task, const std::string& what) { return "task." + task.name + "." + what; }
+
+// What this runtime runs of a task file; errors name the task or module.
 Status check_runnable(const TaskSpec& t) {
   for (const Module& m : t.modules) {
     const ModelSpec& s = m.model;
@@ -253,11 +255,12 @@ Status train_tasks(const TrainOptions& o) {
       where[&pc] = {&op, static_cast<int>(op.pieces.size())};
       op.pieces.push_back({static_cast<int>(w), &pc});
     }
-  for (auto& [key, op] : ops)
-    for (const Flow& f : t.flows) {
-      if (f.from == op.m->name && op.task->runs(f.to)) op.sink = false;
+  for (auto& [key, op] : ops) {
+    const std::vector<const Module*> sinks = sinks_of(t, *op.task);
+    op.sink = std::find(sinks.begin(), sinks.end(), op.m) != sinks.end();
+    for (const Flow& f : t.flows)
       if (f.to == op.m->name && op.task->runs(f.from)) op.sources.push_back(&t.module(f.from));
-    }
+  }
   for (auto& [key, op] : ops) {
     const Module& m = *op.m;
     const std::string h = m.holder();
@@ -281,9 +284,9 @@ Status train_tasks(const TrainOptions& o) {
         use(ps.add(h + ".norm.weight", {s.hidden}, Param::kOnes));
         if (!rms) use(ps.add(h + ".norm.bias", {s.hidden}, Param::kZeros));
         if (op.sink && op.task->loss == "contrastive") {
-          const std::string tp = "task." + op.task->name + ".";
-          use(ps.add(tp + m.name + ".proj", {embed_width(sinks_of(t, *op.task)), s.hidden}, Param::kNormal));
-          use(ps.add(tp + "logit_scale", {1}, Param::kTemperature));
+          use(ps.add(task_param(*op.task, m.name + ".proj"), {embed_width(sinks_of(t, *op.task)), s.hidden},
+                     Param::kNormal));
+          use(ps.add(task_param(*op.task, "logit_scale"), {1}, Param::kTemperature));
         } else if (op.sink) {
           use(s.tied_embeddings ? ps.add(h + ".embed", {s.vocab, s.hidden}, Param::kNormal)
                                 : ps.add(h + ".head", {s.vocab, s.hidden}, Param::kNormal));
@@ -422,7 +425,7 @@ Status train_tasks(const TrainOptions& o) {
           x = norm(x, m.model.norm, ps.at(h + ".norm.weight").value,
                    m.model.norm == NormKind::kRmsNorm ? at::Tensor() : ps.at(h + ".norm.bias").value);
           if (op.sink && op.task->loss == "contrastive") {
-            const at::Tensor e = at::linear(x.select(1, 0), ps.at("task." + op.task->name + "." + m.name + ".proj").value);
+            const at::Tensor e = at::linear(x.select(1, 0), ps.at(task_param(*op.task, m.name + ".proj")).value);
             run.emb = e / e.norm(2, {-1}, true);
           } else if (op.sink) {
             const at::Tensor& table = m.model.tied_embeddings ? ps.at(h + ".embed").value : ps.at(h + ".head").value;
@@ -452,7 +455,7 @@ Status train_tasks(const TrainOptions& o) {
     for (size_t i = 0; i < t.tasks.size(); ++i) {
       const Task& task = t.tasks[i];
       if (task.loss != "contrastive") continue;
-      Param& scale = ps.at("task." + task.name + ".logit_scale");
+      Param& scale = ps.at(task_param(task, "logit_scale"));
       if (!scale.users.count(me)) continue;
       const std::vector<const Module*> sk = sinks_of(t, task);
       const int64_t B = task.batch, E = embed_width(sk);

@@ -18,15 +18,6 @@
 
 namespace weft::multitask {
 
-// Module m running `batch` samples of m.tokens tokens: at each count n = 1, 2, 4, ... up to
-// max_gpus (and max_gpus itself) the step time of the best plan search() finds for the module alone
-// on n GPUs of `cluster` (the cluster's GPU and links, n of them), divided by its layers: one
-// layer's share of the step. Counts where nothing fits or no plan divides the batch are left out;
-// no count at all is an error naming the module, the batch and the largest count tried. `known`,
-// when given, holds the counts already searched (<= 0: not a valid count) and receives the new ones.
-Result<Curve> module_curve(const Module& m, int batch, const ClusterSpec& cluster, int max_gpus, const CostModel& cm,
-                           const SearchOptions& base, std::map<int, double>* known = nullptr);
-
 // Activations that cross ranks at wave boundaries, forward and their gradients back
 // (weft/plan/wave_plan.h wave_transfers on the placed plan): an operator moved from one piece to
 // the next (its hidden states at that layer) and a flow from one module to another within a task
@@ -64,6 +55,9 @@ struct SharedSync {
 // run_waves' input, one direction's time of each crossing by (receiving wave, task, from module,
 // to module), and its output, each placed piece's forward and backward end and the last end.
 using CrossingTimes = std::map<std::tuple<int, std::string, std::string, std::string>, double>;
+// The shares of a piece's time its forward and its backward take (a backward costs twice its
+// forward: Narayanan et al., SC'21, §3.2).
+constexpr double kForwardShare = 1.0 / 3.0, kBackwardShare = 2.0 / 3.0;
 struct WavesRun {
   double end_s = 0;
   std::vector<std::vector<double>> fwd_end, bwd_end;  // per wave, per piece
@@ -120,8 +114,16 @@ WavePlan place_waves(const TaskSpec& t, const TasksPlan& p, int gpus, int gpus_p
 // has passed. Returns each piece's forward and backward end, and the last end.
 WavesRun run_waves(const TaskSpec& t, const WavePlan& p, const CrossingTimes& x = {});
 
+// Each operator's curve: module m running its task's batch of m.tokens tokens, at each count n = 1,
+// 2, 4, ... up to the cluster's GPUs (and that count itself), the step time of the best plan
+// search() finds for the module alone on n GPUs of the cluster (its GPU and links, n of them),
+// divided by its layers: one layer's share of the step. Counts where nothing fits or no plan
+// divides the batch are left out; no count at all is an error naming the task, the module, the
+// batch, the largest count tried and each count's reason. Every count still to search, of every
+// module, is searched side by side (one thread each up to the machine's cores).
 // Curves are cached by (module, batch) in `cache` across calls (a module every task runs with the
-// same batch is searched once; so is a case planned again on more GPUs, whose counts extend it).
+// same batch is searched once; so is a case planned again on more GPUs, whose counts extend it):
+// each count's layer time, <= 0 where it is not a valid count.
 using CurveCache = std::map<std::pair<std::string, int>, std::map<int, double>>;
 Result<TasksPlan> plan_tasks(const TaskSpec& t, const ClusterSpec& cluster, const CostModel& cm,
                              const SearchOptions& base, CurveCache* cache = nullptr);
